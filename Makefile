@@ -1,0 +1,52 @@
+# The two commands a user needs are `make demo` and `make test`; both install whatever
+# is missing first (through `meshmark setup`, which owns the list of prerequisites).
+
+GO       ?= go
+BIN      := bin/meshmark
+VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X github.com/meshmark/meshmark/internal/cli.Version=$(VERSION)
+export PATH := $(CURDIR)/.tools/bin:$(PATH)
+
+.PHONY: all build setup demo test lint vet staticcheck bench bench-load fuzz clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/meshmark
+
+# setup installs system packages, Envoy and the Go tools that are missing.
+setup: build
+	$(BIN) setup
+
+demo: setup
+	$(BIN) demo
+
+vet:
+	$(GO) vet ./...
+
+staticcheck: setup
+	.tools/bin/staticcheck ./...
+
+lint: vet staticcheck
+	@test -z "$$(gofmt -l cmd internal)" || { echo "gofmt needed:"; gofmt -l cmd internal; exit 1; }
+
+# Tests need root (network namespaces, iptables). -p 1 keeps packages that bring up
+# testbeds from competing for this machine's two cores.
+test: setup lint
+	$(GO) test -p 1 -count=1 -timeout 45m ./...
+	$(BIN) clean
+
+bench: setup
+	$(GO) test -p 1 -run '^$$' -bench . -benchmem ./...
+
+bench-load: setup
+	scripts/bench-load.sh
+
+# Short fuzzing of every parser; FUZZTIME=5m for a longer run.
+FUZZTIME ?= 20s
+fuzz:
+	scripts/fuzz.sh $(FUZZTIME)
+
+clean:
+	-$(BIN) clean
+	rm -rf bin

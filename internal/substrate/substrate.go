@@ -1,0 +1,71 @@
+// Package substrate defines what a mesh profile and the study runner may ask of the place
+// an application runs: run commands and long-lived processes in a pod's network
+// namespace, put files where those processes can read them, and open connections from
+// inside a pod. The local netns testbed implements it today; a Kubernetes substrate
+// will implement the same interface later.
+package substrate
+
+import (
+	"context"
+	"io"
+	"net"
+
+	"github.com/meshmark/meshmark/internal/topology"
+)
+
+// Well-known user ids. Istio's data plane excludes the proxy's own traffic from
+// interception by uid, so proxies must run under ProxyUID and nothing else may.
+const (
+	ProxyUID    = 1337
+	WorkloadUID = 2000
+)
+
+// Role says what a process is for; the resource sampler aggregates by it.
+type Role string
+
+const (
+	RoleWorkload     Role = "workload"
+	RoleSidecar      Role = "sidecar"
+	RoleNodeProxy    Role = "node-proxy"
+	RoleGateway      Role = "gateway"
+	RoleControlPlane Role = "control-plane"
+	RoleLoadGen      Role = "load-generator"
+)
+
+// ProcessSpec describes a long-running process to start inside a pod.
+type ProcessSpec struct {
+	Name string // short, unique within the pod, e.g. "envoy" or "app"
+	Role Role
+	Argv []string
+	Env  []string
+	UID  int // 0 means root; use ProxyUID or WorkloadUID
+	// Ready, when set, is polled until it returns nil (or the start times out).
+	Ready func(ctx context.Context) error
+}
+
+// Process is a started process.
+type Process interface {
+	PID() int
+	Spec() ProcessSpec
+	Pod() string
+	// LogPath is the file that receives the process's stdout and stderr.
+	LogPath() string
+	// Stop terminates the process (SIGTERM, then SIGKILL after a grace period).
+	Stop() error
+}
+
+// Substrate is a running environment of pods.
+type Substrate interface {
+	// Exec runs a short command as root in the pod's network namespace, feeding stdin
+	// when non-nil, and returns its combined output.
+	Exec(ctx context.Context, pod topology.Pod, stdin io.Reader, argv ...string) ([]byte, error)
+	// Start starts a long-running process in the pod's network namespace.
+	Start(ctx context.Context, pod topology.Pod, spec ProcessSpec) (Process, error)
+	// WriteFile stores a file for the pod (configs, certificates) readable by the
+	// pod's processes, and returns its absolute path.
+	WriteFile(pod topology.Pod, name string, data []byte, mode uint32) (string, error)
+	// DialContext opens a connection from inside the pod's network namespace.
+	DialContext(ctx context.Context, pod topology.Pod, network, addr string) (net.Conn, error)
+	// Processes lists every process started so far, for the resource sampler.
+	Processes() []Process
+}
