@@ -10,7 +10,7 @@ import (
 func TestVersionOf(t *testing.T) {
 	cases := map[string]string{
 		"\n/work/main/.tools/envoy-venv/lib/python3.11/site-packages/envoy/_bin/envoy  version: 9e55/1.40.0/Clean/RELEASE/BoringSSL\n": "9e55/1.40.0/Clean/RELEASE/BoringSSL",
-		"/usr/bin/chromium: 9: [: 25276502016: unexpected operator\nChromium 156.0.8078.79 built on Debian\n": "Chromium 156.0.8078.79 built on Debian",
+		"/usr/bin/chromium: 9: [: 25276502016: unexpected operator\nChromium 156.0.8078.79 built on Debian\n":                          "Chromium 156.0.8078.79 built on Debian",
 		"nginx version: nginx/1.22.1\n": "nginx version: nginx/1.22.1",
 		"no digits here\n":              "",
 	}
