@@ -1,0 +1,291 @@
+// Package results owns meshmark's result model: what one run of a study produced
+// (runs, meshes, trials, histograms, samples, provenance). It is shared by the study
+// runner that fills it, the store that keeps it and the analysis and reports that read
+// it. Latency histograms hold microseconds; they live in memory as
+// *hdrhistogram.Histogram and are serialised losslessly in the HdrHistogram V2
+// compressed encoding (base64), both in the store and in JSON exports.
+package results
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Status is the life-cycle state of a run.
+type Status string
+
+const (
+	// StatusRunning means a live process (OwnerPID) is still writing trials.
+	StatusRunning Status = "running"
+	// StatusComplete means every planned trial finished and the run was closed.
+	StatusComplete Status = "complete"
+	// StatusIncomplete means the run stopped early (killed, crashed, interrupted); the
+	// trials it committed are intact and usable.
+	StatusIncomplete Status = "incomplete"
+	// StatusFailed means the run ended with an error (for example an equivalence check
+	// failed or the substrate could not come up).
+	StatusFailed Status = "failed"
+)
+
+// Valid reports whether s is one of the known statuses.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusRunning, StatusComplete, StatusIncomplete, StatusFailed:
+		return true
+	}
+	return false
+}
+
+// Histogram geometry shared by every latency-like histogram meshmark records: 1 µs
+// resolution up to one minute, three significant digits. Merging histograms with the
+// same geometry is exact, which is why everyone should use NewLatencyHistogram.
+const (
+	HistogramLowest      = 1
+	HistogramHighest     = int64(60 * time.Second / time.Microsecond)
+	HistogramSigFigs     = 3
+	HistogramUnit        = time.Microsecond
+	HistogramUnitSymbol  = "µs"
+	histogramEncodingTag = hdrhistogram.V2CompressedEncodingCookieBase
+)
+
+// NewLatencyHistogram returns an empty histogram with meshmark's standard geometry
+// (values in microseconds).
+func NewLatencyHistogram() *hdrhistogram.Histogram {
+	return hdrhistogram.New(HistogramLowest, HistogramHighest, HistogramSigFigs)
+}
+
+// Micros converts a duration to the histogram unit, clamped to the trackable range so
+// that a stall longer than a minute is recorded as a minute instead of dropped.
+func Micros(d time.Duration) int64 {
+	v := int64(d / HistogramUnit)
+	if v < HistogramLowest {
+		return HistogramLowest
+	}
+	if v > HistogramHighest {
+		return HistogramHighest
+	}
+	return v
+}
+
+// Duration converts a histogram value (µs) back to a duration.
+func Duration(v int64) time.Duration { return time.Duration(v) * HistogramUnit }
+
+// Run is one execution of a study file.
+type Run struct {
+	ID           string     `json:"id"`
+	Study        string     `json:"study"`
+	StudyPath    string     `json:"study_path,omitempty"`
+	StudyFile    []byte     `json:"study_file,omitempty"`
+	Status       Status     `json:"status"`
+	StatusReason string     `json:"status_reason,omitempty"`
+	Started      time.Time  `json:"started"`
+	Ended        time.Time  `json:"ended,omitzero"`
+	Seed         int64      `json:"seed"`
+	OwnerPID     int        `json:"owner_pid,omitempty"`
+	OwnerHost    string     `json:"owner_host,omitempty"`
+	Substrate    string     `json:"substrate,omitempty"`
+	Provenance   Provenance `json:"provenance"`
+	// Baseline is the label of the mesh every other mesh is compared against (usually
+	// the "none" profile). Empty means analysis picks the first mesh whose profile is
+	// "none", or else the first mesh.
+	Baseline string  `json:"baseline,omitempty"`
+	Meshes   []Mesh  `json:"meshes"`
+	Trials   []Trial `json:"trials,omitempty"`
+}
+
+// Mesh returns the mesh with the given label, or nil.
+func (r *Run) Mesh(label string) *Mesh {
+	for i := range r.Meshes {
+		if r.Meshes[i].Label == label {
+			return &r.Meshes[i]
+		}
+	}
+	return nil
+}
+
+// BaselineLabel resolves which mesh is the baseline (see Run.Baseline).
+func (r *Run) BaselineLabel() string {
+	if r.Baseline != "" {
+		return r.Baseline
+	}
+	for _, m := range r.Meshes {
+		if m.Profile == "none" {
+			return m.Label
+		}
+	}
+	if len(r.Meshes) > 0 {
+		return r.Meshes[0].Label
+	}
+	return ""
+}
+
+// Provenance is everything needed to trace a number back to where it came from.
+type Provenance struct {
+	Hostname        string `json:"hostname,omitempty"`
+	Kernel          string `json:"kernel,omitempty"`
+	OS              string `json:"os,omitempty"`
+	CPUModel        string `json:"cpu_model,omitempty"`
+	Cores           int    `json:"cores,omitempty"`
+	MemoryBytes     int64  `json:"memory_bytes,omitempty"`
+	MeshmarkVersion string `json:"meshmark_version,omitempty"`
+	GoVersion       string `json:"go_version,omitempty"`
+	// Components maps a component (envoy, haproxy, kernel module, helm chart, ...) to
+	// its version string.
+	Components map[string]string `json:"components,omitempty"`
+	// Placement maps a component or role (load generator, proxy of pod X, node Y) to
+	// where it ran: a CPU set, a node name.
+	Placement map[string]string `json:"placement,omitempty"`
+	Configs   []GeneratedConfig `json:"configs,omitempty"`
+}
+
+// GeneratedConfig is one configuration file meshmark generated and used (Envoy
+// bootstrap, iptables rules, Helm values...), kept in full with its hash.
+type GeneratedConfig struct {
+	Name      string `json:"name"`
+	Mesh      string `json:"mesh,omitempty"`
+	Component string `json:"component,omitempty"`
+	Content   []byte `json:"content"`
+	SHA256    string `json:"sha256"` // hex; filled by NewGeneratedConfig and the store
+}
+
+// Mesh is one mesh under test in a run (including the no-mesh baseline).
+type Mesh struct {
+	Label   string            `json:"label"`
+	Profile string            `json:"profile"`
+	Options map[string]string `json:"options,omitempty"`
+	// Enrollment is the stored equivalence check (mTLS on the wire, pods enrolled,
+	// proxy concurrency, ...), as JSON produced by whoever ran the check.
+	Enrollment json.RawMessage `json:"enrollment,omitempty"`
+}
+
+// Experiment kinds from the study file.
+const (
+	KindCapacity    = "capacity"
+	KindFixedRate   = "fixed-rate"
+	KindSteps       = "steps"
+	KindSoak        = "soak"
+	KindUsers       = "users"
+	KindConnections = "connections"
+)
+
+// TrialParams are the load parameters a trial ran with.
+type TrialParams struct {
+	// RequestedRate is the open-model target in requests/s; 0 for closed-model trials.
+	RequestedRate float64 `json:"requested_rate,omitempty"`
+	Connections   int     `json:"connections,omitempty"`
+	Users         int     `json:"users,omitempty"`
+	// Step is the index of this trial within a steps/sweep experiment (0-based); trials
+	// of other kinds leave it 0.
+	Step      int  `json:"step"`
+	KeepAlive bool `json:"keep_alive"`
+	// Path says how traffic entered: "internal" (service address) or "ingress".
+	Path  string            `json:"path,omitempty"`
+	Extra map[string]string `json:"extra,omitempty"`
+}
+
+// Trial is one (repeat, mesh, experiment, step) measurement.
+type Trial struct {
+	// ID is assigned by the store; zero before the trial is stored.
+	ID              int64         `json:"id,omitempty"`
+	Repeat          int           `json:"repeat"`
+	Mesh            string        `json:"mesh"`
+	Experiment      string        `json:"experiment"`
+	Kind            string        `json:"kind"`
+	Params          TrialParams   `json:"params"`
+	WarmupTrimmed   time.Duration `json:"warmup_trimmed_ns"`
+	CooldownTrimmed time.Duration `json:"cooldown_trimmed_ns,omitempty"`
+	// Start and End bound the measured window (after trimming).
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	// Error is set when the trial itself failed; its partial results may still be kept.
+	Error  string      `json:"error,omitempty"`
+	Result TrialResult `json:"result"`
+}
+
+// Duration is the length of the measured window.
+func (t *Trial) Duration() time.Duration { return t.End.Sub(t.Start) }
+
+// TrialResult is what one trial measured.
+type TrialResult struct {
+	// Requests is every request whose intended send time fell in the measured window;
+	// Errors is how many of them failed (any kind). Both latency histograms record
+	// every request that got an outcome, failed ones included.
+	Requests int64 `json:"requests"`
+	Errors   int64 `json:"errors"`
+	// Latency is total latency measured from the intended send time (corrected for
+	// coordinated omission), µs.
+	Latency *hdrhistogram.Histogram `json:"-"`
+	// ServiceTime is latency measured from the actual send time, µs.
+	ServiceTime  *hdrhistogram.Histogram `json:"-"`
+	Intervals    []Interval              `json:"intervals,omitempty"`
+	StatusCodes  map[int]int64           `json:"status_codes,omitempty"`
+	ErrorsByKind map[string]int64        `json:"errors_by_kind,omitempty"`
+	Generator    GeneratorHealth         `json:"generator"`
+	Resources    []ResourceSample        `json:"resources,omitempty"`
+	ProxyStats   []ProxyStats            `json:"proxy_stats,omitempty"`
+	// Flags are machine-readable warnings such as FlagGeneratorBehind.
+	Flags []string `json:"flags,omitempty"`
+}
+
+// Flags the runner or analysis may attach to a trial.
+const (
+	FlagGeneratorBehind = "generator-behind"
+	FlagOutlier         = "outlier"
+)
+
+// Interval is one second (or other fixed slice) of a trial.
+type Interval struct {
+	Start         time.Time     `json:"start"`
+	Duration      time.Duration `json:"duration_ns"`
+	RequestedRate float64       `json:"requested_rate"`
+	AchievedRate  float64       `json:"achieved_rate"`
+	Count         int64         `json:"count"`
+	Errors        int64         `json:"errors"`
+	// P50 and P99 are computed from Histogram (µs) when the interval is stored.
+	P50       int64                   `json:"p50_us"`
+	P99       int64                   `json:"p99_us"`
+	Histogram *hdrhistogram.Histogram `json:"-"`
+}
+
+// GeneratorHealth tells whether the load generator kept up.
+type GeneratorHealth struct {
+	// SendLag is how late each send was against its intended time, µs.
+	SendLag        *hdrhistogram.Histogram `json:"-"`
+	SendLagP99     int64                   `json:"send_lag_p99_us"`
+	LateSends      int64                   `json:"late_sends"`
+	DroppedSends   int64                   `json:"dropped_sends"`
+	PeakInFlight   int64                   `json:"peak_in_flight"`
+	CPUUserSeconds float64                 `json:"cpu_user_seconds"`
+	CPUSysSeconds  float64                 `json:"cpu_sys_seconds"`
+	Behind         bool                    `json:"behind"`
+}
+
+// ResourceSample is one reading of one process (or container) at time T. CPU times
+// are cumulative since the process started; the analysis differentiates them.
+type ResourceSample struct {
+	Component      string    `json:"component"`
+	Role           string    `json:"role,omitempty"` // workload, proxy, control-plane, generator
+	Pod            string    `json:"pod,omitempty"`
+	Node           string    `json:"node,omitempty"`
+	Mesh           string    `json:"mesh,omitempty"`
+	T              time.Time `json:"t"`
+	CPUUserSeconds float64   `json:"cpu_user_seconds"`
+	CPUSysSeconds  float64   `json:"cpu_sys_seconds"`
+	RSSBytes       int64     `json:"rss_bytes"`
+	PSSBytes       int64     `json:"pss_bytes"`
+	Threads        int64     `json:"threads"`
+	VoluntaryCtx   int64     `json:"voluntary_ctx_switches"`
+	InvoluntaryCtx int64     `json:"involuntary_ctx_switches"`
+}
+
+// ProxyStats is one snapshot of a proxy's own statistics (Envoy /stats?format=json,
+// HAProxy show stat, ...).
+type ProxyStats struct {
+	Component string          `json:"component"`
+	Pod       string          `json:"pod,omitempty"`
+	Mesh      string          `json:"mesh,omitempty"`
+	T         time.Time       `json:"t"`
+	Stats     json.RawMessage `json:"stats"`
+}
