@@ -1,0 +1,312 @@
+package study
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// FieldError is one problem in a study file, located by line, column and the path
+// of the field, e.g. spec.experiments[1].rate.
+type FieldError struct {
+	File   string
+	Line   int
+	Column int
+	Field  string
+	Msg    string
+}
+
+func (e *FieldError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d:%d", e.Line, e.Column)
+	}
+	b.WriteString(": ")
+	if e.Field != "" {
+		b.WriteString(e.Field + ": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Errors is every problem found in a study file, in file order.
+type Errors []*FieldError
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// maxNodes bounds the work on one document: YAML aliases can make a small file
+// expand into an enormous tree.
+const maxNodes = 200000
+
+// decoder turns a yaml.Node tree into Go values, remembering where every field was
+// written so later validation can point at it.
+type decoder struct {
+	file    string
+	errs    Errors
+	values  map[string]*yaml.Node // field path -> its value node
+	visited int
+}
+
+func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
+	e := &FieldError{File: d.file, Field: path, Msg: fmt.Sprintf(format, args...)}
+	if n != nil {
+		e.Line, e.Column = n.Line, n.Column
+	}
+	d.errs = append(d.errs, e)
+}
+
+// errAt reports a problem at the field, or at its closest written ancestor when the
+// field itself is absent (a missing required field is reported where its parent is).
+func (d *decoder) errAt(path, format string, args ...any) {
+	d.errorf(d.nearest(path), path, format, args...)
+}
+
+func (d *decoder) nearest(path string) *yaml.Node {
+	for p := path; ; {
+		if n, ok := d.values[p]; ok {
+			return n
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			return d.values[""]
+		}
+		p = p[:i]
+	}
+}
+
+// has reports whether the field was written in the file (with a non-null value).
+func (d *decoder) has(path string) bool {
+	_, ok := d.values[path]
+	return ok
+}
+
+var nodeDecoderType = reflect.TypeFor[nodeDecoder]()
+
+func (d *decoder) decode(path string, n *yaml.Node, v reflect.Value) {
+	for n.Kind == yaml.AliasNode {
+		if n.Alias == nil {
+			return
+		}
+		n = n.Alias
+	}
+	if d.visited++; d.visited > maxNodes {
+		if d.visited == maxNodes+1 {
+			d.errorf(n, path, "document too large (more than %d values after expanding aliases)", maxNodes)
+		}
+		return
+	}
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
+		return // an empty value is the same as leaving the field out
+	}
+	d.values[path] = n
+	if v.CanAddr() && v.Addr().Type().Implements(nodeDecoderType) {
+		if err := v.Addr().Interface().(nodeDecoder).decodeNode(n); err != nil {
+			d.errorf(n, path, "%v", err)
+		}
+		return
+	}
+	switch v.Kind() {
+	case reflect.Pointer:
+		elem := reflect.New(v.Type().Elem())
+		d.decode(path, n, elem.Elem())
+		v.Set(elem)
+	case reflect.Struct:
+		d.decodeStruct(path, n, v)
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			d.errorf(n, path, "expected a list, got %s", quote(n))
+			return
+		}
+		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			d.decode(fmt.Sprintf("%s[%d]", path, i), item, s.Index(i))
+		}
+		v.Set(s)
+	case reflect.Map:
+		d.decodeMap(path, n, v)
+	case reflect.Interface:
+		var x any
+		if err := n.Decode(&x); err != nil {
+			d.errorf(n, path, "%v", err)
+			return
+		}
+		if x != nil {
+			v.Set(reflect.ValueOf(x))
+		}
+	case reflect.String:
+		if n.Kind != yaml.ScalarNode {
+			d.errorf(n, path, "expected a string, got %s", quote(n))
+			return
+		}
+		v.SetString(n.Value)
+	case reflect.Bool:
+		var b bool
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&b) != nil {
+			d.errorf(n, path, "expected true or false, got %s", quote(n))
+			return
+		}
+		v.SetBool(b)
+	case reflect.Int, reflect.Int64:
+		var i int64
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&i) != nil {
+			d.errorf(n, path, "expected a whole number, got %s", quote(n))
+			return
+		}
+		v.SetInt(i)
+	case reflect.Uint64:
+		var u uint64
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&u) != nil {
+			d.errorf(n, path, "expected a whole number from 0 to %d, got %s", uint64(math.MaxUint64), quote(n))
+			return
+		}
+		v.SetUint(u)
+	case reflect.Float64:
+		var f float64
+		if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!int" && n.ShortTag() != "!!float") ||
+			n.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			d.errorf(n, path, "expected a number, got %s", quote(n))
+			return
+		}
+		v.SetFloat(f)
+	default:
+		panic("study: no YAML decoding for " + v.Type().String())
+	}
+}
+
+func (d *decoder) decodeStruct(path string, n *yaml.Node, v reflect.Value) {
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, path, "expected a mapping of fields, got %s", quote(n))
+		return
+	}
+	fields := yamlFields(v.Type())
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		name := key.Value
+		fieldPath := join(path, name)
+		if key.Kind != yaml.ScalarNode {
+			d.errorf(key, path, "field names must be plain strings")
+			continue
+		}
+		idx, ok := fields[name]
+		if !ok {
+			d.errorf(key, fieldPath, "unknown field%s", suggest(name, sortedKeys(fields)))
+			continue
+		}
+		if seen[name] {
+			d.errorf(key, fieldPath, "given twice")
+			continue
+		}
+		seen[name] = true
+		d.decode(fieldPath, val, v.Field(idx))
+	}
+}
+
+func (d *decoder) decodeMap(path string, n *yaml.Node, v reflect.Value) {
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, path, "expected a mapping, got %s", quote(n))
+		return
+	}
+	m := reflect.MakeMap(v.Type())
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		if key.Kind != yaml.ScalarNode || key.Value == "" {
+			d.errorf(key, path, "keys must be non-empty plain strings")
+			continue
+		}
+		keyPath := path + "." + key.Value
+		if m.MapIndex(reflect.ValueOf(key.Value)).IsValid() {
+			d.errorf(key, keyPath, "given twice")
+			continue
+		}
+		elem := reflect.New(v.Type().Elem()).Elem()
+		d.decode(keyPath, val, elem)
+		m.SetMapIndex(reflect.ValueOf(key.Value), elem)
+	}
+	v.Set(m)
+}
+
+// yamlFields maps the YAML names of a struct's fields to their indexes.
+func yamlFields(t reflect.Type) map[string]int {
+	out := map[string]int{}
+	for i := range t.NumField() {
+		if name := yamlName(t.Field(i)); name != "" {
+			out[name] = i
+		}
+	}
+	return out
+}
+
+func yamlName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	if name == "-" || !f.IsExported() {
+		return ""
+	}
+	return name
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// suggest returns ` (did you mean "x"?)` naming the closest candidate, or "" when
+// none is close enough to be a likely typo.
+func suggest(got string, candidates []string) string {
+	best, bestDist := "", math.MaxInt
+	for _, c := range candidates {
+		d := editDistance(strings.ToLower(got), strings.ToLower(c))
+		if d < bestDist {
+			best, bestDist = c, d
+		}
+	}
+	if best == "" || bestDist > max(1, min(3, len(best)/3)) {
+		return ""
+	}
+	return " (did you mean " + strconv.Quote(best) + "?)"
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(rb)]
+}

@@ -1,0 +1,121 @@
+package study
+
+// Trial is one experiment run against one mesh in one repeat: the unit the runner
+// executes and the results store keys by.
+type Trial struct {
+	// Seq is the trial's position in the run, from 0.
+	Seq int
+	// Stage groups experiments by dependency: stage 0 needs nothing, stage n needs
+	// capacities measured in stage n-1. Every trial of a stage runs before any trial
+	// of the next, so a rate like "75% of lowest capacity" can see every mesh's
+	// capacity from every repeat.
+	Stage int
+	// Repeat counts from 0. In interleaved order a repeat is a block holding every
+	// mesh once.
+	Repeat     int
+	Mesh       *Mesh
+	Experiment *Experiment
+	// BringUp is true when the runner must (re)create the workload and mesh before
+	// this trial: the mesh differs from the previous trial's, or the study asks for a
+	// fresh bring-up per repeat and the repeat changed.
+	BringUp bool
+}
+
+// Plan expands the study into trials in run order: for each dependency stage, then
+// either (interleaved) each repeat as a block with every mesh once in an order drawn
+// from the seed, or (sequential) each mesh in file order with all its repeats in a
+// row. A mesh's experiments of one stage run back to back, in file order, on one
+// bring-up. The same study and seed always give the same plan.
+func (s *Study) Plan() []Trial {
+	spec := &s.Spec
+	stages := s.stages()
+	rng := newSplitMix(spec.Seed)
+	var out []Trial
+	add := func(stage, repeat, mesh int, exps []int) {
+		for _, e := range exps {
+			t := Trial{Seq: len(out), Stage: stage, Repeat: repeat, Mesh: &spec.Meshes[mesh], Experiment: &spec.Experiments[e]}
+			if len(out) == 0 {
+				t.BringUp = true
+			} else {
+				prev := out[len(out)-1]
+				t.BringUp = prev.Mesh != t.Mesh || (spec.FreshBringUpPerRepeat && prev.Repeat != t.Repeat)
+			}
+			out = append(out, t)
+		}
+	}
+	for stage, exps := range stages {
+		switch spec.Order {
+		case Sequential:
+			for m := range spec.Meshes {
+				for r := 0; r < spec.Repeats; r++ {
+					add(stage, r, m, exps)
+				}
+			}
+		default:
+			for r := 0; r < spec.Repeats; r++ {
+				for _, m := range rng.permutation(len(spec.Meshes)) {
+					add(stage, r, m, exps)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// stages returns experiment indexes grouped by dependency depth, each group in file
+// order. References always point to earlier experiments (the parser checks), so one
+// pass computes every depth.
+func (s *Study) stages() [][]int {
+	depth := map[string]int{}
+	var out [][]int
+	for i, e := range s.Spec.Experiments {
+		d := 0
+		if e.Rate.IsRelative() {
+			d = depth[e.CapacityFrom] + 1
+		}
+		depth[e.Name] = d
+		for len(out) <= d {
+			out = append(out, nil)
+		}
+		out[d] = append(out[d], i)
+	}
+	return out
+}
+
+// splitMix is SplitMix64 with an unbiased bounded draw, written out here rather than
+// taken from math/rand so that a recorded seed gives the same order with any Go
+// version.
+type splitMix struct{ state uint64 }
+
+func newSplitMix(seed uint64) *splitMix { return &splitMix{state: seed} }
+
+func (r *splitMix) next() uint64 {
+	r.state += 0x9e3779b97f4a7c15
+	z := r.state
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// below returns a uniform number in [0, n) by rejection sampling.
+func (r *splitMix) below(n uint64) uint64 {
+	limit := -n % n // 2^64 mod n: values under it would bias the result
+	for {
+		if v := r.next(); v >= limit {
+			return v % n
+		}
+	}
+}
+
+// permutation returns 0..n-1 shuffled (Fisher–Yates).
+func (r *splitMix) permutation(n int) []int {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = i
+	}
+	for i := n - 1; i > 0; i-- {
+		j := int(r.below(uint64(i + 1)))
+		p[i], p[j] = p[j], p[i]
+	}
+	return p
+}

@@ -1,0 +1,308 @@
+// Package study owns the study file: the YAML document that says which workload runs
+// under which meshes, which experiments drive it, how often and in what order. It
+// parses and validates the file (every error names file:line:column and the field),
+// fills in defaults, prints the normalised form, and expands a study into the ordered
+// list of trials the runner executes. The JSON Schema in schema/study.schema.json is
+// checked against these types by this package's tests.
+package study
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+
+	"gopkg.in/yaml.v3"
+)
+
+// APIVersion and Kind identify a study document.
+const (
+	APIVersion = "meshmark.dev/v1alpha1"
+	Kind       = "Study"
+)
+
+// Study is one parsed and normalised study file.
+type Study struct {
+	APIVersion string   `yaml:"apiVersion"`
+	Kind       string   `yaml:"kind"`
+	Metadata   Metadata `yaml:"metadata"`
+	Spec       Spec     `yaml:"spec"`
+
+	// File is the path the study was read from ("builtin:demo" for embedded ones).
+	File string `yaml:"-"`
+	// Dir is the directory relative paths in the study (the workload graph, the
+	// results directory) are resolved against; empty for embedded studies.
+	Dir string `yaml:"-"`
+	// Warnings are problems that do not stop a run but will skew its numbers.
+	Warnings []string `yaml:"-"`
+}
+
+// Metadata names and describes a study.
+type Metadata struct {
+	Name        string `yaml:"name"`
+	Description string `yaml:"description,omitempty"`
+}
+
+// Spec is everything that decides what is measured.
+type Spec struct {
+	Substrate Substrate `yaml:"substrate"`
+	Workload  Workload  `yaml:"workload"`
+	Meshes    []Mesh    `yaml:"meshes"`
+	// Baseline names the mesh every other mesh is compared against; by default the
+	// mesh with profile none.
+	Baseline    string       `yaml:"baseline,omitempty"`
+	Experiments []Experiment `yaml:"experiments"`
+	Repeats     int          `yaml:"repeats"`
+	Order       Order        `yaml:"order"`
+	// Seed drives the interleaved order; by default derived from metadata.name so
+	// that the same study always runs in the same order.
+	Seed                  uint64   `yaml:"seed"`
+	FreshBringUpPerRepeat bool     `yaml:"freshBringUpPerRepeat"`
+	Warmup                Duration `yaml:"warmup"`
+	SLO                   *SLO     `yaml:"slo,omitempty"`
+	Results               *Results `yaml:"results,omitempty"`
+}
+
+// Substrate says where the study runs; exactly one member is set.
+type Substrate struct {
+	Local      *LocalSubstrate      `yaml:"local,omitempty"`
+	Kubernetes *KubernetesSubstrate `yaml:"kubernetes,omitempty"`
+}
+
+// LocalSubstrate is one Linux machine with network namespaces as pods.
+type LocalSubstrate struct {
+	// Nodes is how many simulated nodes (bridges) the pods are spread over.
+	Nodes int `yaml:"nodes"`
+	// LoadgenNode is the 0-based index of the node that hosts the load generator.
+	LoadgenNode  int           `yaml:"loadgenNode"`
+	CPUPlacement *CPUPlacement `yaml:"cpuPlacement,omitempty"`
+}
+
+// CPUPlacement pins the load generator and the system under test to CPU lists in
+// cpuset syntax ("0", "1-3", "0,2").
+type CPUPlacement struct {
+	Loadgen CPUList `yaml:"loadgen"`
+	SUT     CPUList `yaml:"sut"`
+}
+
+// KubernetesSubstrate is a real cluster driven through its API server.
+type KubernetesSubstrate struct {
+	Kubeconfig          string            `yaml:"kubeconfig,omitempty"`
+	Context             string            `yaml:"context,omitempty"`
+	NamespacePrefix     string            `yaml:"namespacePrefix"`
+	LoadgenNodeSelector map[string]string `yaml:"loadgenNodeSelector,omitempty"`
+	SUTNodeSelector     map[string]string `yaml:"sutNodeSelector,omitempty"`
+	Cleanup             bool              `yaml:"cleanup"`
+}
+
+// Workload is the service graph under test.
+type Workload struct {
+	// Graph is a built-in graph name (bookinfo, emojivoto, teastore, boutique,
+	// chain-N, fanout-N) or a graph file path relative to the study file.
+	Graph string `yaml:"graph"`
+	// Replicas overrides the number of pods per service.
+	Replicas map[string]int `yaml:"replicas,omitempty"`
+	// Entrypoint is the HTTP path load is sent to; empty means the graph's own.
+	Entrypoint string `yaml:"entrypoint,omitempty"`
+}
+
+// IsGraphFile reports whether Graph names a file rather than a built-in graph.
+func (w Workload) IsGraphFile() bool { return looksLikePath(w.Graph) }
+
+// Mesh is one configuration under test.
+type Mesh struct {
+	// Name is the label results carry; unique within the study.
+	Name string `yaml:"name"`
+	// Profile is the mesh implementation (see KnownProfiles).
+	Profile string `yaml:"profile"`
+	// Options are passed to the profile, which validates them when it is set up.
+	Options map[string]any `yaml:"options,omitempty"`
+}
+
+// Experiment is one kind of load applied to every mesh.
+type Experiment struct {
+	Name string         `yaml:"name"`
+	Kind ExperimentKind `yaml:"kind"`
+
+	Duration Duration `yaml:"duration,omitempty"`
+	Warmup   Duration `yaml:"warmup"`
+	// Requests stops a closed-loop run after this many requests (oha -n).
+	Requests    int     `yaml:"requests,omitempty"`
+	Connections IntList `yaml:"connections,omitempty"`
+	KeepAlive   bool    `yaml:"keepAlive"`
+	Path        Path    `yaml:"path"`
+	Arrival     Arrival `yaml:"arrival,omitempty"`
+
+	// Rate is the open-loop request rate (fixed-rate, soak, connections).
+	Rate Rate `yaml:"rate,omitempty"`
+	// CapacityFrom names the earlier capacity experiment a relative Rate refers to.
+	CapacityFrom string `yaml:"capacityFrom,omitempty"`
+
+	// Search is the SLO-bounded open-loop rate search of a capacity experiment.
+	Search *Search `yaml:"search,omitempty"`
+
+	// From, To, Step and Each describe a steps experiment (rates in requests/s).
+	From float64  `yaml:"from,omitempty"`
+	To   float64  `yaml:"to,omitempty"`
+	Step float64  `yaml:"step,omitempty"`
+	Each Duration `yaml:"each,omitempty"`
+
+	// Users, SpawnRate, ThinkTime, RequestsPerUser and Tasks describe a users
+	// (Locust-like) experiment.
+	Users           int           `yaml:"users,omitempty"`
+	SpawnRate       float64       `yaml:"spawnRate,omitempty"`
+	ThinkTime       DurationRange `yaml:"thinkTime,omitempty"`
+	RequestsPerUser int           `yaml:"requestsPerUser,omitempty"`
+	Tasks           []Task        `yaml:"tasks,omitempty"`
+}
+
+// Search finds the highest open-loop rate that still meets the SLO, by bisection
+// between Start and Max until the bracket is narrower than Precision.
+type Search struct {
+	Start     float64 `yaml:"start"`
+	Max       float64 `yaml:"max"`
+	Precision Percent `yaml:"precision"`
+}
+
+// Task is one weighted action of a simulated user.
+type Task struct {
+	Name   string `yaml:"name"`
+	Method string `yaml:"method"`
+	Path   string `yaml:"path"`
+	Weight int    `yaml:"weight"`
+}
+
+// SLO bounds latency percentiles and the error rate; capacity searches and
+// reports judge runs against it.
+type SLO struct {
+	P50       Duration `yaml:"p50,omitempty"`
+	P90       Duration `yaml:"p90,omitempty"`
+	P95       Duration `yaml:"p95,omitempty"`
+	P99       Duration `yaml:"p99,omitempty"`
+	P999      Duration `yaml:"p999,omitempty"`
+	ErrorRate Percent  `yaml:"errorRate,omitempty"`
+}
+
+// Results overrides where results are stored.
+type Results struct {
+	// Dir is relative to the study file unless absolute.
+	Dir string `yaml:"dir,omitempty"`
+}
+
+// ExperimentKind names what an experiment does.
+type ExperimentKind string
+
+const (
+	KindCapacity    ExperimentKind = "capacity"
+	KindFixedRate   ExperimentKind = "fixed-rate"
+	KindSteps       ExperimentKind = "steps"
+	KindSoak        ExperimentKind = "soak"
+	KindUsers       ExperimentKind = "users"
+	KindConnections ExperimentKind = "connections"
+)
+
+// ExperimentKinds lists every kind, in the order the documentation presents them.
+var ExperimentKinds = []ExperimentKind{KindCapacity, KindFixedRate, KindSteps, KindSoak, KindUsers, KindConnections}
+
+// Order is how repeats of different meshes are arranged in time.
+type Order string
+
+const (
+	// Interleaved runs each repeat as a block holding every mesh once, in a seeded
+	// random order, so drift on the machine hits every mesh alike.
+	Interleaved Order = "interleaved"
+	// Sequential runs all repeats of one mesh before the next mesh.
+	Sequential Order = "sequential"
+)
+
+// Path is where load enters the application.
+type Path string
+
+const (
+	PathInternal Path = "internal" // straight to the entry service
+	PathIngress  Path = "ingress"  // through the mesh's ingress gateway
+)
+
+// Arrival is the open-loop arrival process.
+type Arrival string
+
+const (
+	ArrivalConstant Arrival = "constant"
+	ArrivalPoisson  Arrival = "poisson"
+)
+
+// KnownProfiles are the mesh profile names a study may use. Which of them can run
+// on a given machine is decided by the profile registry at run time, so a study
+// naming a profile that is not implemented yet still validates and fails with a
+// clear message when run.
+var KnownProfiles = []string{"none", "envoy-sidecar", "node-proxy", "ambient"}
+
+// ProfileNone is the no-mesh baseline profile.
+const ProfileNone = "none"
+
+// ClosedLoop reports whether the experiment drives load with a fixed number of
+// connections sending as fast as they can, rather than at an intended rate.
+func (e *Experiment) ClosedLoop() bool {
+	switch e.Kind {
+	case KindCapacity:
+		return e.Search == nil
+	case KindConnections:
+		return e.Rate.IsZero()
+	}
+	return false
+}
+
+// Experiment returns the experiment with the given name, or nil.
+func (s *Study) Experiment(name string) *Experiment {
+	for i := range s.Spec.Experiments {
+		if s.Spec.Experiments[i].Name == name {
+			return &s.Spec.Experiments[i]
+		}
+	}
+	return nil
+}
+
+// Mesh returns the mesh with the given name, or nil.
+func (s *Study) Mesh(name string) *Mesh {
+	for i := range s.Spec.Meshes {
+		if s.Spec.Meshes[i].Name == name {
+			return &s.Spec.Meshes[i]
+		}
+	}
+	return nil
+}
+
+// BaselineMesh returns the mesh others are compared against, or nil when the study
+// has a single mesh and no baseline.
+func (s *Study) BaselineMesh() *Mesh { return s.Mesh(s.Spec.Baseline) }
+
+// Marshal prints the normalised study as YAML, with every default visible.
+func (s *Study) Marshal() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(s); err != nil {
+		return nil, fmt.Errorf("printing study %s: %w", s.Metadata.Name, err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// ParseFile reads and parses a study file.
+func ParseFile(path string) (*Study, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading study: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Load parses a study file, or the built-in study of that name when no such file
+// exists (so `meshmark run demo` works from any directory).
+func Load(nameOrPath string) (*Study, error) {
+	if _, err := os.Stat(nameOrPath); err != nil && isBuiltin(nameOrPath) {
+		return Builtin(nameOrPath)
+	}
+	return ParseFile(nameOrPath)
+}
