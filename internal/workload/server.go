@@ -1,0 +1,559 @@
+package workload
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// TraceBytesHeader tells a caller how many leading bytes of a response body are the
+// trace (the body minus padding and the closing brace), so that it can embed the
+// callee's trace without parsing the padding.
+const TraceBytesHeader = "X-Meshmark-Trace-Bytes"
+
+// HealthPath answers 200 without running the script.
+const HealthPath = "/healthz"
+
+// propagatedHeaders are copied from each inbound request to every call it causes, as
+// Istio's bookinfo does, so that tracing and request-id based routing work through the
+// graph.
+var propagatedHeaders = []string{
+	"X-Request-Id",
+	"X-B3-Traceid", "X-B3-Spanid", "X-B3-Parentspanid", "X-B3-Sampled", "X-B3-Flags", "B3",
+	"X-Ot-Span-Context", "Traceparent", "Tracestate", "X-Cloud-Trace-Context", "Grpc-Trace-Bin",
+	"X-Datadog-Trace-Id", "X-Datadog-Parent-Id", "X-Datadog-Sampling-Priority", "Sw8",
+	"End-User", "User-Agent", "Cookie", "Authorization",
+}
+
+// ServerOptions choose which service of a graph a Server plays.
+type ServerOptions struct {
+	Service string
+	Version string // empty means the service's only version
+	Pod     string // reported in traces; empty means $POD_NAME, then the host name
+	// Resolve overrides name resolution for calls: service name → "ip" or "ip:port".
+	Resolve map[string]string
+	// CallTimeout bounds each request's whole script; 0 means 30s.
+	CallTimeout time.Duration
+}
+
+// Server plays one version of one service of a graph over HTTP/1.1.
+type Server struct {
+	service *Service
+	version *Version
+	pod     string
+	program []op
+	client  *http.Client
+	timeout time.Duration
+
+	head       []byte // `{"service":"…","version":"…","pod":"…"`
+	padding    []byte // ResponseSize bytes of 'x'
+	payload    []byte // the largest request body any call sends, zeros
+	fixedBody  []byte // the whole success response when the script makes no calls
+	fixedLen   []string
+	fixedTrace []string
+}
+
+// op is a compiled script step.
+type op struct {
+	call  *upstream
+	sleep *Delay
+	cpu   time.Duration
+	group []op
+}
+
+type upstream struct {
+	service     string
+	url         string
+	method      string
+	size        int64
+	probability float64
+}
+
+var (
+	jsonContentType = []string{"application/json"}
+	padEnd          = []byte(`"}`)
+	bufPool         = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+)
+
+// NewServer prepares a server for one service version of g.
+func NewServer(g *Graph, opts ServerOptions) (*Server, error) {
+	svc := g.Service(opts.Service)
+	if svc == nil {
+		names := make([]string, len(g.Services))
+		for i, s := range g.Services {
+			names[i] = s.Name
+		}
+		return nil, fmt.Errorf("graph %s has no service %q (services: %s)", g.Name, opts.Service, strings.Join(names, ", "))
+	}
+	var ver *Version
+	switch {
+	case opts.Version != "":
+		ver = svc.Version(opts.Version)
+	case len(svc.Versions) == 1:
+		ver = svc.Versions[0]
+	}
+	if ver == nil {
+		names := make([]string, len(svc.Versions))
+		for i, v := range svc.Versions {
+			names[i] = v.Name
+		}
+		return nil, fmt.Errorf("service %s has no version %q (versions: %s)", svc.Name, opts.Version, strings.Join(names, ", "))
+	}
+	pod := opts.Pod
+	if pod == "" {
+		pod = os.Getenv("POD_NAME")
+	}
+	if pod == "" {
+		pod, _ = os.Hostname()
+	}
+	s := &Server{service: svc, version: ver, pod: pod, timeout: opts.CallTimeout}
+	if s.timeout <= 0 {
+		s.timeout = 30 * time.Second
+	}
+	var maxSize int64
+	s.program = compile(g, ver.Script, &maxSize)
+	s.payload = make([]byte, maxSize)
+	s.padding = bytes.Repeat([]byte{'x'}, int(svc.ResponseSize))
+	s.client = &http.Client{Transport: newTransport(opts.Resolve)}
+
+	head, _ := json.Marshal(struct {
+		Service string `json:"service"`
+		Version string `json:"version"`
+		Pod     string `json:"pod"`
+	}{svc.Name, ver.Name, pod})
+	s.head = head[:len(head)-1]
+
+	if len(ver.Script.Calls()) == 0 {
+		trace := append(append([]byte{}, s.head...), `,"code":200`...)
+		s.fixedTrace = []string{strconv.Itoa(len(trace))}
+		s.fixedBody = s.pad(trace)
+		s.fixedLen = []string{strconv.Itoa(len(s.fixedBody))}
+	}
+	return s, nil
+}
+
+func compile(g *Graph, sc Script, maxSize *int64) []op {
+	out := make([]op, 0, len(sc))
+	for _, st := range sc {
+		switch {
+		case st.Call != nil:
+			callee := g.Service(st.Call.Service)
+			path := st.Call.Path
+			if path == "" {
+				path = callee.Path
+			}
+			method := http.MethodGet
+			if st.Call.Size > 0 {
+				method = http.MethodPost
+			}
+			*maxSize = max(*maxSize, st.Call.Size)
+			out = append(out, op{call: &upstream{
+				service:     callee.Name,
+				url:         "http://" + callee.Name + ":" + strconv.Itoa(callee.Port) + path,
+				method:      method,
+				size:        st.Call.Size,
+				probability: st.Call.Probability,
+			}})
+		case st.Sleep != nil:
+			out = append(out, op{sleep: st.Sleep})
+		case st.Concurrent != nil:
+			out = append(out, op{group: compile(g, st.Concurrent, maxSize)})
+		default:
+			out = append(out, op{cpu: st.CPU})
+		}
+	}
+	return out
+}
+
+// pad completes a trace into a response body of at least ResponseSize bytes.
+func (s *Server) pad(trace []byte) []byte {
+	body := append([]byte{}, trace...)
+	need := int(s.service.ResponseSize) - len(trace) - 1
+	const padField = len(`,"pad":""`)
+	switch {
+	case need >= padField:
+		body = append(body, `,"pad":"`...)
+		body = append(body, s.padding[:need-padField]...)
+		body = append(body, '"')
+	case need > 0:
+		body = append(body, bytes.Repeat([]byte{' '}, need)...)
+	}
+	return append(body, '}')
+}
+
+func newTransport(resolve map[string]string) *http.Transport {
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	dial := dialer.DialContext
+	if len(resolve) > 0 {
+		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, port, err := net.SplitHostPort(addr)
+			if err == nil {
+				if to, ok := resolve[host]; ok {
+					if h, p, perr := net.SplitHostPort(to); perr == nil {
+						host, port = h, p
+					} else {
+						host = to
+					}
+					addr = net.JoinHostPort(host, port)
+				}
+			}
+			return dialer.DialContext(ctx, network, addr)
+		}
+	}
+	return &http.Transport{
+		Proxy:               nil, // calls go where the graph says, never to $HTTP_PROXY
+		DialContext:         dial,
+		MaxIdleConns:        0,
+		MaxIdleConnsPerHost: 4096,
+		IdleConnTimeout:     5 * time.Minute,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+	}
+}
+
+// ParseResolve reads --resolve values of the form name=ip or name=ip:port.
+func ParseResolve(specs []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, spec := range specs {
+		name, to, ok := strings.Cut(spec, "=")
+		if !ok || name == "" || to == "" {
+			return nil, fmt.Errorf("--resolve %q: want name=ip or name=ip:port", spec)
+		}
+		host := to
+		if h, _, err := net.SplitHostPort(to); err == nil {
+			host = h
+		}
+		if net.ParseIP(host) == nil {
+			return nil, fmt.Errorf("--resolve %q: %q is not an IP address", spec, host)
+		}
+		out[name] = to
+	}
+	return out, nil
+}
+
+// ServeHTTP answers one request: health checks directly, everything else by running
+// the script and replying with the trace of the whole call graph.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == HealthPath {
+		w.Header()["Content-Type"] = []string{"text/plain"}
+		io.WriteString(w, "ok\n")
+		return
+	}
+	if r.Body != nil && r.ContentLength != 0 {
+		io.Copy(io.Discard, r.Body)
+	}
+	h := w.Header()
+	if id, ok := r.Header["X-Request-Id"]; ok {
+		h["X-Request-Id"] = id
+	}
+	h["Content-Type"] = jsonContentType
+
+	if s.service.ErrorRate > 0 && rand.Float64() < s.service.ErrorRate {
+		s.reply(w, http.StatusInternalServerError, "injected fault", nil)
+		return
+	}
+	if s.fixedBody != nil {
+		if !s.runLocal(r.Context()) {
+			s.reply(w, http.StatusGatewayTimeout, "request cancelled", nil)
+			return
+		}
+		h["Content-Length"] = s.fixedLen
+		h[TraceBytesHeader] = s.fixedTrace
+		w.Write(s.fixedBody)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.timeout)
+	defer cancel()
+	run := &execution{server: s, ctx: ctx, in: r.Header}
+	run.steps(s.program)
+	if run.failure != "" {
+		s.reply(w, http.StatusBadGateway, run.failure, run.calls)
+		return
+	}
+	s.reply(w, http.StatusOK, "", run.calls)
+}
+
+// runLocal runs a script without calls (sleeps and CPU only).
+func (s *Server) runLocal(ctx context.Context) bool {
+	for i := range s.program {
+		o := &s.program[i]
+		switch {
+		case o.sleep != nil:
+			if !sleepCtx(ctx, o.sleep.Sample(nil)) {
+				return false
+			}
+		case o.group != nil:
+			var wg sync.WaitGroup
+			for j := range o.group {
+				wg.Add(1)
+				go func(m *op) {
+					defer wg.Done()
+					if m.sleep != nil {
+						sleepCtx(ctx, m.sleep.Sample(nil))
+					} else {
+						BurnCPU(m.cpu)
+					}
+				}(&o.group[j])
+			}
+			wg.Wait()
+		default:
+			BurnCPU(o.cpu)
+		}
+	}
+	return ctx.Err() == nil
+}
+
+func (s *Server) reply(w http.ResponseWriter, code int, failure string, calls [][]byte) {
+	bp := bufPool.Get().(*[]byte)
+	b := append((*bp)[:0], s.head...)
+	b = append(b, `,"code":`...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	if failure != "" {
+		b = append(b, `,"error":`...)
+		b = appendJSONString(b, failure)
+	}
+	if len(calls) > 0 {
+		b = append(b, `,"calls":[`...)
+		for i, c := range calls {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, c...)
+		}
+		b = append(b, ']')
+	}
+	traceLen := len(b)
+	const padField = len(`,"pad":""`)
+	padLen, spaces := -1, 0
+	if code == http.StatusOK {
+		if need := int(s.service.ResponseSize) - traceLen - 1; need >= padField {
+			padLen = need - padField
+		} else if need > 0 {
+			spaces = need
+		}
+	}
+	total := traceLen + spaces + 1
+	if padLen >= 0 {
+		total += padField + padLen
+	}
+	h := w.Header()
+	h[TraceBytesHeader] = []string{strconv.Itoa(traceLen)}
+	h["Content-Length"] = []string{strconv.Itoa(total)}
+	w.WriteHeader(code)
+	switch {
+	case padLen > 32<<10:
+		// large pads go straight from the shared padding instead of through a copy
+		b = append(b, `,"pad":"`...)
+		w.Write(b)
+		w.Write(s.padding[:padLen])
+		w.Write(padEnd)
+	case padLen >= 0:
+		b = append(b, `,"pad":"`...)
+		b = append(b, s.padding[:padLen]...)
+		b = append(b, padEnd...)
+		w.Write(b)
+	default:
+		for ; spaces > 0; spaces-- {
+			b = append(b, ' ')
+		}
+		b = append(b, '}')
+		w.Write(b)
+	}
+	*bp = b
+	bufPool.Put(bp)
+}
+
+// execution is the state of one request's script.
+type execution struct {
+	server  *Server
+	ctx     context.Context
+	in      http.Header
+	mu      sync.Mutex
+	calls   [][]byte
+	failure string
+}
+
+func (e *execution) fail(msg string) {
+	e.mu.Lock()
+	if e.failure == "" {
+		e.failure = msg
+	}
+	e.mu.Unlock()
+}
+
+func (e *execution) steps(program []op) {
+	for i := range program {
+		if e.failure != "" {
+			return
+		}
+		o := &program[i]
+		if o.group == nil {
+			if node := e.step(o); node != nil {
+				e.calls = append(e.calls, node)
+			}
+			continue
+		}
+		nodes := make([][]byte, len(o.group))
+		var wg sync.WaitGroup
+		for j := range o.group {
+			wg.Add(1)
+			go func(j int) {
+				defer wg.Done()
+				nodes[j] = e.step(&o.group[j])
+			}(j)
+		}
+		wg.Wait()
+		for _, n := range nodes {
+			if n != nil {
+				e.calls = append(e.calls, n)
+			}
+		}
+	}
+}
+
+// step runs one non-group op and returns the trace node of its call, if it made one.
+func (e *execution) step(o *op) []byte {
+	switch {
+	case o.call != nil:
+		if o.call.probability < 1 && rand.Float64() >= o.call.probability {
+			return nil
+		}
+		return e.call(o.call)
+	case o.sleep != nil:
+		if !sleepCtx(e.ctx, o.sleep.Sample(nil)) {
+			e.fail("request cancelled or timed out while sleeping")
+		}
+	default:
+		BurnCPU(o.cpu)
+	}
+	return nil
+}
+
+func (e *execution) call(u *upstream) []byte {
+	var body io.Reader
+	if u.size > 0 {
+		body = bytes.NewReader(e.server.payload[:u.size])
+	}
+	req, err := http.NewRequestWithContext(e.ctx, u.method, u.url, body)
+	if err != nil {
+		return e.callFailed(u, 0, err.Error())
+	}
+	for _, k := range propagatedHeaders {
+		if v, ok := e.in[k]; ok {
+			req.Header[k] = v
+		}
+	}
+	resp, err := e.server.client.Do(req)
+	if err != nil {
+		return e.callFailed(u, 0, err.Error())
+	}
+	bp := bufPool.Get().(*[]byte)
+	buf := bytes.NewBuffer((*bp)[:0])
+	_, err = buf.ReadFrom(resp.Body)
+	resp.Body.Close()
+	defer func() {
+		*bp = buf.Bytes()[:0]
+		bufPool.Put(bp)
+	}()
+	if err != nil {
+		return e.callFailed(u, resp.StatusCode, "reading response: "+err.Error())
+	}
+	got := buf.Bytes()
+	n, perr := strconv.Atoi(resp.Header.Get(TraceBytesHeader))
+	if perr != nil || n < 2 || n > len(got) || got[0] != '{' {
+		return e.callFailed(u, resp.StatusCode, "response carries no meshmark trace: "+snippet(got))
+	}
+	node := make([]byte, n+1)
+	copy(node, got[:n])
+	node[n] = '}'
+	if resp.StatusCode/100 != 2 {
+		e.fail(fmt.Sprintf("call to %s returned %d", u.service, resp.StatusCode))
+	}
+	return node
+}
+
+// callFailed records a call that produced no trace (connection refused, a proxy's own
+// error page) as a node of its own.
+func (e *execution) callFailed(u *upstream, code int, msg string) []byte {
+	if code == 0 {
+		e.fail(fmt.Sprintf("call to %s failed: %s", u.service, msg))
+	} else {
+		e.fail(fmt.Sprintf("call to %s returned %d", u.service, code))
+	}
+	b := append([]byte(`{"service":`), appendJSONString(nil, u.service)...)
+	b = append(b, `,"code":`...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	b = append(b, `,"error":`...)
+	b = appendJSONString(b, msg)
+	return append(b, '}')
+}
+
+func snippet(b []byte) string {
+	const limit = 120
+	if len(b) > limit {
+		return string(b[:limit]) + "…"
+	}
+	return string(b)
+}
+
+func appendJSONString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s)
+	return append(b, q...)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Serve answers requests on ln until ctx is cancelled, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       10 * time.Minute,
+		ErrorLog:          nil,
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			srv.Shutdown(shutdownCtx)
+		case <-done:
+		}
+	}()
+	err := srv.Serve(ln)
+	close(done)
+	s.client.CloseIdleConnections()
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Describe is a one-line summary for logs: "reviews v2 (pod reviews-v2-0)".
+func (s *Server) Describe() string {
+	return fmt.Sprintf("%s %s (pod %s)", s.service.Name, s.version.Name, s.pod)
+}
