@@ -56,6 +56,7 @@ type decoder struct {
 	file    string
 	errs    Errors
 	values  map[string]*yaml.Node // field path -> its value node
+	failed  map[string]bool       // fields whose value could not be decoded
 	visited int
 }
 
@@ -67,9 +68,19 @@ func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
 	d.errs = append(d.errs, e)
 }
 
+// decodeErr reports a value that could not be decoded, and remembers the field so
+// that checks on it later stay quiet.
+func (d *decoder) decodeErr(n *yaml.Node, path, format string, args ...any) {
+	d.failed[path] = true
+	d.errorf(n, path, format, args...)
+}
+
 // errAt reports a problem at the field, or at its closest written ancestor when the
 // field itself is absent (a missing required field is reported where its parent is).
 func (d *decoder) errAt(path, format string, args ...any) {
+	if d.failed[path] {
+		return // already reported as undecodable; a second complaint would only confuse
+	}
 	d.errorf(d.nearest(path), path, format, args...)
 }
 
@@ -103,7 +114,7 @@ func (d *decoder) decode(path string, n *yaml.Node, v reflect.Value) {
 	}
 	if d.visited++; d.visited > maxNodes {
 		if d.visited == maxNodes+1 {
-			d.errorf(n, path, "document too large (more than %d values after expanding aliases)", maxNodes)
+			d.decodeErr(n, path, "document too large (more than %d values after expanding aliases)", maxNodes)
 		}
 		return
 	}
@@ -113,7 +124,7 @@ func (d *decoder) decode(path string, n *yaml.Node, v reflect.Value) {
 	d.values[path] = n
 	if v.CanAddr() && v.Addr().Type().Implements(nodeDecoderType) {
 		if err := v.Addr().Interface().(nodeDecoder).decodeNode(n); err != nil {
-			d.errorf(n, path, "%v", err)
+			d.decodeErr(n, path, "%v", err)
 		}
 		return
 	}
@@ -126,7 +137,7 @@ func (d *decoder) decode(path string, n *yaml.Node, v reflect.Value) {
 		d.decodeStruct(path, n, v)
 	case reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
-			d.errorf(n, path, "expected a list, got %s", quote(n))
+			d.decodeErr(n, path, "expected a list, got %s", quote(n))
 			return
 		}
 		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
@@ -139,7 +150,7 @@ func (d *decoder) decode(path string, n *yaml.Node, v reflect.Value) {
 	case reflect.Interface:
 		var x any
 		if err := n.Decode(&x); err != nil {
-			d.errorf(n, path, "%v", err)
+			d.decodeErr(n, path, "%v", err)
 			return
 		}
 		if x != nil {
@@ -147,28 +158,28 @@ func (d *decoder) decode(path string, n *yaml.Node, v reflect.Value) {
 		}
 	case reflect.String:
 		if n.Kind != yaml.ScalarNode {
-			d.errorf(n, path, "expected a string, got %s", quote(n))
+			d.decodeErr(n, path, "expected a string, got %s", quote(n))
 			return
 		}
 		v.SetString(n.Value)
 	case reflect.Bool:
 		var b bool
 		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&b) != nil {
-			d.errorf(n, path, "expected true or false, got %s", quote(n))
+			d.decodeErr(n, path, "expected true or false, got %s", quote(n))
 			return
 		}
 		v.SetBool(b)
 	case reflect.Int, reflect.Int64:
 		var i int64
 		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&i) != nil {
-			d.errorf(n, path, "expected a whole number, got %s", quote(n))
+			d.decodeErr(n, path, "expected a whole number, got %s", quote(n))
 			return
 		}
 		v.SetInt(i)
 	case reflect.Uint64:
 		var u uint64
 		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&u) != nil {
-			d.errorf(n, path, "expected a whole number from 0 to %d, got %s", uint64(math.MaxUint64), quote(n))
+			d.decodeErr(n, path, "expected a whole number from 0 to %d, got %s", uint64(math.MaxUint64), quote(n))
 			return
 		}
 		v.SetUint(u)
@@ -176,7 +187,7 @@ func (d *decoder) decode(path string, n *yaml.Node, v reflect.Value) {
 		var f float64
 		if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!int" && n.ShortTag() != "!!float") ||
 			n.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			d.errorf(n, path, "expected a number, got %s", quote(n))
+			d.decodeErr(n, path, "expected a number, got %s", quote(n))
 			return
 		}
 		v.SetFloat(f)
@@ -187,7 +198,7 @@ func (d *decoder) decode(path string, n *yaml.Node, v reflect.Value) {
 
 func (d *decoder) decodeStruct(path string, n *yaml.Node, v reflect.Value) {
 	if n.Kind != yaml.MappingNode {
-		d.errorf(n, path, "expected a mapping of fields, got %s", quote(n))
+		d.decodeErr(n, path, "expected a mapping of fields, got %s", quote(n))
 		return
 	}
 	fields := yamlFields(v.Type())
@@ -197,16 +208,16 @@ func (d *decoder) decodeStruct(path string, n *yaml.Node, v reflect.Value) {
 		name := key.Value
 		fieldPath := join(path, name)
 		if key.Kind != yaml.ScalarNode {
-			d.errorf(key, path, "field names must be plain strings")
+			d.decodeErr(key, path, "field names must be plain strings")
 			continue
 		}
 		idx, ok := fields[name]
 		if !ok {
-			d.errorf(key, fieldPath, "unknown field%s", suggest(name, sortedKeys(fields)))
+			d.decodeErr(key, fieldPath, "unknown field%s", suggest(name, sortedKeys(fields)))
 			continue
 		}
 		if seen[name] {
-			d.errorf(key, fieldPath, "given twice")
+			d.decodeErr(key, fieldPath, "given twice")
 			continue
 		}
 		seen[name] = true
@@ -216,19 +227,19 @@ func (d *decoder) decodeStruct(path string, n *yaml.Node, v reflect.Value) {
 
 func (d *decoder) decodeMap(path string, n *yaml.Node, v reflect.Value) {
 	if n.Kind != yaml.MappingNode {
-		d.errorf(n, path, "expected a mapping, got %s", quote(n))
+		d.decodeErr(n, path, "expected a mapping, got %s", quote(n))
 		return
 	}
 	m := reflect.MakeMap(v.Type())
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		key, val := n.Content[i], n.Content[i+1]
 		if key.Kind != yaml.ScalarNode || key.Value == "" {
-			d.errorf(key, path, "keys must be non-empty plain strings")
+			d.decodeErr(key, path, "keys must be non-empty plain strings")
 			continue
 		}
 		keyPath := path + "." + key.Value
 		if m.MapIndex(reflect.ValueOf(key.Value)).IsValid() {
-			d.errorf(key, keyPath, "given twice")
+			d.decodeErr(key, keyPath, "given twice")
 			continue
 		}
 		elem := reflect.New(v.Type().Elem()).Elem()

@@ -20,7 +20,7 @@ import (
 // relative paths. The returned error, when not nil, is an Errors listing every
 // problem found, each with file:line:column and the field path.
 func Parse(filename string, data []byte) (*Study, error) {
-	d := &decoder{file: filename, values: map[string]*yaml.Node{}}
+	d := &decoder{file: filename, values: map[string]*yaml.Node{}, failed: map[string]bool{}}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, Errors{syntaxError(filename, err)}
@@ -156,9 +156,6 @@ func (c *checker) kubernetes(k *KubernetesSubstrate) {
 	}
 	if !c.has(p + ".cleanup") {
 		k.Cleanup = true
-	}
-	if k.Kubeconfig != "" && c.s.Dir != "" && !filepath.IsAbs(k.Kubeconfig) {
-		k.Kubeconfig = filepath.Join(c.s.Dir, k.Kubeconfig)
 	}
 	for _, sel := range []struct {
 		field string
@@ -304,9 +301,6 @@ func (c *checker) settings() {
 		if prev == 0 && !c.has("spec.slo.errorRate") {
 			c.errAt("spec.slo", "empty: give at least one of p50, p90, p95, p99, p999, errorRate")
 		}
-	}
-	if r := spec.Results; r != nil && r.Dir != "" && c.s.Dir != "" && !filepath.IsAbs(r.Dir) {
-		r.Dir = filepath.Join(c.s.Dir, r.Dir)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"gopkg.in/yaml.v3"
 )
@@ -99,7 +100,7 @@ type Workload struct {
 	// Graph is a built-in graph name (bookinfo, emojivoto, teastore, boutique,
 	// chain-N, fanout-N) or a graph file path relative to the study file.
 	Graph string `yaml:"graph"`
-	// Replicas overrides the number of pods per service.
+	// Replicas overrides the number of pods of each version of a service.
 	Replicas map[string]int `yaml:"replicas,omitempty"`
 	// Entrypoint is the HTTP path load is sent to; empty means the graph's own.
 	Entrypoint string `yaml:"entrypoint,omitempty"`
@@ -274,6 +275,17 @@ func (s *Study) Mesh(name string) *Mesh {
 // BaselineMesh returns the mesh others are compared against, or nil when the study
 // has a single mesh and no baseline.
 func (s *Study) BaselineMesh() *Mesh { return s.Mesh(s.Spec.Baseline) }
+
+// Resolve returns a path written in the study as a path usable from the current
+// directory: absolute paths and paths in embedded studies stay as they are, others
+// are taken relative to the study file. Printing keeps paths as written, so a
+// printed study parses back to the same study.
+func (s *Study) Resolve(path string) string {
+	if path == "" || filepath.IsAbs(path) || s.Dir == "" {
+		return path
+	}
+	return filepath.Join(s.Dir, path)
+}
 
 // Marshal prints the normalised study as YAML, with every default visible.
 func (s *Study) Marshal() ([]byte, error) {
