@@ -1,0 +1,273 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/load"
+	"github.com/spf13/cobra"
+)
+
+func init() {
+	register(newLoadCommand)
+}
+
+type loadFlags struct {
+	rate, poisson      float64
+	steps, ramp        string
+	limit              float64
+	connections        int
+	count              int64
+	duration, warmup   time.Duration
+	timeout, interval  time.Duration
+	users              int
+	spawnRate          float64
+	think              string
+	iterations         int
+	noKeepAlive        bool
+	method             string
+	headers            []string
+	body, bodyFile     string
+	maxInFlight        int
+	format, output     string
+	progress, allowAny bool
+	seed               uint64
+}
+
+func newLoadCommand() *cobra.Command {
+	var f loadFlags
+	c := &cobra.Command{
+		Use:   "load URL",
+		Short: "Drive HTTP load at a URL: open (rate, Poisson, steps, ramp), closed or user model",
+		Long: `Drive HTTP/1.1 load at one URL and report latency measured from each request's
+intended send time (free of coordinated omission), service time, errors and the
+generator's own health.
+
+Models: --rate/--poisson/--steps/--ramp select the open model (sends at scheduled times
+whatever responses do); --users selects Locust-like users; otherwise the closed model
+keeps -c connections busy (optionally capped with --limit).
+
+Only loopback and 198.18.0.0/15 targets are allowed unless --allow-any-target.`,
+		Example: `  meshmark load http://127.0.0.1:8080/ --rate 1000 -d 30s
+  meshmark load http://127.0.0.1:8080/ -c 16 -n 100000 --format json -o run.json
+  meshmark load http://198.18.0.10/ --steps 100:1000:100:10s --format csv
+  meshmark load http://127.0.0.1:8080/ --users 50 --spawn-rate 5 --think 1s-10s -d 2m`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return withExitCode(2, fmt.Errorf("load: want exactly one URL, got %d arguments", len(args)))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := f.config(cmd, args[0])
+			if err != nil {
+				return withExitCode(2, err)
+			}
+			return runLoad(cmd, cfg, f)
+		},
+	}
+	c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return withExitCode(2, err) })
+	fl := c.Flags()
+	fl.Float64Var(&f.rate, "rate", 0, "open model: constant rate, requests per second")
+	fl.Float64Var(&f.poisson, "poisson", 0, "open model: Poisson arrivals at this mean rate")
+	fl.StringVar(&f.steps, "steps", "", "open model: from:to:step:each, e.g. 100:1000:100:10s")
+	fl.StringVar(&f.ramp, "ramp", "", "open model: linear ramp from:to requests per second over -d")
+	fl.Float64Var(&f.limit, "limit", 0, "closed model: overall rate limit, requests per second")
+	fl.IntVarP(&f.connections, "connections", "c", 0, "closed: connections (default 10); open: connections opened up front")
+	fl.Int64VarP(&f.count, "requests", "n", 0, "stop after this many requests")
+	fl.DurationVarP(&f.duration, "duration", "d", 0, "run length (default 10s unless -n is given)")
+	fl.DurationVar(&f.warmup, "warmup", 0, "leave requests intended in this first part out of the results")
+	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "per-request timeout, connect included")
+	fl.DurationVar(&f.interval, "interval", time.Second, "histogram interval")
+	fl.IntVar(&f.users, "users", 0, "user model: number of users")
+	fl.Float64Var(&f.spawnRate, "spawn-rate", 0, "user model: users started per second (0: all at once)")
+	fl.StringVar(&f.think, "think", "0s", "user model: think time, 2s, 1s-10s or exp:1s-10s")
+	fl.IntVar(&f.iterations, "iterations", 0, "user model: requests per user (0: until the end)")
+	fl.BoolVar(&f.noKeepAlive, "no-keepalive", false, "a new connection per request")
+	fl.StringVarP(&f.method, "method", "m", "GET", "HTTP method")
+	fl.StringArrayVarP(&f.headers, "header", "H", nil, "request header 'Name: value' (repeatable)")
+	fl.StringVar(&f.body, "body", "", "request body")
+	fl.StringVar(&f.bodyFile, "body-file", "", "read the request body from this file")
+	fl.IntVar(&f.maxInFlight, "max-inflight", 0, "open model: cap on requests in flight (default 10000)")
+	fl.StringVar(&f.format, "format", "table", "output format: table, json or csv")
+	fl.StringVarP(&f.output, "output", "o", "", "write the result to this file instead of stdout")
+	fl.BoolVar(&f.progress, "progress", false, "print a progress line every interval even when stderr is not a terminal")
+	fl.BoolVar(&f.allowAny, "allow-any-target", false, "allow targets outside loopback and 198.18.0.0/15 (only ones you own)")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed for Poisson arrivals and user choices")
+	return c
+}
+
+func (f *loadFlags) config(cmd *cobra.Command, url string) (load.Config, error) {
+	cfg := load.Config{
+		Request:          load.Request{Method: f.method, URL: url, Header: http.Header{}},
+		Duration:         f.duration,
+		Count:            f.count,
+		Warmup:           f.warmup,
+		Timeout:          f.timeout,
+		Interval:         f.interval,
+		DisableKeepAlive: f.noKeepAlive,
+		AllowAnyTarget:   f.allowAny,
+	}
+	switch f.format {
+	case "table", "json", "csv":
+	default:
+		return cfg, fmt.Errorf("--format %q: want table, json or csv", f.format)
+	}
+	if !f.allowAny {
+		if err := load.CheckTarget(url); err != nil {
+			return cfg, err
+		}
+	}
+	for _, h := range f.headers {
+		if err := load.ParseHeader(cfg.Request.Header, h); err != nil {
+			return cfg, fmt.Errorf("-H: %w", err)
+		}
+	}
+	if f.bodyFile != "" {
+		if f.body != "" {
+			return cfg, errors.New("--body and --body-file are exclusive")
+		}
+		b, err := os.ReadFile(f.bodyFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--body-file: %w", err)
+		}
+		cfg.Request.Body = b
+	} else if f.body != "" {
+		cfg.Request.Body = []byte(f.body)
+	}
+	fl := cmd.Flags()
+	var open []load.ScheduleSpec
+	if fl.Changed("rate") {
+		open = append(open, load.ScheduleSpec{Arrival: load.Constant, Rate: f.rate})
+	}
+	if fl.Changed("poisson") {
+		open = append(open, load.ScheduleSpec{Arrival: load.Poisson, Rate: f.poisson, Seed: f.seed})
+	}
+	if fl.Changed("steps") {
+		s, err := load.ParseSteps(f.steps)
+		if err != nil {
+			return cfg, err
+		}
+		open = append(open, s)
+	}
+	if fl.Changed("ramp") {
+		s, err := load.ParseRamp(f.ramp)
+		if err != nil {
+			return cfg, err
+		}
+		open = append(open, s)
+	}
+	if len(open) > 1 {
+		return cfg, errors.New("choose one of --rate, --poisson, --steps and --ramp")
+	}
+	if f.connections < 0 || f.maxInFlight < 0 || f.users < 0 {
+		return cfg, errors.New("-c, --max-inflight and --users must not be negative")
+	}
+	switch {
+	case f.users > 0:
+		if len(open) > 0 || fl.Changed("limit") {
+			return cfg, errors.New("--users cannot be combined with --rate, --poisson, --steps, --ramp or --limit")
+		}
+		think, err := load.ParseThink(f.think)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Users = &load.UsersModel{Users: f.users, SpawnRate: f.spawnRate, Think: think, Iterations: f.iterations, Seed: f.seed}
+	case len(open) == 1:
+		if fl.Changed("limit") {
+			return cfg, errors.New("--limit is for the closed model; the open model's rate is --rate")
+		}
+		cfg.Open = &load.OpenModel{Schedule: open[0], Connections: f.connections, MaxInFlight: f.maxInFlight}
+	default:
+		n := f.connections
+		if n == 0 {
+			n = 10
+		}
+		cfg.Closed = &load.ClosedModel{Connections: n, Rate: f.limit}
+	}
+	if cfg.Duration == 0 && cfg.Count == 0 && f.iterations == 0 && !(cfg.Open != nil && cfg.Open.Schedule.Arrival == load.Steps) {
+		cfg.Duration = 10 * time.Second
+	}
+	return cfg, cfg.Validate()
+}
+
+func runLoad(cmd *cobra.Command, cfg load.Config, f loadFlags) error {
+	stderr := cmd.ErrOrStderr()
+	tty := isTerminal(stderr)
+	if tty || f.progress {
+		cfg.Progress = func(p load.Progress) {
+			if tty {
+				fmt.Fprintf(stderr, "\r\033[K%s", load.ProgressLine(p))
+			} else {
+				fmt.Fprintln(stderr, load.ProgressLine(p))
+			}
+		}
+	}
+	res, runErr := load.Run(cmd.Context(), cfg)
+	if tty {
+		fmt.Fprint(stderr, "\r\033[K")
+	}
+	if res == nil {
+		return runErr
+	}
+	var buf bytes.Buffer
+	var err error
+	switch f.format {
+	case "json":
+		err = load.WriteJSON(&buf, res)
+	case "csv":
+		err = load.WriteCSV(&buf, res)
+	default:
+		err = load.WriteTable(&buf, res)
+	}
+	if err != nil {
+		return err
+	}
+	if f.output == "" {
+		_, err = cmd.OutOrStdout().Write(buf.Bytes())
+	} else {
+		err = writeFileAtomic(f.output, buf.Bytes())
+	}
+	if err != nil {
+		return err
+	}
+	if f.format != "table" && f.output != "" {
+		for _, w := range res.Warnings {
+			fmt.Fprintln(stderr, "warning:", w)
+		}
+	}
+	return runErr
+}
+
+// writeFileAtomic never leaves a half-written result behind.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

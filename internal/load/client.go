@@ -1,0 +1,114 @@
+package load
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"syscall"
+	"time"
+)
+
+// DialFunc opens a connection; the study runner passes one that dials from inside a
+// network namespace.
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// Request is what the engine sends. URL must be absolute (http://host:port/path).
+type Request struct {
+	Method string
+	URL    string
+	Header http.Header
+	Body   []byte
+}
+
+// Prepared is a request in the form a Client sends fastest (for the HTTP/1.1 client,
+// its bytes on the wire). Encoded belongs to the Client that made it.
+type Prepared struct {
+	Request Request
+	Encoded any
+}
+
+// Client turns requests into sessions' work. Protocols (HTTP/1.1 today, h2c and gRPC
+// later) implement it; the load models only see this interface.
+type Client interface {
+	Prepare(r Request) (*Prepared, error)
+	// NewSession returns one logical connection, used by one goroutine at a time.
+	NewSession() Session
+}
+
+// Session sends requests one after another over (normally) one connection.
+type Session interface {
+	// Do sends p and reads the whole response, filling out. The request must be
+	// complete by deadline. A non-2xx status is not an error.
+	Do(ctx context.Context, p *Prepared, deadline time.Time, out *Outcome) error
+	Close() error
+}
+
+// Outcome is what a Session reports about one request.
+type Outcome struct {
+	Status    int
+	FirstByte time.Time // when the first byte of the response was read
+	BytesIn   int64     // response body bytes
+	Dialed    bool      // a new connection was opened for this request
+}
+
+// ErrorKind classifies a failed request.
+type ErrorKind uint8
+
+// Error kinds; KindNone means the response arrived with a 2xx status.
+const (
+	KindNone ErrorKind = iota
+	KindRefused
+	KindReset
+	KindTimeout
+	KindNon2xx
+	KindOther
+	numKinds
+)
+
+var kindNames = [numKinds]string{"none", "refused", "reset", "timeout", "non2xx", "other"}
+
+func (k ErrorKind) String() string {
+	if k < numKinds {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// Classify maps a transport error to its kind.
+func Classify(err error) ErrorKind {
+	if err == nil {
+		return KindNone
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return KindRefused
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		return KindTimeout
+	case errors.As(err, &ne) && ne.Timeout():
+		return KindTimeout
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		return KindReset
+	}
+	return KindOther
+}
+
+// ClientOptions configure the built-in clients.
+type ClientOptions struct {
+	Dial             DialFunc // nil: a plain net.Dialer
+	DisableKeepAlive bool     // a new connection per request
+	// ReadBufferSize is the per-connection read buffer; 0 means 16 KiB.
+	ReadBufferSize int
+}
+
+func (o ClientOptions) dial() DialFunc {
+	if o.Dial != nil {
+		return o.Dial
+	}
+	d := &net.Dialer{}
+	return d.DialContext
+}

@@ -1,0 +1,49 @@
+package load
+
+import (
+	"context"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+// The Go runtime wakes sleeping goroutines with millisecond resolution when it is idle
+// (epoll timeouts are in ms), which would put up to 1 ms of send lag on every open-model
+// request at moderate rates. The scheduler goroutine therefore runs on its own OS thread
+// with a 1 µs timer slack and sleeps the last stretch with nanosleep(2).
+
+const (
+	prSetTimerSlack = 29                      // PR_SET_TIMERSLACK
+	coarseMargin    = 1500 * time.Microsecond // below this, sleep precisely
+)
+
+// preciseClock sleeps with microsecond precision; it must be used from the goroutine
+// that created it, which it pins to a dedicated thread for the rest of its life.
+type preciseClock struct {
+	timer *time.Timer
+}
+
+func newPreciseClock() *preciseClock {
+	runtime.LockOSThread() // never unlocked: the thread (and its timer slack) ends with the goroutine
+	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetTimerSlack, 1000, 0)
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &preciseClock{timer: t}
+}
+
+// sleepUntil waits for t; false if ctx ended first.
+func (c *preciseClock) sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d > coarseMargin {
+		if !sleepUntil(ctx, c.timer, t.Add(-coarseMargin+200*time.Microsecond)) {
+			return false
+		}
+		d = time.Until(t)
+	}
+	if d > 0 {
+		ts := syscall.NsecToTimespec(int64(d))
+		for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
+		}
+	}
+	return ctx.Err() == nil
+}

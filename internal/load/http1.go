@@ -1,0 +1,453 @@
+package load
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// NewHTTP1Client returns meshmark's lean HTTP/1.1 client: each request is serialised
+// once, written with one call, and the response is parsed in place from a per-connection
+// buffer without allocating. It follows RFC 9112 framing (Content-Length, chunked,
+// read-until-close) and retries once on a kept-alive connection the server closed.
+func NewHTTP1Client(o ClientOptions) Client {
+	if o.ReadBufferSize <= 0 {
+		o.ReadBufferSize = 16 << 10
+	}
+	return &http1Client{opts: o, dial: o.dial()}
+}
+
+type http1Client struct {
+	opts ClientOptions
+	dial DialFunc
+}
+
+type http1Request struct {
+	addr    string // host:port to dial
+	wire    []byte // the request exactly as written
+	noBody  bool   // HEAD: the response has no body whatever its headers say
+	idempot bool   // safe to resend after a stale keep-alive connection
+}
+
+// Prepare serialises r.
+func (c *http1Client) Prepare(r Request) (*Prepared, error) {
+	u, err := url.Parse(r.URL)
+	if err != nil {
+		return nil, fmt.Errorf("request URL %q: %w", r.URL, err)
+	}
+	if u.Scheme != "http" {
+		return nil, fmt.Errorf("request URL %q: scheme %q not supported by the HTTP/1.1 client (want http)", r.URL, u.Scheme)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("request URL %q: no host", r.URL)
+	}
+	method := r.Method
+	if method == "" {
+		method = "GET"
+	}
+	if !validToken(method) {
+		return nil, fmt.Errorf("method %q is not a valid HTTP token", method)
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "80")
+	}
+	target := u.RequestURI()
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\n", method, target)
+	host := u.Host
+	if h := r.Header.Get("Host"); h != "" {
+		host = h
+	}
+	fmt.Fprintf(&b, "Host: %s\r\n", host)
+	names := make([]string, 0, len(r.Header))
+	for k := range r.Header {
+		names = append(names, k)
+	}
+	sort.Strings(names) // a stable wire form makes runs comparable byte for byte
+	hasUA := false
+	for _, k := range names {
+		if !validToken(k) {
+			return nil, fmt.Errorf("header name %q is not a valid HTTP token", k)
+		}
+		switch strings.ToLower(k) {
+		case "host", "content-length", "connection", "transfer-encoding":
+			continue // owned by the client: framing must match what it sends
+		case "user-agent":
+			hasUA = true
+		}
+		for _, v := range r.Header[k] {
+			if strings.ContainsAny(v, "\r\n\x00") {
+				return nil, fmt.Errorf("header %s: value contains CR, LF or NUL", k)
+			}
+			fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+		}
+	}
+	if !hasUA {
+		b.WriteString("User-Agent: meshmark\r\n")
+	}
+	if len(r.Body) > 0 || method == "POST" || method == "PUT" || method == "PATCH" {
+		fmt.Fprintf(&b, "Content-Length: %d\r\n", len(r.Body))
+	}
+	if c.opts.DisableKeepAlive {
+		b.WriteString("Connection: close\r\n")
+	}
+	b.WriteString("\r\n")
+	b.Write(r.Body)
+	hr := &http1Request{
+		addr:    addr,
+		wire:    b.Bytes(),
+		noBody:  method == "HEAD",
+		idempot: method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "PUT" || method == "DELETE",
+	}
+	return &Prepared{Request: r, Encoded: hr}, nil
+}
+
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *http1Client) NewSession() Session { return &http1Session{c: c} }
+
+type http1Session struct {
+	c    *http1Client
+	conn net.Conn
+	addr string
+	br   *bufio.Reader
+	used bool // the connection already carried a response
+	// interrupt unblocks the connection when the run's context ends.
+	ctx       context.Context
+	interrupt func() bool
+}
+
+func (s *http1Session) Close() error {
+	if s.conn == nil {
+		return nil
+	}
+	if s.interrupt != nil {
+		s.interrupt()
+		s.interrupt, s.ctx = nil, nil
+	}
+	err := s.conn.Close()
+	s.conn = nil
+	return err
+}
+
+func (s *http1Session) connect(ctx context.Context, addr string, deadline time.Time) error {
+	s.Close()
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	conn, err := s.c.dial(dctx, "tcp", addr)
+	cancel()
+	if err != nil {
+		return err
+	}
+	s.conn, s.addr, s.used = conn, addr, false
+	s.watch(ctx)
+	if s.br == nil {
+		s.br = bufio.NewReaderSize(conn, s.c.opts.ReadBufferSize)
+	} else {
+		s.br.Reset(conn)
+	}
+	return nil
+}
+
+// watch makes a blocked read or write return when ctx ends; one registration per
+// connection, not per request.
+func (s *http1Session) watch(ctx context.Context) {
+	if s.interrupt != nil {
+		s.interrupt()
+	}
+	conn := s.conn
+	s.ctx = ctx
+	s.interrupt = context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+}
+
+// Do implements Session.
+func (s *http1Session) Do(ctx context.Context, p *Prepared, deadline time.Time, out *Outcome) error {
+	hr, ok := p.Encoded.(*http1Request)
+	if !ok {
+		return errors.New("http1: request was not prepared by this client")
+	}
+	*out = Outcome{}
+	for attempt := 0; ; attempt++ {
+		if s.conn == nil || s.addr != hr.addr {
+			if err := s.connect(ctx, hr.addr, deadline); err != nil {
+				return err
+			}
+			out.Dialed = true
+		}
+		if s.ctx != ctx {
+			s.watch(ctx)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		reused := s.used
+		err := s.roundTrip(hr, deadline, out)
+		if err == nil {
+			return nil
+		}
+		s.Close()
+		// A kept-alive connection the server closed meanwhile fails before any byte of
+		// the response; resending is what every HTTP client does and is not a failure.
+		if reused && attempt == 0 && hr.idempot && out.FirstByte.IsZero() && Classify(err) == KindReset {
+			continue
+		}
+		return err
+	}
+}
+
+func (s *http1Session) roundTrip(hr *http1Request, deadline time.Time, out *Outcome) error {
+	if err := s.conn.SetDeadline(deadline); err != nil {
+		return err
+	}
+	if _, err := s.conn.Write(hr.wire); err != nil {
+		return err
+	}
+	if _, err := s.br.Peek(1); err != nil {
+		return err
+	}
+	out.FirstByte = time.Now()
+	resp, err := ReadResponse(s.br, hr.noBody)
+	if err != nil {
+		return err
+	}
+	out.Status, out.BytesIn = resp.Status, resp.BodyBytes
+	s.used = true
+	if resp.Close || s.c.opts.DisableKeepAlive {
+		s.Close()
+	}
+	return nil
+}
+
+// ResponseInfo is what ReadResponse learned about one response.
+type ResponseInfo struct {
+	Status    int
+	BodyBytes int64
+	Close     bool // the connection cannot carry another request
+}
+
+// Errors from ReadResponse.
+var (
+	ErrMalformedResponse = errors.New("malformed HTTP response")
+	errLineTooLong       = fmt.Errorf("%w: header line longer than the read buffer", ErrMalformedResponse)
+)
+
+const maxHeaderLines = 256
+
+// ReadResponse reads one HTTP/1.x response from br (skipping 1xx interim responses) and
+// discards its body. noBody is set for responses to HEAD. It does not allocate on
+// well-formed input.
+func ReadResponse(br *bufio.Reader, noBody bool) (ResponseInfo, error) {
+	var r ResponseInfo
+	for {
+		line, err := readLine(br)
+		if err != nil {
+			return r, err
+		}
+		status, http10, ok := parseStatusLine(line)
+		if !ok {
+			return r, fmt.Errorf("%w: bad status line %.40q", ErrMalformedResponse, line)
+		}
+		r.Status = status
+		contentLength, chunked, closeConn, keepAlive := int64(-1), false, false, false
+		for n := 0; ; n++ {
+			if n == maxHeaderLines {
+				return r, fmt.Errorf("%w: more than %d header lines", ErrMalformedResponse, maxHeaderLines)
+			}
+			line, err := readLine(br)
+			if err != nil {
+				return r, err
+			}
+			if len(line) == 0 {
+				break
+			}
+			colon := bytes.IndexByte(line, ':')
+			if colon <= 0 {
+				return r, fmt.Errorf("%w: header line without name %.40q", ErrMalformedResponse, line)
+			}
+			name, value := line[:colon], bytes.TrimSpace(line[colon+1:])
+			switch {
+			case bytes.EqualFold(name, []byte("Content-Length")):
+				n, ok := parseDecimal(value)
+				if !ok || (contentLength >= 0 && contentLength != n) {
+					return r, fmt.Errorf("%w: bad Content-Length %.40q", ErrMalformedResponse, value)
+				}
+				contentLength = n
+			case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+				chunked = hasTokenFold(value, "chunked")
+			case bytes.EqualFold(name, []byte("Connection")):
+				closeConn = closeConn || hasTokenFold(value, "close")
+				keepAlive = keepAlive || hasTokenFold(value, "keep-alive")
+			}
+		}
+		if status >= 100 && status < 200 && status != 101 {
+			continue // interim response; the real one follows
+		}
+		r.Close = closeConn || (http10 && !keepAlive)
+		switch {
+		case noBody || status == 204 || status == 304 || status == 101:
+			return r, nil
+		case chunked:
+			n, err := discardChunked(br)
+			r.BodyBytes = n
+			return r, err
+		case contentLength >= 0:
+			n, err := br.Discard(int(contentLength))
+			r.BodyBytes = int64(n)
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return r, err
+		default: // body runs until the server closes the connection
+			r.Close = true
+			for {
+				n, err := br.Discard(br.Size())
+				r.BodyBytes += int64(n)
+				if err == io.EOF {
+					return r, nil
+				}
+				if err != nil {
+					return r, err
+				}
+			}
+		}
+	}
+}
+
+// readLine returns one line without its CRLF (or LF), valid until the next read.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		return nil, errLineTooLong
+	}
+	if err != nil {
+		if err == io.EOF && len(line) > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	return line, nil
+}
+
+// parseStatusLine parses "HTTP/1.x NNN reason".
+func parseStatusLine(line []byte) (status int, http10, ok bool) {
+	if len(line) < 12 || string(line[:7]) != "HTTP/1." || (line[7] != '0' && line[7] != '1') || line[8] != ' ' {
+		return 0, false, false
+	}
+	if len(line) > 12 && line[12] != ' ' {
+		return 0, false, false
+	}
+	for _, c := range line[9:12] {
+		if c < '0' || c > '9' {
+			return 0, false, false
+		}
+		status = status*10 + int(c-'0')
+	}
+	if status < 100 {
+		return 0, false, false
+	}
+	return status, line[7] == '0', true
+}
+
+func parseDecimal(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// hasTokenFold reports whether the comma-separated list v contains token.
+func hasTokenFold(v []byte, token string) bool {
+	for len(v) > 0 {
+		var item []byte
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			item, v = v[:i], v[i+1:]
+		} else {
+			item, v = v, nil
+		}
+		if bytes.EqualFold(bytes.TrimSpace(item), []byte(token)) {
+			return true
+		}
+	}
+	return false
+}
+
+func discardChunked(br *bufio.Reader) (int64, error) {
+	var total int64
+	for {
+		line, err := readLine(br)
+		if err != nil {
+			return total, err
+		}
+		if i := bytes.IndexByte(line, ';'); i >= 0 {
+			line = line[:i]
+		}
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 || len(line) > 15 {
+			return total, fmt.Errorf("%w: bad chunk size %.20q", ErrMalformedResponse, line)
+		}
+		size, err := strconv.ParseInt(unsafeString(line), 16, 64)
+		if err != nil || size < 0 {
+			return total, fmt.Errorf("%w: bad chunk size %.20q", ErrMalformedResponse, line)
+		}
+		if size == 0 {
+			for n := 0; ; n++ { // trailers end with an empty line
+				if n == maxHeaderLines {
+					return total, fmt.Errorf("%w: too many trailer lines", ErrMalformedResponse)
+				}
+				line, err := readLine(br)
+				if err != nil {
+					return total, err
+				}
+				if len(line) == 0 {
+					return total, nil
+				}
+			}
+		}
+		n, err := br.Discard(int(size))
+		total += int64(n)
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return total, err
+		}
+		crlf, err := readLine(br)
+		if err != nil {
+			return total, err
+		}
+		if len(crlf) != 0 {
+			return total, fmt.Errorf("%w: chunk not followed by CRLF", ErrMalformedResponse)
+		}
+	}
+}

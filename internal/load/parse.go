@@ -1,0 +1,96 @@
+package load
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func parseRate(field, s string) (float64, error) {
+	v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || !(v >= 0) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("%s: %q is not a rate (requests per second, e.g. 100 or 2.5)", field, s)
+	}
+	return v, nil
+}
+
+// ParseSteps parses "from:to:step:each", e.g. "100:1000:100:10s".
+func ParseSteps(s string) (ScheduleSpec, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 4 {
+		return ScheduleSpec{}, fmt.Errorf("--steps %q: want from:to:step:each, e.g. 100:1000:100:10s", s)
+	}
+	spec := ScheduleSpec{Arrival: Steps}
+	var err error
+	for i, dst := range []*float64{&spec.From, &spec.To, &spec.Step} {
+		if *dst, err = parseRate("--steps "+[]string{"from", "to", "step"}[i], parts[i]); err != nil {
+			return ScheduleSpec{}, err
+		}
+	}
+	if spec.Each, err = time.ParseDuration(parts[3]); err != nil {
+		return ScheduleSpec{}, fmt.Errorf("--steps each: %q is not a duration (e.g. 10s)", parts[3])
+	}
+	return spec, spec.Validate(0)
+}
+
+// ParseRamp parses "from:to" (rates); the ramp spans the run's duration.
+func ParseRamp(s string) (ScheduleSpec, error) {
+	parts := strings.Split(s, ":")
+	if len(parts) != 2 {
+		return ScheduleSpec{}, fmt.Errorf("--ramp %q: want from:to, e.g. 100:2000", s)
+	}
+	spec := ScheduleSpec{Arrival: Ramp}
+	var err error
+	if spec.From, err = parseRate("--ramp from", parts[0]); err != nil {
+		return ScheduleSpec{}, err
+	}
+	if spec.To, err = parseRate("--ramp to", parts[1]); err != nil {
+		return ScheduleSpec{}, err
+	}
+	return spec, spec.Validate(time.Second)
+}
+
+// ParseThink parses a think time: "2s" (fixed), "1s-10s" (uniform) or "exp:1s-10s"
+// (exponential with the range's mean).
+func ParseThink(s string) (Think, error) {
+	var t Think
+	rest := s
+	if r, ok := strings.CutPrefix(s, "exp:"); ok {
+		t.Exponential, rest = true, r
+	}
+	lo, hi, isRange := strings.Cut(rest, "-")
+	var err error
+	if t.Min, err = time.ParseDuration(strings.TrimSpace(lo)); err != nil {
+		return Think{}, fmt.Errorf("--think %q: %q is not a duration (want 2s, 1s-10s or exp:1s-10s)", s, lo)
+	}
+	t.Max = t.Min
+	if isRange {
+		if t.Max, err = time.ParseDuration(strings.TrimSpace(hi)); err != nil {
+			return Think{}, fmt.Errorf("--think %q: %q is not a duration (want 2s, 1s-10s or exp:1s-10s)", s, hi)
+		}
+	}
+	if t.Min < 0 || t.Max < t.Min {
+		return Think{}, fmt.Errorf("--think %q: want 0 <= min <= max", s)
+	}
+	return t, nil
+}
+
+// ParseHeader parses "Name: value" into h.
+func ParseHeader(h http.Header, s string) error {
+	name, value, ok := strings.Cut(s, ":")
+	if !ok {
+		return fmt.Errorf("header %q: want 'Name: value'", s)
+	}
+	name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+	if !validToken(name) {
+		return fmt.Errorf("header %q: %q is not a valid header name", s, name)
+	}
+	if strings.ContainsAny(value, "\r\n\x00") {
+		return fmt.Errorf("header %q: value contains CR, LF or NUL", name)
+	}
+	h.Add(name, value)
+	return nil
+}

@@ -1,0 +1,165 @@
+package load
+
+import (
+	"sync"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+)
+
+const maxErrorSamples = 5
+
+// stats is one set of counters and histograms; the recorder keeps one for the totals and
+// one for the current interval.
+type stats struct {
+	latency, service, firstByte, sendLag *hdrhistogram.Histogram
+	completed, succeeded, bytesIn        int64
+	clamped                              int64
+	maxLag                               int64
+	errs                                 Errors
+	status                               [600]int64 // by code; other codes at 0
+}
+
+func newStats(full bool) *stats {
+	s := &stats{latency: NewHistogram(), service: NewHistogram()}
+	if full {
+		s.firstByte, s.sendLag = NewHistogram(), NewHistogram()
+	}
+	return s
+}
+
+func (s *stats) reset() {
+	s.latency.Reset()
+	s.service.Reset()
+	s.completed, s.succeeded, s.bytesIn, s.clamped, s.maxLag = 0, 0, 0, 0, 0
+	s.errs = Errors{}
+}
+
+// recordUS records a value in microseconds, clamping to the histogram's range.
+func recordUS(h *hdrhistogram.Histogram, d time.Duration) (clamped bool) {
+	v := int64(d / time.Microsecond)
+	if v < HistLowest {
+		v = HistLowest
+	} else if v > HistHighest {
+		v, clamped = HistHighest, true
+	}
+	_ = h.RecordValue(v) // in range by construction
+	return clamped
+}
+
+// recorder collects every request's timing. One mutex serialises recording: it costs far
+// less than the request itself and keeps interval rotation exact.
+type recorder struct {
+	mu        sync.Mutex
+	warmupEnd time.Time
+	total     *stats
+	cur       *stats
+	spare     *stats // the previous interval, being summarised outside the lock
+	samples   []string
+	lastDone  time.Time
+}
+
+func newRecorder(warmupEnd time.Time) *recorder {
+	return &recorder{warmupEnd: warmupEnd, total: newStats(true), cur: newStats(false), spare: newStats(false)}
+}
+
+// timing is one request's life: intended send, actual send, first response byte, done.
+type timing struct {
+	intended, sent, firstByte, done time.Time
+	status                          int
+	bytesIn                         int64
+	err                             error
+}
+
+func (r *recorder) record(t *timing) {
+	kind := Classify(t.err)
+	if kind == KindNone && (t.status < 200 || t.status > 299) {
+		kind = KindNon2xx
+	}
+	lag := t.sent.Sub(t.intended)
+	r.mu.Lock()
+	if t.done.After(r.lastDone) {
+		r.lastDone = t.done
+	}
+	r.add(r.cur, t, kind, lag, false)
+	if !t.intended.Before(r.warmupEnd) {
+		r.add(r.total, t, kind, lag, true)
+		if t.err != nil && len(r.samples) < maxErrorSamples {
+			r.sample(t.err.Error())
+		}
+	}
+	r.mu.Unlock()
+}
+
+func (r *recorder) sample(msg string) {
+	for _, s := range r.samples {
+		if s == msg {
+			return
+		}
+	}
+	r.samples = append(r.samples, msg)
+}
+
+func (r *recorder) add(s *stats, t *timing, kind ErrorKind, lag time.Duration, total bool) {
+	s.completed++
+	if int64(lag) > s.maxLag {
+		s.maxLag = int64(lag)
+	}
+	if total {
+		recordUS(s.sendLag, lag)
+	}
+	if kind != KindNone {
+		s.errs.add(kind, 1)
+	}
+	if t.err != nil {
+		return // no response: nothing to time
+	}
+	if kind == KindNone {
+		s.succeeded++
+	}
+	s.bytesIn += t.bytesIn
+	code := t.status
+	if code < 0 || code >= len(s.status) {
+		code = 0
+	}
+	s.status[code]++
+	if recordUS(s.latency, t.done.Sub(t.intended)) {
+		s.clamped++
+	}
+	recordUS(s.service, t.done.Sub(t.sent))
+	if total && !t.firstByte.IsZero() {
+		recordUS(s.firstByte, t.firstByte.Sub(t.sent))
+	}
+}
+
+// rotate closes the current interval, which began at offset start from runStart.
+func (r *recorder) rotate(start, length time.Duration, requestedRate float64) Interval {
+	r.mu.Lock()
+	s := r.cur
+	r.cur, r.spare = r.spare, nil
+	r.mu.Unlock()
+
+	iv := Interval{
+		Start:         start,
+		Length:        length,
+		Completed:     s.completed,
+		Errors:        s.errs,
+		RequestedRate: requestedRate,
+		LatencyP50:    Histogram{s.latency}.Quantile(50),
+		LatencyP90:    Histogram{s.latency}.Quantile(90),
+		LatencyP99:    Histogram{s.latency}.Quantile(99),
+		LatencyMax:    Histogram{s.latency}.Quantile(100),
+		ServiceP99:    Histogram{s.service}.Quantile(99),
+		SendLagMax:    time.Duration(s.maxLag),
+	}
+	if length > 0 {
+		iv.AchievedRate = float64(s.completed) / length.Seconds()
+	}
+	iv.Latency, _ = EncodeHistogram(s.latency) // cannot fail for a histogram we built
+	iv.Service, _ = EncodeHistogram(s.service)
+	s.reset()
+	r.mu.Lock()
+	r.spare = s
+	r.mu.Unlock()
+	return iv
+}

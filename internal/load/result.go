@@ -1,0 +1,171 @@
+package load
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Histogram range: microseconds from 1 µs to 60 s at 3 significant digits. Longer values
+// are recorded as 60 s (and counted in Result.Clamped).
+const (
+	HistLowest  = 1
+	HistHighest = 60_000_000
+	HistDigits  = 3
+)
+
+// NewHistogram returns an empty histogram with meshmark's range, in microseconds.
+func NewHistogram() *hdrhistogram.Histogram {
+	return hdrhistogram.New(HistLowest, HistHighest, HistDigits)
+}
+
+// EncodeHistogram returns h in the HdrHistogram V2 compressed encoding, base64: lossless
+// and readable by every HdrHistogram implementation.
+func EncodeHistogram(h *hdrhistogram.Histogram) (string, error) {
+	b, err := h.Encode(hdrhistogram.V2CompressedEncodingCookieBase)
+	return string(b), err
+}
+
+// DecodeHistogram is the inverse of EncodeHistogram.
+func DecodeHistogram(s string) (*hdrhistogram.Histogram, error) {
+	h, err := hdrhistogram.Decode([]byte(s))
+	if err != nil {
+		return nil, fmt.Errorf("decode histogram: %w", err)
+	}
+	return h, nil
+}
+
+// Histogram wraps an HDR histogram of microseconds so that it travels through JSON as
+// its V2 compressed encoding.
+type Histogram struct{ *hdrhistogram.Histogram }
+
+// MarshalJSON implements json.Marshaler.
+func (h Histogram) MarshalJSON() ([]byte, error) {
+	if h.Histogram == nil {
+		return []byte("null"), nil
+	}
+	s, err := EncodeHistogram(h.Histogram)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(s)
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (h *Histogram) UnmarshalJSON(b []byte) error {
+	var s *string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	if s == nil {
+		h.Histogram = nil
+		return nil
+	}
+	d, err := DecodeHistogram(*s)
+	h.Histogram = d
+	return err
+}
+
+// Quantile returns the value at quantile q (0-100) as a duration; 0 for an empty or
+// missing histogram.
+func (h Histogram) Quantile(q float64) time.Duration {
+	if h.Histogram == nil || h.TotalCount() == 0 {
+		return 0
+	}
+	return time.Duration(h.ValueAtQuantile(q)) * time.Microsecond
+}
+
+// Errors counts failed requests by kind.
+type Errors struct {
+	Refused int64 `json:"refused"`
+	Reset   int64 `json:"reset"`
+	Timeout int64 `json:"timeout"`
+	Non2xx  int64 `json:"non2xx"`
+	Other   int64 `json:"other"`
+}
+
+// Total is the number of failed requests.
+func (e Errors) Total() int64 { return e.Refused + e.Reset + e.Timeout + e.Non2xx + e.Other }
+
+func (e *Errors) add(k ErrorKind, n int64) {
+	switch k {
+	case KindRefused:
+		e.Refused += n
+	case KindReset:
+		e.Reset += n
+	case KindTimeout:
+		e.Timeout += n
+	case KindNon2xx:
+		e.Non2xx += n
+	case KindOther:
+		e.Other += n
+	}
+}
+
+// Interval is one slice of a run (by completion time). Its histograms are kept encoded
+// so that an hour of intervals stays small; decode them with DecodeHistogram.
+type Interval struct {
+	Start         time.Duration `json:"start"` // offset from the run's start
+	Length        time.Duration `json:"length"`
+	Completed     int64         `json:"completed"` // responses and failures
+	Errors        Errors        `json:"errors"`
+	RequestedRate float64       `json:"requested_rate,omitempty"` // open models
+	AchievedRate  float64       `json:"achieved_rate"`            // completed per second
+	LatencyP50    time.Duration `json:"latency_p50"`
+	LatencyP90    time.Duration `json:"latency_p90"`
+	LatencyP99    time.Duration `json:"latency_p99"`
+	LatencyMax    time.Duration `json:"latency_max"`
+	ServiceP99    time.Duration `json:"service_p99"`
+	SendLagMax    time.Duration `json:"send_lag_max"`
+	Latency       string        `json:"latency_hist"` // V2 compressed, base64
+	Service       string        `json:"service_hist"`
+}
+
+// Health describes the generator itself, so that a run it could not drive is flagged.
+type Health struct {
+	PeakInFlight int64         `json:"peak_in_flight"`
+	Connections  int64         `json:"connections_opened"`
+	Late         int64         `json:"late"`    // sends that waited because MaxInFlight was reached
+	Dropped      int64         `json:"dropped"` // intended sends never made (queue full or run over)
+	Aborted      int64         `json:"aborted"` // in flight when the run was cut off, not recorded
+	SendLag      Histogram     `json:"send_lag_hist"`
+	CPUUser      time.Duration `json:"cpu_user"`
+	CPUSystem    time.Duration `json:"cpu_system"`
+	// CPUPerRequest is process CPU divided by completed requests; in a process that does
+	// other work too it is an upper bound.
+	CPUPerRequest time.Duration `json:"cpu_per_request"`
+	Bottleneck    bool          `json:"bottleneck"` // the generator, not the target, limited the run
+}
+
+// Result is everything one run measured. Latency is from the intended send time
+// (corrected for coordinated omission), Service from the actual send; both only count
+// requests that got a complete response (any status), measured after Warmup.
+type Result struct {
+	Model         string        `json:"model"` // open/constant, open/poisson, closed, users ...
+	Target        string        `json:"target"`
+	Start         time.Time     `json:"start"`
+	Elapsed       time.Duration `json:"elapsed"`   // measured part: after warmup until the last completion
+	Sent          int64         `json:"sent"`      // after warmup
+	Completed     int64         `json:"completed"` // after warmup, responses and failures
+	Succeeded     int64         `json:"succeeded"` // 2xx
+	Errors        Errors        `json:"errors"`
+	ErrorSamples  []string      `json:"error_samples,omitempty"` // first few distinct messages
+	StatusCodes   map[int]int64 `json:"status_codes"`
+	BytesIn       int64         `json:"bytes_in"`
+	RequestedRate float64       `json:"requested_rate,omitempty"`
+	AchievedRate  float64       `json:"achieved_rate"`
+	Latency       Histogram     `json:"latency_hist"`
+	Service       Histogram     `json:"service_hist"`
+	FirstByte     Histogram     `json:"first_byte_hist"` // actual send to first response byte
+	Clamped       int64         `json:"clamped,omitempty"`
+	Intervals     []Interval    `json:"intervals"`
+	Health        Health        `json:"generator"`
+	Warnings      []string      `json:"warnings,omitempty"`
+	Incomplete    bool          `json:"incomplete,omitempty"` // cancelled before the end
+}
+
+// ErrNoResult is returned with an empty result when nothing completed.
+var ErrNoResult = errors.New("load: no request completed")
