@@ -103,33 +103,50 @@ func Parse(file string, data []byte) (*Graph, error) {
 	return g, nil
 }
 
-var yamlLineRE = regexp.MustCompile(`line (\d+)`)
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): `)
 
-// syntaxError turns a yaml.v3 error into a positioned one. yaml.v3 names the line for
-// most syntax errors; for encoding errors it names none, so the first offending byte
-// is located here.
+// syntaxError turns a yaml.v3 error into a positioned one. yaml.v3 numbers lines from 1
+// for scanner errors but from 0 for parser errors ("did not find expected …", which
+// point at the start of the enclosing block), and names no line for encoding errors, so
+// those are located here.
 func syntaxError(file string, data []byte, err error) *PosError {
-	msg := err.Error()
-	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
-		if line, aerr := strconv.Atoi(m[1]); aerr == nil && line > 0 {
-			return &PosError{File: file, Line: line, Msg: msg}
+	problem := strings.TrimPrefix(err.Error(), "yaml: ")
+	line, col := 0, 0
+	if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		problem = strings.TrimPrefix(err.Error(), m[0])
+	}
+	parserError := strings.HasPrefix(problem, "did not find expected") || strings.HasPrefix(problem, "found duplicate %") ||
+		strings.HasPrefix(problem, "found incompatible") || strings.HasPrefix(problem, "found undefined tag")
+	switch {
+	case parserError:
+		line++
+		if strings.HasPrefix(problem, "did not find expected") {
+			problem += " (in the block that starts on this line)"
+		}
+	case line == 0:
+		line, col = firstBadByte(data)
+	}
+	lines := bytes.Split(data, []byte("\n"))
+	if strings.Contains(problem, "cannot start any token") && line <= len(lines) {
+		if i := bytes.IndexByte(lines[line-1], '\t'); i >= 0 {
+			col = 1 + utf8.RuneCount(lines[line-1][:i])
+			problem += " (tabs cannot indent YAML)"
 		}
 	}
-	if strings.Contains(msg, "cannot start any token") {
-		// almost always a tab in indentation, which YAML forbids
-		if i := bytes.Index(data, []byte("\t")); i >= 0 {
-			line := 1 + bytes.Count(data[:i], []byte("\n"))
-			col := 1 + utf8.RuneCount(data[bytes.LastIndexByte(data[:i], '\n')+1:i])
-			return &PosError{File: file, Line: line, Column: col, Msg: msg + " (tabs cannot indent YAML)"}
-		}
-	}
-	line, col := 1, 1
+	return &PosError{File: file, Line: max(line, 1), Column: col, Msg: "YAML syntax: " + problem}
+}
+
+// firstBadByte finds the first byte YAML cannot read: invalid UTF-8 or a control
+// character.
+func firstBadByte(data []byte) (line, col int) {
+	line, col = 1, 1
 	for i := 0; i < len(data); {
 		r, size := utf8.DecodeRune(data[i:])
 		bad := r == utf8.RuneError && size <= 1
 		ctrl := r < 0x20 && r != '\n' && r != '\t' && r != '\r' || r == 0x7f
 		if bad || ctrl {
-			break
+			return line, col
 		}
 		if r == '\n' {
 			line, col = line+1, 1
@@ -138,7 +155,7 @@ func syntaxError(file string, data []byte, err error) *PosError {
 		}
 		i += size
 	}
-	return &PosError{File: file, Line: line, Column: col, Msg: msg}
+	return 1, 0
 }
 
 type parser struct {
@@ -543,6 +560,9 @@ func (p *parser) service(n *yaml.Node, field string) *Service {
 	seen := map[string]*yaml.Node{}
 	totalWeight := 0
 	for i, vn := range list.Content {
+		if p.tooBig {
+			break
+		}
 		vfield := fmt.Sprintf("%s[%d]", versionsField, i)
 		v := &Version{Weight: 1, Replicas: replicas, Script: script}
 		var vname *yaml.Node
@@ -588,6 +608,9 @@ func (p *parser) script(n *yaml.Node, field string) Script {
 	}
 	var out Script
 	for i, sn := range list.Content {
+		if p.tooBig {
+			break
+		}
 		sfield := fmt.Sprintf("%s[%d]", field, i)
 		sn = p.deref(sn, sfield)
 		if sn.Kind == yaml.SequenceNode {
@@ -597,6 +620,9 @@ func (p *parser) script(n *yaml.Node, field string) Script {
 			}
 			group := Step{}
 			for j, member := range sn.Content {
+				if p.tooBig {
+					break
+				}
 				mfield := fmt.Sprintf("%s[%d]", sfield, j)
 				member = p.deref(member, mfield)
 				if member.Kind == yaml.SequenceNode {
