@@ -1,0 +1,84 @@
+package mesh
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Enrollment is the equivalence evidence stored with every result: which pods a mesh
+// really carries, what traffic its proxies saw during the probe, and whether mTLS holds.
+type Enrollment struct {
+	Mesh string   `json:"mesh"`
+	MTLS MTLSMode `json:"mtls"` // as configured
+	// Pass is true when every expectation held; Failures says why not.
+	Pass      bool            `json:"pass"`
+	Failures  []string        `json:"failures,omitempty"`
+	Pods      []PodEnrollment `json:"pods"`
+	CheckedAt time.Time       `json:"checked_at"`
+	// PlaintextRefused is set under strict mTLS: whether a plaintext request from
+	// outside the mesh to every service pod was refused.
+	PlaintextRefused *bool `json:"plaintext_refused,omitempty"`
+}
+
+// PodEnrollment is what the check found for one pod.
+type PodEnrollment struct {
+	Pod     string `json:"pod"`
+	Service string `json:"service,omitempty"` // empty for clients
+	// Meshed says whether the profile enrolls this pod at all.
+	Meshed bool `json:"meshed"`
+	// Sidecar says whether a proxy answered on the pod's admin endpoint.
+	Sidecar bool `json:"sidecar"`
+	// Answered says whether the pod served a probe request.
+	Answered bool `json:"answered"`
+	// Request counts from the proxy's own stats after the probe.
+	InboundRequests  uint64 `json:"inbound_requests"`
+	InboundMTLS      uint64 `json:"inbound_mtls_requests"`
+	InboundPlaintext uint64 `json:"inbound_plaintext_requests"`
+	OutboundRequests uint64 `json:"outbound_requests"`
+	// MTLSObserved is "mtls", "plaintext", "mixed" (both seen inbound) or "none"
+	// (no inbound traffic seen).
+	MTLSObserved string   `json:"mtls_observed"`
+	Notes        []string `json:"notes,omitempty"`
+}
+
+// Fail records a failure and clears Pass.
+func (e *Enrollment) Fail(format string, args ...any) {
+	e.Pass = false
+	e.Failures = append(e.Failures, fmt.Sprintf(format, args...))
+}
+
+// Summary is one line for terminals and logs.
+func (e Enrollment) Summary() string {
+	meshed := 0
+	for _, p := range e.Pods {
+		if p.Meshed {
+			meshed++
+		}
+	}
+	verdict := "PASS"
+	if !e.Pass {
+		verdict = "FAIL: " + strings.Join(e.Failures, "; ")
+	}
+	return fmt.Sprintf("%s (mtls %s): %d/%d pods meshed, %s", e.Mesh, orDash(string(e.MTLS)), meshed, len(e.Pods), verdict)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// ObservedMode classifies inbound counts.
+func ObservedMode(mtls, plaintext uint64) string {
+	switch {
+	case mtls > 0 && plaintext > 0:
+		return "mixed"
+	case mtls > 0:
+		return "mtls"
+	case plaintext > 0:
+		return "plaintext"
+	}
+	return "none"
+}

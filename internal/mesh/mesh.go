@@ -1,0 +1,90 @@
+// Package mesh owns the mesh-profile contract: what a mesh must do to a deployed app
+// (install its data plane before the workload starts, prove every pod is enrolled, hand
+// over its generated configs), the typed options a study file sets for it, and the
+// registry that lets a new mesh be added as one package that registers itself.
+// Profiles live in subpackages (none, envoysidecar); import them for their init.
+package mesh
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/meshmark/meshmark/internal/substrate"
+	"github.com/meshmark/meshmark/internal/topology"
+)
+
+// Profile turns a mesh choice into processes, configs and interception rules.
+//
+// Lifecycle, per app deployment: the runner brings up pods (without workloads), calls
+// Install, starts the workload processes, waits for them, calls Check and stores the
+// Enrollment with the results, runs the load, then calls Uninstall (or tears the pods
+// down, which also removes everything a profile put there). Install runs before the
+// workload because interception must already be in place when the first connection is
+// made; a proxy whose upstream is not listening yet simply fails those few requests.
+type Profile interface {
+	// Name is the registry name, e.g. "envoy-sidecar".
+	Name() string
+	// Install puts the data plane in place for app on sub.
+	Install(ctx context.Context, sub substrate.Substrate, app *topology.App) error
+	// Check drives probe traffic and reports, as data, whether every pod is enrolled
+	// the way the profile claims. An error means the check itself could not run; a
+	// failed enrollment is Enrollment.Pass == false.
+	Check(ctx context.Context, sub substrate.Substrate, app *topology.App) (Enrollment, error)
+	// Configs returns every generated config (by a path-like name) for provenance.
+	// Private keys are never included.
+	Configs() map[string][]byte
+	// Uninstall stops the processes Install started and removes its rules, so the
+	// same pods can be reused. It is safe to call after a failed or partial Install.
+	Uninstall(ctx context.Context, sub substrate.Substrate) error
+}
+
+// Factory builds a profile from parsed options.
+type Factory func(Options) (Profile, error)
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Factory{}
+)
+
+// Register adds a profile under name; each profile package calls it from init.
+func Register(name string, f Factory) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if _, dup := registry[name]; dup {
+		panic("mesh: profile registered twice: " + name)
+	}
+	registry[name] = f
+}
+
+// Names lists the registered profiles, sorted.
+func Names() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	out := make([]string, 0, len(registry))
+	for n := range registry {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// New builds the named profile from raw study-file options (see ParseOptions).
+func New(name string, raw map[string]any) (Profile, error) {
+	registryMu.RLock()
+	f, ok := registry[name]
+	registryMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("unknown mesh %q (known: %v)", name, Names())
+	}
+	opts, err := ParseOptions(raw)
+	if err != nil {
+		return nil, fmt.Errorf("mesh %s: %w", name, err)
+	}
+	p, err := f(opts)
+	if err != nil {
+		return nil, fmt.Errorf("mesh %s: %w", name, err)
+	}
+	return p, nil
+}

@@ -1,0 +1,261 @@
+package mesh
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// MTLSMode is how workloads authenticate each other.
+type MTLSMode string
+
+const (
+	// MTLSDefault means the profile's own default (Istio's sidecar: permissive).
+	MTLSDefault    MTLSMode = ""
+	MTLSOff        MTLSMode = "off"
+	MTLSPermissive MTLSMode = "permissive" // accept mTLS and plaintext; send mTLS inside the mesh
+	MTLSStrict     MTLSMode = "strict"     // accept only mTLS from the mesh's CA
+)
+
+// CircuitBreakers selects the proxy's connection and request limits.
+type CircuitBreakers string
+
+const (
+	// CircuitBreakersUnlimited sets every threshold to 2^32-1, as Istio does out of the
+	// box, so limits never shape the measurement.
+	CircuitBreakersUnlimited CircuitBreakers = "unlimited"
+	// CircuitBreakersProxyDefault leaves the proxy's built-in limits (Envoy: 1024).
+	CircuitBreakersProxyDefault CircuitBreakers = "proxy-default"
+)
+
+// Options are the knobs a study file sets per mesh. Zero values of the pointer-free
+// fields are never meaningful defaults, so ParseOptions fills every field.
+type Options struct {
+	MTLS MTLSMode
+	// Concurrency is the number of proxy worker threads (Envoy --concurrency).
+	Concurrency int
+	// Telemetry keeps the proxy's full per-request statistics; off keeps only the
+	// counters the enrollment check needs, to attribute the cost of stats.
+	Telemetry bool
+	// RequestID makes the proxy generate x-request-id on every request.
+	RequestID bool
+	// AccessLog writes one line per request to the proxy's log (Istio's default: off).
+	AccessLog       bool
+	CircuitBreakers CircuitBreakers
+	// MeshClients enrolls client pods (the load generator) too. Auto means: only when
+	// mTLS is strict, because an unmeshed client cannot reach a strict service.
+	MeshClients Tristate
+	// TrustDomain of workload identities.
+	TrustDomain string
+}
+
+// Tristate is auto, on or off.
+type Tristate string
+
+const (
+	Auto Tristate = "auto"
+	On   Tristate = "on"
+	Off  Tristate = "off"
+)
+
+// DefaultOptions mirror what a stock Istio sidecar does, because users compare stock
+// meshes; options switch features off so their cost can be attributed.
+func DefaultOptions() Options {
+	return Options{
+		MTLS:            MTLSDefault,
+		Concurrency:     2,
+		Telemetry:       true,
+		RequestID:       true,
+		AccessLog:       false,
+		CircuitBreakers: CircuitBreakersUnlimited,
+		MeshClients:     Auto,
+		TrustDomain:     "cluster.local",
+	}
+}
+
+// optionKeys documents every accepted key, for error messages.
+var optionKeys = map[string]string{
+	"mtls":             "off | permissive | strict",
+	"concurrency":      "proxy worker threads, 1..64",
+	"telemetry":        "on | off",
+	"request_id":       "on | off",
+	"access_log":       "on | off",
+	"circuit_breakers": "unlimited | proxy-default (alias off = unlimited, default = unlimited)",
+	"mesh_clients":     "auto | on | off",
+	"trust_domain":     "SPIFFE trust domain, e.g. cluster.local",
+}
+
+// OptionError names the offending option; the study loader adds file and line.
+type OptionError struct {
+	Key string
+	Msg string
+}
+
+func (e *OptionError) Error() string { return fmt.Sprintf("option %q: %s", e.Key, e.Msg) }
+
+// ParseOptions reads the options map of a study file (values as YAML decodes them:
+// strings, bools, ints, floats). Unknown keys and bad values are errors naming the key.
+func ParseOptions(raw map[string]any) (Options, error) {
+	o := DefaultOptions()
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // report the first bad key deterministically
+	for _, k := range keys {
+		v := raw[k]
+		bad := func(format string, args ...any) error {
+			return &OptionError{Key: k, Msg: fmt.Sprintf(format, args...) + " (want " + optionKeys[k] + ")"}
+		}
+		switch k {
+		case "mtls":
+			s, err := word(v)
+			if err != nil {
+				return o, bad("%v", err)
+			}
+			switch MTLSMode(s) {
+			case MTLSOff, MTLSPermissive, MTLSStrict:
+				o.MTLS = MTLSMode(s)
+			default:
+				return o, bad("unknown mode %q", s)
+			}
+		case "concurrency":
+			n, err := integer(v)
+			if err != nil {
+				return o, bad("%v", err)
+			}
+			if n < 1 || n > 64 {
+				return o, bad("%d out of range", n)
+			}
+			o.Concurrency = int(n)
+		case "telemetry", "request_id", "access_log":
+			b, err := boolean(v)
+			if err != nil {
+				return o, bad("%v", err)
+			}
+			switch k {
+			case "telemetry":
+				o.Telemetry = b
+			case "request_id":
+				o.RequestID = b
+			default:
+				o.AccessLog = b
+			}
+		case "circuit_breakers":
+			s, err := word(v)
+			if err != nil {
+				// YAML turns a bare off into false.
+				if b, berr := boolean(v); berr == nil && !b {
+					s = "off"
+				} else {
+					return o, bad("%v", err)
+				}
+			}
+			switch s {
+			case "unlimited", "off", "default":
+				o.CircuitBreakers = CircuitBreakersUnlimited
+			case "proxy-default":
+				o.CircuitBreakers = CircuitBreakersProxyDefault
+			default:
+				return o, bad("unknown value %q", s)
+			}
+		case "mesh_clients":
+			if s, err := word(v); err == nil && s == "auto" {
+				o.MeshClients = Auto
+				continue
+			}
+			b, err := boolean(v)
+			if err != nil {
+				return o, bad("%v", err)
+			}
+			o.MeshClients = Off
+			if b {
+				o.MeshClients = On
+			}
+		case "trust_domain":
+			s, err := word(v)
+			if err != nil || s == "" || strings.ContainsAny(s, "/:@ ") || strings.ToLower(s) != s {
+				return o, bad("invalid trust domain %v", v)
+			}
+			o.TrustDomain = s
+		default:
+			known := make([]string, 0, len(optionKeys))
+			for k := range optionKeys {
+				known = append(known, k)
+			}
+			sort.Strings(known)
+			return o, &OptionError{Key: k, Msg: "unknown option (known: " + strings.Join(known, ", ") + ")"}
+		}
+	}
+	return o, nil
+}
+
+// EffectiveMTLS resolves the profile default.
+func (o Options) EffectiveMTLS(profileDefault MTLSMode) MTLSMode {
+	if o.MTLS == MTLSDefault {
+		return profileDefault
+	}
+	return o.MTLS
+}
+
+// ClientsMeshed resolves MeshClients for a given mTLS mode.
+func (o Options) ClientsMeshed(mode MTLSMode) bool {
+	switch o.MeshClients {
+	case On:
+		return true
+	case Off:
+		return false
+	}
+	return mode == MTLSStrict
+}
+
+func word(v any) (string, error) {
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("%v is a %T, not a word", v, v)
+	}
+	return strings.ToLower(strings.TrimSpace(s)), nil
+}
+
+func boolean(v any) (bool, error) {
+	switch x := v.(type) {
+	case bool:
+		return x, nil
+	case string:
+		switch strings.ToLower(strings.TrimSpace(x)) {
+		case "on", "true", "yes", "enabled":
+			return true, nil
+		case "off", "false", "no", "disabled":
+			return false, nil
+		}
+	}
+	return false, fmt.Errorf("%v is not on/off", v)
+}
+
+func integer(v any) (int64, error) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), nil
+	case int64:
+		return x, nil
+	case uint64:
+		if x > math.MaxInt32 {
+			return 0, fmt.Errorf("%d too large", x)
+		}
+		return int64(x), nil
+	case float64:
+		if x != math.Trunc(x) || math.Abs(x) > math.MaxInt32 {
+			return 0, fmt.Errorf("%v is not a whole number", x)
+		}
+		return int64(x), nil
+	case string:
+		n, err := strconv.ParseInt(strings.TrimSpace(x), 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("%q is not a whole number", x)
+		}
+		return n, nil
+	}
+	return 0, fmt.Errorf("%v is a %T, not a number", v, v)
+}
