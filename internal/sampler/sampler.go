@@ -75,7 +75,8 @@ type Config struct {
 	// of the process; RSS is still read.
 	SkipPSS bool
 	// OnRound, when set, receives each round as it is taken (e.g. for live metrics).
-	// It runs on the sampling goroutine and must not keep the Round's slices.
+	// It runs on the sampling goroutine; the Round is shared with Rounds() and must
+	// not be modified.
 	OnRound func(Round)
 }
 
