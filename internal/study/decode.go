@@ -300,10 +300,15 @@ func suggest(got string, candidates []string) string {
 	return " (did you mean " + strconv.Quote(best) + "?)"
 }
 
-// editDistance is the Levenshtein distance between a and b.
+// editDistance is the optimal-string-alignment distance between a and b: edits
+// and swaps of neighbouring letters, the commonest typos, each count one.
 func editDistance(a, b string) int {
 	ra, rb := []rune(a), []rune(b)
-	prev := make([]int, len(rb)+1)
+	if len(ra) > 200 || len(rb) > 200 {
+		return math.MaxInt // nothing that long is a typo of a field name
+	}
+	before := make([]int, len(rb)+1) // row i-2
+	prev := make([]int, len(rb)+1)   // row i-1
 	cur := make([]int, len(rb)+1)
 	for j := range prev {
 		prev[j] = j
@@ -316,8 +321,11 @@ func editDistance(a, b string) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				cur[j] = min(cur[j], before[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
+		before, prev, cur = prev, cur, before
 	}
 	return prev[len(rb)]
 }

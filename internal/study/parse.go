@@ -329,15 +329,18 @@ func (c *checker) experiments() {
 		return
 	}
 	index := map[string]int{}
+	badKind := false // an earlier experiment of unknown kind may be the missing capacity one
 	for i := range spec.Experiments {
 		e, p := &spec.Experiments[i], fmt.Sprintf("spec.experiments[%d]", i)
 		if e.Kind == "" {
 			c.errAt(p+".kind", "missing: one of %s", kindList())
+			badKind = true
 			continue
 		}
 		allowed, ok := kindFields[e.Kind]
 		if !ok {
 			c.errAt(p+".kind", "%q: expected one of %s%s", e.Kind, kindList(), suggest(string(e.Kind), kindNames()))
+			badKind = true
 			continue
 		}
 		if e.Name == "" {
@@ -385,7 +388,7 @@ func (c *checker) experiments() {
 		} else if e.Arrival == "" {
 			e.Arrival = ArrivalConstant
 		}
-		c.rateReference(p, e, index)
+		c.rateReference(p, e, index, badKind)
 	}
 }
 
@@ -576,7 +579,7 @@ func (c *checker) users(p string, e *Experiment) {
 
 // rateReference checks that a relative rate names an earlier capacity experiment,
 // defaulting to the closest one before it.
-func (c *checker) rateReference(p string, e *Experiment, index map[string]int) {
+func (c *checker) rateReference(p string, e *Experiment, index map[string]int, badKind bool) {
 	if !e.Rate.IsRelative() {
 		if e.CapacityFrom != "" {
 			c.errAt(p+".capacityFrom", "only a relative rate (like \"75%% of lowest capacity\") refers to a capacity experiment")
@@ -591,7 +594,9 @@ func (c *checker) rateReference(p string, e *Experiment, index map[string]int) {
 				return
 			}
 		}
-		c.errAt(p+".rate", "%q refers to a capacity, but no capacity experiment comes before this one", e.Rate)
+		if !badKind {
+			c.errAt(p+".rate", "%q refers to a capacity, but no capacity experiment comes before this one", e.Rate)
+		}
 		return
 	}
 	j, ok := index[e.CapacityFrom]
