@@ -1,0 +1,608 @@
+// Package analysis turns stored trials into answers: pooled percentiles (histograms
+// are merged across repeats, percentiles are never averaged), overhead of each mesh
+// against the baseline as Δ and % with bootstrap confidence intervals over repeats,
+// a noise floor, better/worse/inconclusive verdicts, capacity under an SLO, outlier
+// flags and regression gates between two runs.
+package analysis
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"sort"
+
+	"github.com/meshmark/meshmark/internal/results"
+)
+
+// Metric is a quantity compared between meshes.
+type Metric string
+
+const (
+	P50        Metric = "p50"
+	P90        Metric = "p90"
+	P99        Metric = "p99"
+	P999       Metric = "p99.9"
+	Throughput Metric = "throughput"
+	ErrorRate  Metric = "error_rate"
+)
+
+// DefaultMetrics are compared unless Options.Metrics says otherwise.
+var DefaultMetrics = []Metric{P50, P90, P99, P999, Throughput, ErrorRate}
+
+// Percentile is the latency percentile a metric reads, or -1 for non-latency metrics.
+func (m Metric) Percentile() float64 {
+	switch m {
+	case P50:
+		return 50
+	case P90:
+		return 90
+	case P99:
+		return 99
+	case P999:
+		return 99.9
+	}
+	return -1
+}
+
+// HigherIsBetter is true for throughput; latency and error rate are better lower.
+func (m Metric) HigherIsBetter() bool { return m == Throughput }
+
+// Unit is the unit of the metric's values: "µs", "req/s" or "" (a fraction).
+func (m Metric) Unit() string {
+	switch {
+	case m.Percentile() >= 0:
+		return results.HistogramUnitSymbol
+	case m == Throughput:
+		return "req/s"
+	}
+	return ""
+}
+
+// Verdict says how a mesh compares on one metric.
+type Verdict string
+
+const (
+	Better       Verdict = "better"
+	Worse        Verdict = "worse"
+	Inconclusive Verdict = "inconclusive"
+)
+
+// Options tune the analysis. The zero value means the defaults.
+type Options struct {
+	// Resamples is the number of bootstrap resamples (default 4000, clamped to
+	// 1000..100000).
+	Resamples int
+	// Confidence is the two-sided interval level (default 0.95).
+	Confidence float64
+	// Seed makes every interval reproducible; each comparison derives its own stream
+	// from it and its name, so results do not depend on the order of analysis.
+	Seed    uint64
+	Metrics []Metric
+	// MinRepeats is the number of repeats from which repeats are resampled (default
+	// 3). With fewer, the bootstrap resamples one-second intervals instead, which
+	// misses run-to-run drift; Comparison.Unit says which was used.
+	MinRepeats int
+	// TukeyK is the fence multiplier for outlier trials (default 1.5).
+	TukeyK float64
+}
+
+func (o Options) withDefaults() Options {
+	if o.Resamples == 0 {
+		o.Resamples = 4000
+	}
+	o.Resamples = min(max(o.Resamples, 1000), 100000)
+	if o.Confidence <= 0 || o.Confidence >= 1 {
+		o.Confidence = 0.95
+	}
+	if len(o.Metrics) == 0 {
+		o.Metrics = DefaultMetrics
+	}
+	if o.MinRepeats < 2 {
+		o.MinRepeats = 3
+	}
+	if o.TukeyK <= 0 {
+		o.TukeyK = 1.5
+	}
+	return o
+}
+
+func (o Options) rng(name string) *rand.Rand {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return rand.New(rand.NewPCG(o.Seed, h.Sum64()))
+}
+
+// Key identifies a group of trials that measure the same thing: one mesh, one
+// experiment, one step of it; the group's trials are its repeats.
+type Key struct {
+	Mesh       string `json:"mesh"`
+	Experiment string `json:"experiment"`
+	Step       int    `json:"step"`
+}
+
+// Point identifies a measuring point regardless of mesh.
+type Point struct {
+	Experiment string `json:"experiment"`
+	Step       int    `json:"step"`
+}
+
+// Estimate is a point value with a confidence interval.
+type Estimate struct {
+	Value float64 `json:"value"`
+	Lo    float64 `json:"lo"`
+	Hi    float64 `json:"hi"`
+}
+
+// ExcludesZero reports whether the interval lies strictly on one side of zero.
+func (e Estimate) ExcludesZero() bool { return e.Lo > 0 || e.Hi < 0 }
+
+// Contains reports whether v lies in the interval.
+func (e Estimate) Contains(v float64) bool { return e.Lo <= v && v <= e.Hi }
+
+// Group is the pooled view of one Key.
+type Group struct {
+	Key
+	Kind   string              `json:"kind"`
+	Params results.TrialParams `json:"params"`
+	Label  string              `json:"label"` // "1000 rps", "64 conns", ...
+	// Trials are the repeats, ordered by repeat.
+	Trials   []*results.Trial `json:"-"`
+	TrialIDs []int64          `json:"trial_ids"`
+	Repeats  int              `json:"repeats"`
+	Requests int64            `json:"requests"`
+	Errors   int64            `json:"errors"`
+	// Pooled percentiles of the merged latency histogram, µs.
+	P50, P90, P99, P999, Max int64
+	Throughput               float64 `json:"throughput"`
+	ErrorRate                float64 `json:"error_rate"`
+	GeneratorBehind          int     `json:"generator_behind"` // trials whose generator fell behind
+	Outliers                 []int64 `json:"outliers,omitempty"`
+}
+
+// Value returns the group's pooled value of a metric.
+func (g *Group) Value(m Metric) float64 {
+	switch m {
+	case P50:
+		return float64(g.P50)
+	case P90:
+		return float64(g.P90)
+	case P99:
+		return float64(g.P99)
+	case P999:
+		return float64(g.P999)
+	case Throughput:
+		return g.Throughput
+	case ErrorRate:
+		return g.ErrorRate
+	}
+	return math.NaN()
+}
+
+// Comparison is one metric of one mesh against a reference (the baseline mesh, or
+// the same mesh in an older run).
+type Comparison struct {
+	Point
+	Label     string  `json:"label"`
+	Mesh      string  `json:"mesh"`
+	Reference string  `json:"reference"`
+	Metric    Metric  `json:"metric"`
+	Base      float64 `json:"base"`  // reference pooled value
+	Value     float64 `json:"value"` // this mesh's pooled value
+	// Delta is Value-Base in the metric's unit; Pct is 100·Delta/Base (NaN when Base
+	// is 0).
+	Delta Estimate `json:"delta"`
+	Pct   Estimate `json:"pct"`
+	// NoiseFloorPct is the relative change noise alone produces (see NoiseFloor).
+	NoiseFloorPct float64 `json:"noise_floor_pct"`
+	NoiseSource   string  `json:"noise_source"`
+	Verdict       Verdict `json:"verdict"`
+	// Unit is what the bootstrap resampled: "repeats" or "intervals".
+	Unit        string `json:"unit"`
+	Repeats     int    `json:"repeats"`
+	BaseRepeats int    `json:"base_repeats"`
+}
+
+// Report is everything Analyze finds in one run.
+type Report struct {
+	RunID       string       `json:"run_id"`
+	Baseline    string       `json:"baseline"`
+	Options     Options      `json:"options"`
+	Groups      []*Group     `json:"groups"`
+	Comparisons []Comparison `json:"comparisons"`
+	Winners     []Winner     `json:"winners"`
+	Capacity    []Capacity   `json:"capacity,omitempty"`
+}
+
+// Group returns the group for a key, or nil.
+func (r *Report) Group(k Key) *Group {
+	for _, g := range r.Groups {
+		if g.Key == k {
+			return g
+		}
+	}
+	return nil
+}
+
+// Groups splits a run's trials by Key, in the order the keys first appear, with the
+// pooled statistics filled in. Failed trials (Trial.Error set) are left out.
+func Groups(run *results.Run) []*Group {
+	var order []Key
+	byKey := map[Key]*Group{}
+	for i := range run.Trials {
+		t := &run.Trials[i]
+		if t.Error != "" || t.Result.Latency == nil {
+			continue
+		}
+		k := Key{Mesh: t.Mesh, Experiment: t.Experiment, Step: t.Params.Step}
+		g := byKey[k]
+		if g == nil {
+			g = &Group{Key: k, Kind: t.Kind, Params: t.Params, Label: paramLabel(t)}
+			byKey[k] = g
+			order = append(order, k)
+		}
+		g.Trials = append(g.Trials, t)
+	}
+	out := make([]*Group, 0, len(order))
+	for _, k := range order {
+		g := byKey[k]
+		sort.SliceStable(g.Trials, func(i, j int) bool { return g.Trials[i].Repeat < g.Trials[j].Repeat })
+		fillGroup(g)
+		out = append(out, g)
+	}
+	return out
+}
+
+func paramLabel(t *results.Trial) string {
+	p := t.Params
+	switch {
+	case p.RequestedRate > 0:
+		return fmt.Sprintf("%s %g rps", t.Experiment, p.RequestedRate)
+	case p.Users > 0:
+		return fmt.Sprintf("%s %d users", t.Experiment, p.Users)
+	case p.Connections > 0:
+		return fmt.Sprintf("%s %d conns", t.Experiment, p.Connections)
+	}
+	return fmt.Sprintf("%s step %d", t.Experiment, p.Step)
+}
+
+func fillGroup(g *Group) {
+	merged := results.NewLatencyHistogram()
+	var secs float64
+	for _, t := range g.Trials {
+		merged.Merge(t.Result.Latency)
+		g.Requests += t.Result.Requests
+		g.Errors += t.Result.Errors
+		secs += t.Duration().Seconds()
+		g.TrialIDs = append(g.TrialIDs, t.ID)
+		if t.Result.Generator.Behind || t.Result.HasFlag(results.FlagGeneratorBehind) {
+			g.GeneratorBehind++
+		}
+	}
+	g.Repeats = len(g.Trials)
+	if merged.TotalCount() > 0 {
+		g.P50, g.P90, g.P99, g.P999 = merged.ValueAtQuantile(50), merged.ValueAtQuantile(90), merged.ValueAtQuantile(99), merged.ValueAtQuantile(99.9)
+		g.Max = merged.ValueAtQuantile(100)
+	}
+	if secs > 0 {
+		g.Throughput = float64(g.Requests-g.Errors) / secs
+	}
+	if g.Requests > 0 {
+		g.ErrorRate = float64(g.Errors) / float64(g.Requests)
+	}
+}
+
+// Analyze pools every group of a run, compares each mesh with the baseline at every
+// point, measures the noise floor, names a winner per point and metric, flags outlier
+// trials and finds capacity for sweep experiments (with the default SLO when slo is
+// nil).
+func Analyze(run *results.Run, opts Options, slo *SLO) *Report {
+	opts = opts.withDefaults()
+	rep := &Report{RunID: run.ID, Baseline: run.BaselineLabel(), Options: opts, Groups: Groups(run)}
+	for _, g := range rep.Groups {
+		g.Outliers = TukeyOutliers(g.Trials, opts.TukeyK)
+	}
+	for _, pt := range points(rep.Groups) {
+		base := rep.Group(Key{Mesh: rep.Baseline, Experiment: pt.Experiment, Step: pt.Step})
+		if base == nil {
+			continue
+		}
+		floors := NoiseFloor(run, rep.Groups, pt, opts)
+		for _, g := range rep.Groups {
+			if g.Experiment != pt.Experiment || g.Step != pt.Step || g.Mesh == rep.Baseline {
+				continue
+			}
+			for _, c := range compareGroups(base, g, opts, floors) {
+				c.Reference = rep.Baseline
+				rep.Comparisons = append(rep.Comparisons, c)
+			}
+		}
+	}
+	rep.Winners = Winners(run, rep.Groups, opts)
+	s := DefaultSLO()
+	if slo != nil {
+		s = *slo
+	}
+	rep.Capacity = CapacityAll(rep.Groups, s)
+	return rep
+}
+
+func points(groups []*Group) []Point {
+	seen := map[Point]bool{}
+	var out []Point
+	for _, g := range groups {
+		p := Point{g.Experiment, g.Step}
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Floor is the noise floor of one metric.
+type Floor struct {
+	Pct    float64
+	Source string
+}
+
+// resamplingSamples chooses the bootstrap unit for a pair of groups: repeats when
+// both have at least MinRepeats, else intervals when both have interval histograms,
+// else repeats anyway.
+func resamplingSamples(a, b *Group, opts Options) (sa, sb *sample, unitName string) {
+	if len(a.Trials) >= opts.MinRepeats && len(b.Trials) >= opts.MinRepeats {
+		return trialSample(a.Trials), trialSample(b.Trials), "repeats"
+	}
+	ia, ib := intervalSample(a.Trials), intervalSample(b.Trials)
+	if ia != nil && ib != nil && len(ia.units) >= 2 && len(ib.units) >= 2 {
+		return ia, ib, "intervals"
+	}
+	return trialSample(a.Trials), trialSample(b.Trials), "repeats"
+}
+
+func percentilesOf(ms []Metric) []float64 {
+	var qs []float64
+	for _, m := range ms {
+		if p := m.Percentile(); p >= 0 {
+			qs = append(qs, p)
+		}
+	}
+	sort.Float64s(qs)
+	return qs
+}
+
+func statOf(p pooled, qs []float64, m Metric) float64 {
+	switch m {
+	case Throughput:
+		return p.throughput
+	case ErrorRate:
+		return p.errorRate
+	}
+	want := m.Percentile()
+	for i, q := range qs {
+		if q == want {
+			return p.quantiles[i]
+		}
+	}
+	return math.NaN()
+}
+
+// bootstrap draws resamples of both samples and returns, per metric, the resampled
+// values of the reference and of the other group.
+func bootstrap(ref, other *sample, ms []Metric, resamples int, rng *rand.Rand) (refVals, otherVals map[Metric][]float64) {
+	qs := percentilesOf(ms)
+	refVals, otherVals = map[Metric][]float64{}, map[Metric][]float64{}
+	draw := func(s *sample, idx []int, into map[Metric][]float64) {
+		for i := range idx {
+			idx[i] = rng.IntN(len(s.units))
+		}
+		p := s.pool(idx, qs)
+		for _, m := range ms {
+			into[m] = append(into[m], statOf(p, qs, m))
+		}
+	}
+	ri, oi := make([]int, len(ref.units)), make([]int, len(other.units))
+	for i := 0; i < resamples; i++ {
+		draw(ref, ri, refVals)
+		draw(other, oi, otherVals)
+	}
+	return refVals, otherVals
+}
+
+// compareGroups compares other against ref on every metric.
+func compareGroups(ref, other *Group, opts Options, floors map[Metric]Floor) []Comparison {
+	opts = opts.withDefaults()
+	sr, so, unitName := resamplingSamples(ref, other, opts)
+	rng := opts.rng(fmt.Sprintf("%s|%s|%s|%d", ref.Mesh, other.Mesh, ref.Experiment, ref.Step))
+	rv, ov := bootstrap(sr, so, opts.Metrics, opts.Resamples, rng)
+	alpha := (1 - opts.Confidence) / 2
+	var out []Comparison
+	for _, m := range opts.Metrics {
+		base, val := ref.Value(m), other.Value(m)
+		deltas := make([]float64, 0, len(rv[m]))
+		pcts := make([]float64, 0, len(rv[m]))
+		for i := range rv[m] {
+			d := ov[m][i] - rv[m][i]
+			if math.IsNaN(d) {
+				continue
+			}
+			deltas = append(deltas, d)
+			if rv[m][i] != 0 {
+				pcts = append(pcts, 100*d/rv[m][i])
+			}
+		}
+		c := Comparison{Point: Point{other.Experiment, other.Step}, Label: other.Label, Mesh: other.Mesh, Reference: ref.Mesh,
+			Metric: m, Base: base, Value: val, Unit: unitName, Repeats: len(other.Trials), BaseRepeats: len(ref.Trials)}
+		c.Delta = Estimate{Value: val - base, Lo: quantile(deltas, alpha), Hi: quantile(deltas, 1-alpha)}
+		c.Pct = Estimate{Value: math.NaN(), Lo: math.NaN(), Hi: math.NaN()}
+		if base != 0 && len(pcts) == len(deltas) {
+			c.Pct = Estimate{Value: 100 * (val - base) / base, Lo: quantile(pcts, alpha), Hi: quantile(pcts, 1-alpha)}
+		}
+		if f, ok := floors[m]; ok {
+			c.NoiseFloorPct, c.NoiseSource = f.Pct, f.Source
+		}
+		c.Verdict = verdict(c)
+		out = append(out, c)
+	}
+	return out
+}
+
+// verdict: a change counts only when its interval excludes zero and, where a relative
+// change is defined, the point estimate is larger than the noise floor.
+func verdict(c Comparison) Verdict {
+	if !c.Delta.ExcludesZero() {
+		return Inconclusive
+	}
+	if !math.IsNaN(c.Pct.Value) && math.Abs(c.Pct.Value) <= c.NoiseFloorPct {
+		return Inconclusive
+	}
+	up := c.Delta.Value > 0
+	if up == c.Metric.HigherIsBetter() {
+		return Better
+	}
+	return Worse
+}
+
+// quantile of xs (sorted in place) by linear interpolation; NaN when empty.
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	sort.Float64s(xs)
+	pos := q * float64(len(xs)-1)
+	lo := int(math.Floor(pos))
+	hi := min(lo+1, len(xs)-1)
+	return xs[lo] + (pos-float64(lo))*(xs[hi]-xs[lo])
+}
+
+// NoiseFloor measures, for every metric at one point, how large a relative change
+// noise alone produces:
+//   - A/A: when two meshes at the point have the same profile and options, the floor
+//     is the largest |%| bound of the interval of one against the other (the worst
+//     pair when there are several);
+//   - otherwise the baseline's own spread: two independent bootstrap resamples of the
+//     baseline are compared many times and the floor is the 95th percentile of
+//     |Δ%| between them, i.e. a difference the baseline reaches against itself one
+//     time in twenty.
+func NoiseFloor(run *results.Run, groups []*Group, pt Point, opts Options) map[Metric]Floor {
+	opts = opts.withDefaults()
+	floors := map[Metric]Floor{}
+	var at []*Group
+	for _, g := range groups {
+		if g.Experiment == pt.Experiment && g.Step == pt.Step {
+			at = append(at, g)
+		}
+	}
+	for i := 0; i < len(at); i++ {
+		for j := i + 1; j < len(at); j++ {
+			if !sameConfig(run.Mesh(at[i].Mesh), run.Mesh(at[j].Mesh)) {
+				continue
+			}
+			for _, c := range compareGroups(at[i], at[j], opts, nil) {
+				if math.IsNaN(c.Pct.Lo) {
+					continue
+				}
+				f := math.Max(math.Abs(c.Pct.Lo), math.Abs(c.Pct.Hi))
+				if f >= floors[c.Metric].Pct {
+					floors[c.Metric] = Floor{Pct: f, Source: "a/a " + at[i].Mesh + "=" + at[j].Mesh}
+				}
+			}
+		}
+	}
+	if len(floors) > 0 {
+		return floors
+	}
+	var base *Group
+	for _, g := range at {
+		if g.Mesh == run.BaselineLabel() {
+			base = g
+		}
+	}
+	if base == nil {
+		return floors
+	}
+	sa, sb, unitName := resamplingSamples(base, base, opts)
+	rng := opts.rng("noise|" + base.Mesh + "|" + pt.Experiment + fmt.Sprint(pt.Step))
+	av, bv := bootstrap(sa, sb, opts.Metrics, opts.Resamples, rng)
+	for _, m := range opts.Metrics {
+		ref := base.Value(m)
+		if ref == 0 {
+			continue
+		}
+		var rel []float64
+		for i := range av[m] {
+			rel = append(rel, math.Abs(100*(bv[m][i]-av[m][i])/ref))
+		}
+		floors[m] = Floor{Pct: quantile(rel, 0.95), Source: "baseline spread (" + unitName + ")"}
+	}
+	return floors
+}
+
+func sameConfig(a, b *results.Mesh) bool {
+	if a == nil || b == nil || a.Profile != b.Profile || len(a.Options) != len(b.Options) {
+		return false
+	}
+	for k, v := range a.Options {
+		if w, ok := b.Options[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Winner names the best mesh at one point for one metric.
+type Winner struct {
+	Point
+	Label  string             `json:"label"`
+	Metric Metric             `json:"metric"`
+	Values map[string]float64 `json:"values"` // mesh → pooled value
+	// Best is the mesh with the best pooled value; Verdict is Better when its
+	// comparison with the runner-up is conclusive, Inconclusive otherwise.
+	Best     string     `json:"best"`
+	RunnerUp string     `json:"runner_up"`
+	Verdict  Verdict    `json:"verdict"`
+	Against  Comparison `json:"against"` // runner-up compared with Best
+}
+
+// Winners builds the verdict table: for each point and metric, which mesh is best
+// and whether that is conclusive.
+func Winners(run *results.Run, groups []*Group, opts Options) []Winner {
+	opts = opts.withDefaults()
+	var out []Winner
+	for _, pt := range points(groups) {
+		var at []*Group
+		for _, g := range groups {
+			if g.Experiment == pt.Experiment && g.Step == pt.Step {
+				at = append(at, g)
+			}
+		}
+		if len(at) < 2 {
+			continue
+		}
+		floors := NoiseFloor(run, groups, pt, opts)
+		for _, m := range opts.Metrics {
+			sorted := append([]*Group(nil), at...)
+			sort.SliceStable(sorted, func(i, j int) bool {
+				if m.HigherIsBetter() {
+					return sorted[i].Value(m) > sorted[j].Value(m)
+				}
+				return sorted[i].Value(m) < sorted[j].Value(m)
+			})
+			w := Winner{Point: pt, Label: at[0].Label, Metric: m, Values: map[string]float64{},
+				Best: sorted[0].Mesh, RunnerUp: sorted[1].Mesh, Verdict: Inconclusive}
+			for _, g := range at {
+				w.Values[g.Mesh] = g.Value(m)
+			}
+			o := opts
+			o.Metrics = []Metric{m}
+			c := compareGroups(sorted[0], sorted[1], o, floors)[0]
+			w.Against = c
+			// The runner-up is worse than the best when the comparison says so.
+			if c.Verdict == Worse {
+				w.Verdict = Better
+			}
+			out = append(out, w)
+		}
+	}
+	return out
+}

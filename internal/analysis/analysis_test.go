@@ -1,0 +1,245 @@
+package analysis
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/results"
+)
+
+// synthTrial draws n latencies 200 µs + Exp(mean 500 µs) + shift, over ten one-second
+// intervals. Every percentile of that distribution moves by exactly shift.
+func synthTrial(rng *rand.Rand, mesh string, repeat, n int, shift int64, exp string, params results.TrialParams) results.Trial {
+	const seconds = 10
+	start := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC).Add(time.Duration(repeat) * time.Minute)
+	lat := results.NewLatencyHistogram()
+	ivs := make([]results.Interval, seconds)
+	for i := range ivs {
+		ivs[i] = results.Interval{Start: start.Add(time.Duration(i) * time.Second), Duration: time.Second, Histogram: results.NewLatencyHistogram()}
+	}
+	for i := 0; i < n; i++ {
+		v := 200 + int64(rng.ExpFloat64()*500) + shift
+		_ = lat.RecordValue(v)
+		iv := &ivs[i*seconds/n]
+		_ = iv.Histogram.RecordValue(v)
+		iv.Count++
+	}
+	return results.Trial{ID: int64(repeat + 1), Repeat: repeat, Mesh: mesh, Experiment: exp, Kind: results.KindFixedRate, Params: params,
+		Start: start, End: start.Add(seconds * time.Second),
+		Result: results.TrialResult{Requests: int64(n), Latency: lat, Intervals: ivs}}
+}
+
+func synthRun(seed uint64, repeats, n int, shift int64) *results.Run {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	run := &results.Run{ID: "synthetic", Meshes: []results.Mesh{{Label: "none", Profile: "none"}, {Label: "sidecar", Profile: "envoy-sidecar"}}}
+	p := results.TrialParams{RequestedRate: float64(n) / 10}
+	for r := 0; r < repeats; r++ { // interleaved, as the runner does
+		run.Trials = append(run.Trials, synthTrial(rng, "none", r, n, 0, "fixed", p))
+		run.Trials = append(run.Trials, synthTrial(rng, "sidecar", r, n, shift, "fixed", p))
+	}
+	return run
+}
+
+func find(cs []Comparison, mesh string, m Metric) *Comparison {
+	for i := range cs {
+		if cs[i].Mesh == mesh && cs[i].Metric == m {
+			return &cs[i]
+		}
+	}
+	return nil
+}
+
+func TestPooledPercentilesEqualMergedHistogram(t *testing.T) {
+	run := synthRun(1, 4, 3000, 0)
+	g := Groups(run)[0]
+	s := trialSample(g.Trials)
+	qs := []float64{0.1, 1, 50, 90, 99, 99.9, 100}
+	merged := results.NewLatencyHistogram()
+	for _, tr := range g.Trials {
+		merged.Merge(tr.Result.Latency)
+	}
+	p := s.pool(all(len(s.units)), qs)
+	for i, q := range qs {
+		if want := float64(merged.ValueAtQuantile(q)); p.quantiles[i] != want {
+			t.Errorf("p%v: pooled %v, merged histogram %v", q, p.quantiles[i], want)
+		}
+	}
+	if p.total != merged.TotalCount() || math.Abs(p.throughput-g.Throughput) > 1e-9 {
+		t.Errorf("pooled totals %d / %v, group %d / %v", p.total, p.throughput, merged.TotalCount(), g.Throughput)
+	}
+	// The pooled percentile is not the average of the per-repeat percentiles.
+	if g.P99 != merged.ValueAtQuantile(99) {
+		t.Errorf("group p99 %d, merged %d", g.P99, merged.ValueAtQuantile(99))
+	}
+}
+
+func TestAAIsInconclusive(t *testing.T) {
+	rep := Analyze(synthRun(2, 5, 20000, 0), Options{Seed: 1}, nil)
+	for _, m := range []Metric{P50, P99} {
+		c := find(rep.Comparisons, "sidecar", m)
+		if c == nil {
+			t.Fatalf("no comparison for %s", m)
+		}
+		if c.Verdict != Inconclusive {
+			t.Errorf("A/A %s: verdict %s, Δ %.1f [%.1f, %.1f] µs, floor %.2f%%", m, c.Verdict, c.Delta.Value, c.Delta.Lo, c.Delta.Hi, c.NoiseFloorPct)
+		}
+		if c.Unit != "repeats" || c.Repeats != 5 {
+			t.Errorf("%s resampled %s over %d repeats, want repeats over 5", m, c.Unit, c.Repeats)
+		}
+	}
+}
+
+func TestShiftIsWorseAndIntervalContainsTrueShift(t *testing.T) {
+	const shift = 200
+	rep := Analyze(synthRun(3, 5, 20000, shift), Options{Seed: 1}, nil)
+	for _, m := range []Metric{P50, P90, P99} {
+		c := find(rep.Comparisons, "sidecar", m)
+		if c.Verdict != Worse {
+			t.Errorf("%s: verdict %s, want worse (Δ %.1f [%.1f, %.1f])", m, c.Verdict, c.Delta.Value, c.Delta.Lo, c.Delta.Hi)
+		}
+		if !c.Delta.ExcludesZero() || !c.Delta.Contains(shift) {
+			t.Errorf("%s: interval [%.1f, %.1f] µs should exclude 0 and contain the true shift %d", m, c.Delta.Lo, c.Delta.Hi, shift)
+		}
+		if c.Pct.Value <= 0 || c.Pct.Lo <= 0 {
+			t.Errorf("%s: relative change %.2f%% [%.2f, %.2f]", m, c.Pct.Value, c.Pct.Lo, c.Pct.Hi)
+		}
+	}
+	// Same rate offered to both: throughput must not be called a difference.
+	if c := find(rep.Comparisons, "sidecar", Throughput); c.Verdict != Inconclusive {
+		t.Errorf("throughput verdict %s: %+v", c.Verdict, c.Delta)
+	}
+	var won bool
+	for _, w := range rep.Winners {
+		if w.Metric == P50 {
+			won = w.Best == "none" && w.Verdict == Better
+		}
+	}
+	if !won {
+		t.Errorf("verdict table does not name the baseline better on p50: %+v", rep.Winners)
+	}
+}
+
+// The interval must cover the true shift most of the time. With five repeats the
+// percentile bootstrap is known to under-cover a little, so the bound is loose, but a
+// broken resampler (e.g. resampling values instead of repeats, or an off-by-one in the
+// quantile) lands far below it.
+func TestBootstrapCoverage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("coverage needs many replications")
+	}
+	const reps, shift = 60, 100
+	covered, falseAlarms := 0, 0
+	for i := 0; i < reps; i++ {
+		rep := Analyze(synthRun(uint64(100+i), 5, 4000, shift), Options{Seed: uint64(i), Resamples: 1000, Metrics: []Metric{P50}}, nil)
+		if find(rep.Comparisons, "sidecar", P50).Delta.Contains(shift) {
+			covered++
+		}
+		aa := Analyze(synthRun(uint64(1000+i), 5, 4000, 0), Options{Seed: uint64(i), Resamples: 1000, Metrics: []Metric{P50}}, nil)
+		if find(aa.Comparisons, "sidecar", P50).Verdict != Inconclusive {
+			falseAlarms++
+		}
+	}
+	if frac := float64(covered) / reps; frac < 0.8 {
+		t.Errorf("95%% intervals covered the true shift in %.0f%% of %d replications", 100*frac, reps)
+	}
+	if frac := float64(falseAlarms) / reps; frac > 0.15 {
+		t.Errorf("A/A called a difference in %.0f%% of %d replications", 100*frac, reps)
+	}
+	t.Logf("coverage %d/%d, A/A false alarms %d/%d", covered, reps, falseAlarms, reps)
+}
+
+func TestTwoRepeatsFallBackToIntervals(t *testing.T) {
+	rep := Analyze(synthRun(4, 2, 20000, 200), Options{Seed: 1, Metrics: []Metric{P50}}, nil)
+	c := find(rep.Comparisons, "sidecar", P50)
+	if c.Unit != "intervals" {
+		t.Errorf("unit %q with two repeats, want intervals", c.Unit)
+	}
+	if c.Verdict != Worse || !c.Delta.Contains(200) {
+		t.Errorf("interval bootstrap: %s Δ [%.1f, %.1f]", c.Verdict, c.Delta.Lo, c.Delta.Hi)
+	}
+}
+
+func TestAANoiseFloorFromDuplicateProfile(t *testing.T) {
+	run := synthRun(5, 5, 5000, 0)
+	run.Meshes = append(run.Meshes, results.Mesh{Label: "sidecar-again", Profile: "envoy-sidecar"})
+	rng := rand.New(rand.NewPCG(5, 5))
+	for r := 0; r < 5; r++ {
+		run.Trials = append(run.Trials, synthTrial(rng, "sidecar-again", r, 5000, 0, "fixed", run.Trials[0].Params))
+	}
+	rep := Analyze(run, Options{Seed: 1}, nil)
+	c := find(rep.Comparisons, "sidecar", P99)
+	if c.NoiseSource != "a/a sidecar=sidecar-again" || !(c.NoiseFloorPct > 0) {
+		t.Errorf("noise floor %.2f%% from %q, want a positive A/A floor", c.NoiseFloorPct, c.NoiseSource)
+	}
+	plain := Analyze(synthRun(5, 5, 5000, 0), Options{Seed: 1}, nil)
+	if c := find(plain.Comparisons, "sidecar", P99); c.NoiseSource != "baseline spread (repeats)" || !(c.NoiseFloorPct > 0) {
+		t.Errorf("without A/A: floor %.2f%% from %q", c.NoiseFloorPct, c.NoiseSource)
+	}
+}
+
+func TestTukeyFlagsTheOddRepeat(t *testing.T) {
+	run := synthRun(6, 6, 5000, 0)
+	// Repeat 3 of the baseline suffered a stall: add a tail of 50 ms values.
+	for i := range run.Trials {
+		tr := &run.Trials[i]
+		if tr.Mesh == "none" && tr.Repeat == 3 {
+			_ = tr.Result.Latency.RecordValues(50000, 200)
+		}
+	}
+	rep := Analyze(run, Options{Seed: 1, Metrics: []Metric{P99}}, nil)
+	g := rep.Group(Key{Mesh: "none", Experiment: "fixed"})
+	if len(g.Outliers) != 1 || g.Outliers[0] != 4 {
+		t.Errorf("outliers %v, want the trial of repeat 3 (id 4)", g.Outliers)
+	}
+	if g.Repeats != 6 {
+		t.Errorf("an outlier was dropped: %d repeats left", g.Repeats)
+	}
+	if s := rep.Group(Key{Mesh: "sidecar", Experiment: "fixed"}); len(s.Outliers) != 0 {
+		t.Errorf("clean group flagged: %v", s.Outliers)
+	}
+}
+
+func TestCapacityAndKnee(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	run := &results.Run{ID: "sweep", Meshes: []results.Mesh{{Label: "none", Profile: "none"}}}
+	// Latency grows with load: +0 µs up to 400 rps, then +2 ms per 100 rps; at 800 rps
+	// a fifth of the offered rate is not served.
+	for step, rate := range []float64{100, 200, 300, 400, 500, 600, 700, 800} {
+		shift := int64(0)
+		if rate > 400 {
+			shift = int64(rate-400) / 100 * 2000
+		}
+		tr := synthTrial(rng, "none", 0, int(rate)*10, shift, "steps", results.TrialParams{RequestedRate: rate, Step: step})
+		if rate == 800 {
+			tr.Result.Requests = int64(float64(tr.Result.Requests) * 0.8)
+		}
+		run.Trials = append(run.Trials, tr)
+	}
+	slo := SLO{P99: 8 * time.Millisecond, MaxErrorRate: 0.01, MinAchieved: 0.95, KneeFactor: 3}
+	rep := Analyze(run, Options{Seed: 1}, &slo)
+	if len(rep.Capacity) != 1 {
+		t.Fatalf("capacity results: %d", len(rep.Capacity))
+	}
+	c := rep.Capacity[0]
+	// p99 ≈ 200+2303+shift µs: 500 rps → 4.5 ms, 600 → 6.5 ms, 700 → 8.5 ms.
+	if !c.Found || c.MaxX != 600 || c.Limit == "" {
+		t.Errorf("capacity %v rps (found %v, limit %q), want 600", c.MaxX, c.Found, c.Limit)
+	}
+	// Low-load p99 ≈ 2.5 ms; 3× is 7.5 ms, first exceeded at 700 rps.
+	if !c.HasKnee || c.KneeX != 700 {
+		t.Errorf("knee at %v (has %v), want 700; rule %s", c.KneeX, c.HasKnee, c.KneeRule)
+	}
+	if c.Points[7].Meets || c.Points[7].Why == "" {
+		t.Errorf("800 rps step with a fifth unserved passes: %+v", c.Points[7])
+	}
+}
+
+func all(n int) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}

@@ -1,0 +1,183 @@
+package analysis
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/results"
+)
+
+// SLO is what "sustainable" means for capacity. Zero fields are not checked.
+type SLO struct {
+	P50          time.Duration `json:"p50"`
+	P99          time.Duration `json:"p99"`
+	MaxErrorRate float64       `json:"max_error_rate"`
+	// MinAchieved is the fraction of the requested rate that must actually be served
+	// (open-model steps only): a step the system could not keep up with is not
+	// sustainable whatever its latency says.
+	MinAchieved float64 `json:"min_achieved"`
+	// KneeFactor: the knee is the first step whose p99 exceeds KneeFactor times the
+	// p99 at the lowest step (default 3).
+	KneeFactor float64 `json:"knee_factor"`
+}
+
+// DefaultSLO is the SLO of study S1 (p50 ≤ 300 ms, p99 ≤ 1 s, ~no errors) with the
+// achieved rate within 5% of the requested one.
+func DefaultSLO() SLO {
+	return SLO{P50: 300 * time.Millisecond, P99: time.Second, MaxErrorRate: 0.001, MinAchieved: 0.95, KneeFactor: 3}
+}
+
+// CapacityPoint is one step of a sweep.
+type CapacityPoint struct {
+	Step       int     `json:"step"`
+	Label      string  `json:"label"`
+	X          float64 `json:"x"`
+	Throughput float64 `json:"throughput"`
+	P50        int64   `json:"p50_us"`
+	P99        int64   `json:"p99_us"`
+	ErrorRate  float64 `json:"error_rate"`
+	Meets      bool    `json:"meets"`
+	Why        string  `json:"why,omitempty"` // which part of the SLO failed
+}
+
+// Capacity is the answer for one mesh and one sweep experiment.
+type Capacity struct {
+	Mesh       string          `json:"mesh"`
+	Experiment string          `json:"experiment"`
+	XName      string          `json:"x_name"` // "rps", "connections" or "users"
+	Points     []CapacityPoint `json:"points"`
+	// Found is false when even the lowest step misses the SLO.
+	Found bool `json:"found"`
+	// MaxX is the highest step value that meets the SLO with every lower step meeting
+	// it too: a pass above the first failure is treated as noise, not capacity.
+	MaxX          float64 `json:"max_x"`
+	MaxThroughput float64 `json:"max_throughput"`
+	// Limit says why the step after MaxX failed ("" when every step passed).
+	Limit    string  `json:"limit,omitempty"`
+	KneeX    float64 `json:"knee_x"`
+	HasKnee  bool    `json:"has_knee"`
+	KneeRule string  `json:"knee_rule"`
+}
+
+// CapacityAll finds capacity for every (mesh, experiment) that has two or more steps.
+func CapacityAll(groups []*Group, slo SLO) []Capacity {
+	type me struct{ mesh, exp string }
+	var order []me
+	by := map[me][]*Group{}
+	for _, g := range groups {
+		k := me{g.Mesh, g.Experiment}
+		if by[k] == nil {
+			order = append(order, k)
+		}
+		by[k] = append(by[k], g)
+	}
+	var out []Capacity
+	for _, k := range order {
+		if len(by[k]) >= 2 {
+			out = append(out, CapacityOf(by[k], slo))
+		}
+	}
+	return out
+}
+
+// CapacityOf evaluates one sweep (the groups of one mesh and experiment, one per step).
+func CapacityOf(steps []*Group, slo SLO) Capacity {
+	if slo.KneeFactor <= 0 {
+		slo.KneeFactor = 3
+	}
+	steps = append([]*Group(nil), steps...)
+	sort.SliceStable(steps, func(i, j int) bool { return xOf(steps[i]) < xOf(steps[j]) })
+	c := Capacity{Mesh: steps[0].Mesh, Experiment: steps[0].Experiment, XName: xName(steps[0].Params)}
+	open := steps[0].Params.RequestedRate > 0
+	c.KneeRule = fmt.Sprintf("first step whose p99 exceeds %g× the p99 of the lowest step", slo.KneeFactor)
+	if !open {
+		c.KneeRule += ", or whose throughput rises less than 5% over the previous step"
+	}
+	failed := false
+	for i, g := range steps {
+		p := CapacityPoint{Step: g.Step, Label: g.Label, X: xOf(g), Throughput: g.Throughput, P50: g.P50, P99: g.P99, ErrorRate: g.ErrorRate, Meets: true}
+		switch {
+		case slo.P50 > 0 && results.Duration(g.P50) > slo.P50:
+			p.Meets, p.Why = false, fmt.Sprintf("p50 %v > %v", results.Duration(g.P50), slo.P50)
+		case slo.P99 > 0 && results.Duration(g.P99) > slo.P99:
+			p.Meets, p.Why = false, fmt.Sprintf("p99 %v > %v", results.Duration(g.P99), slo.P99)
+		case slo.MaxErrorRate > 0 && g.ErrorRate > slo.MaxErrorRate:
+			p.Meets, p.Why = false, fmt.Sprintf("error rate %.3g%% > %.3g%%", 100*g.ErrorRate, 100*slo.MaxErrorRate)
+		case open && slo.MinAchieved > 0 && g.Throughput < slo.MinAchieved*g.Params.RequestedRate:
+			p.Meets, p.Why = false, fmt.Sprintf("served %.0f of %.0f req/s requested", g.Throughput, g.Params.RequestedRate)
+		}
+		if !failed {
+			if p.Meets {
+				c.Found, c.MaxX, c.MaxThroughput = true, p.X, p.Throughput
+			} else {
+				failed, c.Limit = true, p.Why
+			}
+		}
+		if !c.HasKnee && i > 0 {
+			low := steps[0].P99
+			knee := low > 0 && float64(g.P99) > slo.KneeFactor*float64(low)
+			if !open && steps[i-1].Throughput > 0 && g.Throughput < 1.05*steps[i-1].Throughput {
+				knee = true
+			}
+			if knee {
+				c.HasKnee, c.KneeX = true, p.X
+			}
+		}
+		c.Points = append(c.Points, p)
+	}
+	return c
+}
+
+func xOf(g *Group) float64 {
+	p := g.Params
+	switch {
+	case p.RequestedRate > 0:
+		return p.RequestedRate
+	case p.Users > 0:
+		return float64(p.Users)
+	case p.Connections > 0:
+		return float64(p.Connections)
+	}
+	return float64(g.Step)
+}
+
+func xName(p results.TrialParams) string {
+	switch {
+	case p.RequestedRate > 0:
+		return "rps"
+	case p.Users > 0:
+		return "users"
+	case p.Connections > 0:
+		return "connections"
+	}
+	return "step"
+}
+
+// TukeyOutliers flags trials whose p99 lies outside Tukey's fences
+// [Q1 − k·IQR, Q3 + k·IQR] of the group's trial p99s. It needs four trials; flagged
+// trials are reported, never removed. Returns trial ids (or repeat numbers for
+// trials not yet stored).
+func TukeyOutliers(trials []*results.Trial, k float64) []int64 {
+	if len(trials) < 4 {
+		return nil
+	}
+	p99 := make([]float64, len(trials))
+	for i, t := range trials {
+		p99[i] = float64(t.Result.Latency.ValueAtQuantile(99))
+	}
+	sorted := append([]float64(nil), p99...)
+	q1, q3 := quantile(sorted, 0.25), quantile(sorted, 0.75)
+	iqr := q3 - q1
+	var out []int64
+	for i, t := range trials {
+		if p99[i] < q1-k*iqr || p99[i] > q3+k*iqr {
+			id := t.ID
+			if id == 0 {
+				id = int64(t.Repeat)
+			}
+			out = append(out, id)
+		}
+	}
+	return out
+}
