@@ -1,0 +1,527 @@
+package workload
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// trace is what a response body says about the call graph.
+type trace struct {
+	Service string  `json:"service"`
+	Version string  `json:"version"`
+	Pod     string  `json:"pod"`
+	Code    int     `json:"code"`
+	Error   string  `json:"error"`
+	Calls   []trace `json:"calls"`
+	Pad     string  `json:"pad"`
+}
+
+type testPod struct{ service, version string }
+
+// startPods runs each pod on its own 127.0.0.1 port; calls between them go through
+// --resolve style overrides (plus extra ones, e.g. for fake services). It returns the
+// base URL of each service.
+func startPods(t testing.TB, g *Graph, pods []testPod, extra map[string]string) map[string]string {
+	t.Helper()
+	resolve := map[string]string{}
+	for k, v := range extra {
+		resolve[k] = v
+	}
+	listeners := make([]net.Listener, len(pods))
+	urls := map[string]string{}
+	for i, p := range pods {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		listeners[i] = ln
+		resolve[p.service] = ln.Addr().String()
+		urls[p.service] = "http://" + ln.Addr().String()
+	}
+	for i, p := range pods {
+		srv, err := NewServer(g, ServerOptions{Service: p.service, Version: p.version, Pod: p.service + "-" + p.version + "-0", Resolve: resolve})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(ctx, listeners[i]) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serve %s: %v", p.service, err)
+			}
+		})
+	}
+	return urls
+}
+
+func mustParse(t testing.TB, src string) *Graph {
+	t.Helper()
+	g, err := Parse(t.Name()+".yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+var testClient = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64}, Timeout: 20 * time.Second}
+
+func get(t testing.TB, url string, header http.Header) (*http.Response, []byte, trace) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := testClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tr trace
+	if err := json.Unmarshal(body, &tr); err != nil {
+		t.Fatalf("body is not JSON (%v): %.200s", err, body)
+	}
+	return resp, body, tr
+}
+
+func TestBookinfoCallGraph(t *testing.T) {
+	g, err := Builtin("bookinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, reviews := range []string{"v1", "v2", "v3"} {
+		t.Run("reviews-"+reviews, func(t *testing.T) {
+			urls := startPods(t, g, []testPod{{"productpage", "v1"}, {"details", "v1"}, {"reviews", reviews}, {"ratings", "v1"}}, nil)
+			resp, body, tr := get(t, urls["productpage"]+"/productpage", http.Header{"X-Request-Id": {"req-42"}})
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			if resp.Header.Get("X-Request-Id") != "req-42" {
+				t.Errorf("x-request-id not echoed: %q", resp.Header.Get("X-Request-Id"))
+			}
+			if len(body) != 5<<10 {
+				t.Errorf("body %d bytes, want productpage's responseSize 5120", len(body))
+			}
+			if tr.Service != "productpage" || tr.Version != "v1" || tr.Pod != "productpage-v1-0" || tr.Code != 200 {
+				t.Errorf("root %+v", tr)
+			}
+			if len(tr.Calls) != 2 || tr.Calls[0].Service != "details" || tr.Calls[1].Service != "reviews" {
+				t.Fatalf("productpage calls %+v", tr.Calls)
+			}
+			rv := tr.Calls[1]
+			if rv.Version != reviews || rv.Code != 200 || rv.Pad != "" {
+				t.Errorf("reviews node %+v (nested nodes carry no padding)", rv)
+			}
+			wantRatings := reviews != "v1"
+			gotRatings := len(rv.Calls) == 1 && rv.Calls[0].Service == "ratings" && rv.Calls[0].Code == 200
+			if gotRatings != wantRatings || (!wantRatings && len(rv.Calls) != 0) {
+				t.Errorf("reviews %s calls %+v", reviews, rv.Calls)
+			}
+		})
+	}
+}
+
+func TestResponseSize(t *testing.T) {
+	for _, size := range []int64{0, 10, 70, 72, 1 << 10, 100 << 10} {
+		t.Run(strconv.FormatInt(size, 10), func(t *testing.T) {
+			g := mustParse(t, "name: g\nservices:\n  - name: a\n    responseSize: "+strconv.FormatInt(size, 10)+"\n")
+			urls := startPods(t, g, []testPod{{"a", "v1"}}, nil)
+			resp, body, tr := get(t, urls["a"]+"/", nil)
+			n, err := strconv.Atoi(resp.Header.Get(TraceBytesHeader))
+			if err != nil {
+				t.Fatal(err)
+			}
+			natural := n + 1
+			if want := max(int(size), natural); len(body) != want {
+				t.Errorf("body %d bytes, want %d", len(body), want)
+			}
+			var bare trace
+			if err := json.Unmarshal(append(body[:n:n], '}'), &bare); err != nil || bare.Service != "a" || bare.Pad != "" || tr.Service != "a" {
+				t.Errorf("trace prefix %q: %+v, %v", body[:n], bare, err)
+			}
+		})
+	}
+}
+
+func TestUpstreamFailurePropagates(t *testing.T) {
+	g := mustParse(t, `name: g
+services:
+  - name: a
+    script:
+      - call: b
+      - call: c
+  - name: b
+    errorRate: 100%
+  - name: c
+`)
+	// c is resolved to a port where nothing listens
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedAddr := closed.Addr().String()
+	closed.Close()
+
+	urls := startPods(t, g, []testPod{{"a", "v1"}, {"b", "v1"}}, map[string]string{"c": closedAddr})
+	resp, body, tr := get(t, urls["a"]+"/", nil)
+	if resp.StatusCode != 502 || tr.Code != 502 {
+		t.Fatalf("status %d, want 502: %s", resp.StatusCode, body)
+	}
+	if len(tr.Calls) != 1 || tr.Calls[0].Service != "b" || tr.Calls[0].Code != 500 || tr.Calls[0].Error != "injected fault" {
+		t.Errorf("a failed step must stop the script and show b's 500: %+v", tr.Calls)
+	}
+
+	g2 := mustParse(t, "name: g\nservices:\n  - name: a\n    script: [call: c]\n  - name: c\n")
+	urls = startPods(t, g2, []testPod{{"a", "v1"}}, map[string]string{"c": closedAddr})
+	resp, body, tr = get(t, urls["a"]+"/", nil)
+	if resp.StatusCode != 502 || len(tr.Calls) != 1 || tr.Calls[0].Code != 0 || !strings.Contains(tr.Calls[0].Error, "connection refused") {
+		t.Errorf("status %d, body %s", resp.StatusCode, body)
+	}
+}
+
+// fakeService is a real HTTP server standing in for a callee (or a proxy answering on
+// its behalf); it records what it received.
+type fakeService struct {
+	mu      sync.Mutex
+	headers []http.Header
+	methods []string
+	sizes   []int
+}
+
+func startFake(t *testing.T, handler func(w http.ResponseWriter)) (*fakeService, string) {
+	f := &fakeService{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		f.mu.Lock()
+		f.headers = append(f.headers, r.Header.Clone())
+		f.methods = append(f.methods, r.Method)
+		f.sizes = append(f.sizes, int(n))
+		f.mu.Unlock()
+		handler(w)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return f, ln.Addr().String()
+}
+
+func TestHeadersAndRequestSize(t *testing.T) {
+	fake, addr := startFake(t, func(w http.ResponseWriter) {
+		const tr = `{"service":"b","version":"v1","pod":"fake","code":200`
+		w.Header().Set(TraceBytesHeader, strconv.Itoa(len(tr)))
+		io.WriteString(w, tr+"}")
+	})
+	g := mustParse(t, "name: g\nservices:\n  - name: a\n    script:\n      - call: {service: b, path: /put, size: 10KiB}\n  - name: b\n")
+	urls := startPods(t, g, []testPod{{"a", "v1"}}, map[string]string{"b": addr})
+	in := http.Header{
+		"X-Request-Id": {"rid-1"},
+		"Traceparent":  {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+		"X-B3-Traceid": {"80f198ee56343ba864fe8b2a57d3eff7"},
+		"End-User":     {"jason"},
+		"X-Private":    {"must-not-leak"},
+	}
+	resp, body, tr := get(t, urls["a"]+"/", in)
+	if resp.StatusCode != 200 || len(tr.Calls) != 1 || tr.Calls[0].Pod != "fake" {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	if len(fake.headers) != 1 {
+		t.Fatalf("b received %d requests", len(fake.headers))
+	}
+	h := fake.headers[0]
+	for _, k := range []string{"X-Request-Id", "Traceparent", "X-B3-Traceid", "End-User"} {
+		if h.Get(k) != in.Get(k) {
+			t.Errorf("%s: b got %q, want %q", k, h.Get(k), in.Get(k))
+		}
+	}
+	if h.Get("X-Private") != "" {
+		t.Errorf("X-Private propagated")
+	}
+	if fake.methods[0] != http.MethodPost || fake.sizes[0] != 10240 {
+		t.Errorf("b got %s with %d bytes, want POST with 10240", fake.methods[0], fake.sizes[0])
+	}
+}
+
+func TestForeignErrorResponse(t *testing.T) {
+	_, addr := startFake(t, func(w http.ResponseWriter) {
+		w.WriteHeader(503)
+		io.WriteString(w, "no healthy upstream")
+	})
+	g := mustParse(t, "name: g\nservices:\n  - name: a\n    script: [call: b]\n  - name: b\n")
+	urls := startPods(t, g, []testPod{{"a", "v1"}}, map[string]string{"b": addr})
+	resp, body, tr := get(t, urls["a"]+"/", nil)
+	if resp.StatusCode != 502 || len(tr.Calls) != 1 || tr.Calls[0].Code != 503 ||
+		!strings.Contains(tr.Calls[0].Error, "no healthy upstream") {
+		t.Errorf("status %d, body %s", resp.StatusCode, body)
+	}
+}
+
+// within5Sigma says whether k successes in n trials fit probability p.
+func within5Sigma(k, n int, p float64) bool {
+	sigma := math.Sqrt(float64(n) * p * (1 - p))
+	return math.Abs(float64(k)-float64(n)*p) <= 5*sigma
+}
+
+func TestErrorRate(t *testing.T) {
+	g := mustParse(t, "name: g\nservices:\n  - name: a\n    errorRate: 20%\n")
+	urls := startPods(t, g, []testPod{{"a", "v1"}}, nil)
+	const n = 1000
+	failures := 0
+	for i := 0; i < n; i++ {
+		resp, _, tr := get(t, urls["a"]+"/", nil)
+		switch resp.StatusCode {
+		case 500:
+			failures++
+			if tr.Error != "injected fault" {
+				t.Fatalf("500 without reason: %+v", tr)
+			}
+		case 200:
+		default:
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	if !within5Sigma(failures, n, 0.2) {
+		t.Errorf("%d of %d requests failed, want about %d", failures, n, n/5)
+	}
+}
+
+func TestCallProbability(t *testing.T) {
+	g := mustParse(t, "name: g\nservices:\n  - name: a\n    script:\n      - call: b\n        probability: 30%\n      - call: c\n  - name: b\n  - name: c\n")
+	urls := startPods(t, g, []testPod{{"a", "v1"}, {"b", "v1"}, {"c", "v1"}}, nil)
+	const n = 1000
+	made := 0
+	for i := 0; i < n; i++ {
+		_, _, tr := get(t, urls["a"]+"/", nil)
+		last := tr.Calls[len(tr.Calls)-1]
+		if last.Service != "c" {
+			t.Fatalf("c must always be called: %+v", tr.Calls)
+		}
+		if len(tr.Calls) == 2 {
+			made++
+		}
+	}
+	if !within5Sigma(made, n, 0.3) {
+		t.Errorf("b called in %d of %d requests, want about %d", made, n, 3*n/10)
+	}
+}
+
+func TestConcurrentGroupRunsInParallel(t *testing.T) {
+	const leaves = `  - name: b
+    script: [sleep: 200ms]
+  - name: c
+    script: [sleep: 200ms]
+  - name: d
+    script: [sleep: 200ms]
+`
+	concurrent := mustParse(t, "name: g\nservices:\n  - name: a\n    script:\n      - [call: b, call: c, call: d]\n"+leaves)
+	sequential := mustParse(t, "name: g\nservices:\n  - name: a\n    script: [call: b, call: c, call: d]\n"+leaves)
+	pods := []testPod{{"a", "v1"}, {"b", "v1"}, {"c", "v1"}, {"d", "v1"}}
+	elapsed := func(g *Graph) time.Duration {
+		urls := startPods(t, g, pods, nil)
+		start := time.Now()
+		resp, body, tr := get(t, urls["a"]+"/", nil)
+		if resp.StatusCode != 200 || len(tr.Calls) != 3 || tr.Calls[0].Service != "b" || tr.Calls[2].Service != "d" {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+		return time.Since(start)
+	}
+	if d := elapsed(concurrent); d < 200*time.Millisecond || d > 500*time.Millisecond {
+		t.Errorf("concurrent group of three 200ms calls took %v", d)
+	}
+	if d := elapsed(sequential); d < 600*time.Millisecond {
+		t.Errorf("three sequential 200ms calls took only %v", d)
+	}
+}
+
+func TestSleepHonoured(t *testing.T) {
+	g := mustParse(t, `name: g
+services:
+  - name: fixed
+    script: [sleep: 30ms]
+  - name: expo
+    isEntrypoint: true
+    script:
+      - sleep: {distribution: exponential, mean: 10ms}
+`)
+	urls := startPods(t, g, []testPod{{"fixed", "v1"}, {"expo", "v1"}}, nil)
+	for i := 0; i < 5; i++ {
+		start := time.Now()
+		get(t, urls["fixed"]+"/", nil)
+		if d := time.Since(start); d < 30*time.Millisecond {
+			t.Fatalf("request to a service sleeping 30ms took %v", d)
+		}
+	}
+	const n = 150
+	var total time.Duration
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		get(t, urls["expo"]+"/", nil)
+		total += time.Since(start)
+	}
+	// the mean of 150 exponential draws with mean 10ms has a standard deviation of 0.8ms;
+	// the upper bound also leaves room for a busy machine.
+	if mean := total / n; mean < 6*time.Millisecond || mean > 35*time.Millisecond {
+		t.Errorf("mean latency %v with an exponential 10ms sleep", mean)
+	}
+}
+
+func TestDelaySampleDistributions(t *testing.T) {
+	ms := float64(time.Millisecond)
+	cases := []struct {
+		name              string
+		d                 Delay
+		mean, sd, tolMean float64 // in ms; tolMean relative
+		tolSD             float64 // relative
+		lo, hi            float64 // every sample within, in ms
+	}{
+		{"constant", Delay{Distribution: Constant, Mean: 7 * time.Millisecond}, 7, 0, 0, 0, 7, 7},
+		{"normal", Delay{Distribution: Normal, Mean: 10 * time.Millisecond, Stddev: 2 * time.Millisecond}, 10, 2, 0.01, 0.03, 0, math.Inf(1)},
+		{"exponential", Delay{Distribution: Exponential, Mean: 5 * time.Millisecond}, 5, 5, 0.03, 0.05, 0, math.Inf(1)},
+		{"uniform", Delay{Distribution: Uniform, Min: 2 * time.Millisecond, Max: 4 * time.Millisecond}, 3, 2 / math.Sqrt(12), 0.01, 0.03, 2, 4},
+		{"clamped normal", Delay{Distribution: Normal, Mean: 10 * time.Millisecond, Stddev: 10 * time.Millisecond, Min: 5 * time.Millisecond, Max: 12 * time.Millisecond}, -1, -1, 0, 0, 5, 12},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newTestRand(42)
+			const n = 50000
+			var sum, sumSq float64
+			for i := 0; i < n; i++ {
+				v := float64(tc.d.Sample(r)) / ms
+				if v < tc.lo || v > tc.hi {
+					t.Fatalf("sample %vms outside [%v, %v]", v, tc.lo, tc.hi)
+				}
+				sum += v
+				sumSq += v * v
+			}
+			mean := sum / n
+			sd := math.Sqrt(sumSq/n - mean*mean)
+			if tc.mean >= 0 && math.Abs(mean-tc.mean) > tc.tolMean*tc.mean+1e-9 {
+				t.Errorf("mean %.4fms, want %.4fms", mean, tc.mean)
+			}
+			if tc.sd >= 0 && math.Abs(sd-tc.sd) > tc.tolSD*tc.sd+1e-6 {
+				t.Errorf("stddev %.4fms, want %.4fms", sd, tc.sd)
+			}
+		})
+	}
+}
+
+func processCPU(t testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func TestCPUBurnHonoured(t *testing.T) {
+	g := mustParse(t, "name: g\nservices:\n  - name: a\n    script: [cpu: 20ms]\n")
+	urls := startPods(t, g, []testPod{{"a", "v1"}}, nil)
+	const n = 10
+	before := processCPU(t)
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		if resp, _, _ := get(t, urls["a"]+"/", nil); resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		if d := time.Since(start); d < 20*time.Millisecond {
+			t.Fatalf("request burning 20ms of CPU took %v", d)
+		}
+	}
+	// CPU time, not wall time, is burnt, so a busy machine cannot shrink it
+	if used := processCPU(t) - before; used < n*20*time.Millisecond*9/10 {
+		t.Errorf("%d requests of cpu: 20ms used only %v of CPU", n, used)
+	}
+}
+
+func TestHealthzSkipsScript(t *testing.T) {
+	g := mustParse(t, "name: g\nservices:\n  - name: a\n    errorRate: 100%\n    script: [sleep: 2s]\n")
+	urls := startPods(t, g, []testPod{{"a", "v1"}}, nil)
+	start := time.Now()
+	resp, err := testClient.Get(urls["a"] + HealthPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "ok\n" || time.Since(start) > time.Second {
+		t.Errorf("healthz: %d %q after %v", resp.StatusCode, body, time.Since(start))
+	}
+}
+
+func TestNewServerChoosesVersion(t *testing.T) {
+	g, err := Builtin("bookinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewServer(g, ServerOptions{Service: "reviews"}); err == nil || !strings.Contains(err.Error(), "v1, v2, v3") {
+		t.Errorf("reviews without a version: %v", err)
+	}
+	if _, err := NewServer(g, ServerOptions{Service: "review", Version: "v1"}); err == nil || !strings.Contains(err.Error(), "productpage, details, reviews, ratings") {
+		t.Errorf("unknown service: %v", err)
+	}
+	if _, err := NewServer(g, ServerOptions{Service: "details"}); err != nil {
+		t.Errorf("details has one version: %v", err)
+	}
+}
+
+func TestParseResolve(t *testing.T) {
+	got, err := ParseResolve([]string{"a=127.0.0.2", "b=127.0.0.1:8080", "c=[::1]:80"})
+	if err != nil || got["a"] != "127.0.0.2" || got["b"] != "127.0.0.1:8080" || got["c"] != "[::1]:80" {
+		t.Errorf("ParseResolve = %v, %v", got, err)
+	}
+	for _, bad := range []string{"a", "=1.2.3.4", "a=", "a=host.example:80", "a=1.2.3"} {
+		if _, err := ParseResolve([]string{bad}); err == nil {
+			t.Errorf("ParseResolve(%q) accepted", bad)
+		}
+	}
+}
+
+func TestServeStopsOnCancel(t *testing.T) {
+	g := mustParse(t, "name: g\nservices:\n  - name: a\n")
+	srv, err := NewServer(g, ServerOptions{Service: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after cancel")
+	}
+	if _, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("listener still open after Serve returned: %v", err)
+	}
+}
