@@ -12,8 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
 	"reflect"
+
+	"github.com/meshmark/meshmark/internal/workload"
+	"gopkg.in/yaml.v3"
 )
 
 // Parse parses a study document. filename is used in error messages and to resolve
@@ -169,42 +171,51 @@ func (c *checker) kubernetes(k *KubernetesSubstrate) {
 	}
 }
 
-// builtinGraph matches the graph names the workload package provides.
-var builtinGraph = regexp.MustCompile(`^(bookinfo|emojivoto|teastore|boutique|chain-[1-9][0-9]?|fanout-[1-9][0-9]?)$`)
-
-// BuiltinGraphs lists the built-in graph names (chain-N and fanout-N for N in 1..99).
-var BuiltinGraphs = []string{"bookinfo", "emojivoto", "teastore", "boutique", "chain-N", "fanout-N"}
-
 func looksLikePath(graph string) bool {
 	return strings.ContainsAny(graph, `/\`) || strings.HasSuffix(graph, ".yaml") ||
 		strings.HasSuffix(graph, ".yml") || strings.HasSuffix(graph, ".json")
 }
 
+// workload loads the graph through the workload package, so that the study accepts
+// exactly the graphs a run can deploy and replica overrides can be checked against
+// the graph's services here, with a position, rather than at run time.
 func (c *checker) workload() {
 	w, p := &c.s.Spec.Workload, "spec.workload"
+	var g *workload.Graph
 	switch {
 	case w.Graph == "":
-		c.errAt(p+".graph", "missing: a built-in graph (%s) or a graph file", strings.Join(BuiltinGraphs, ", "))
+		c.errAt(p+".graph", "missing: a built-in graph (%s) or a graph file", strings.Join(workload.BuiltinNames(), ", "))
 	case looksLikePath(w.Graph):
 		if c.s.Dir == "" {
 			c.errAt(p+".graph", "%q: an embedded study can only use built-in graphs", w.Graph)
 			break
 		}
-		full := w.Graph
-		if !filepath.IsAbs(full) {
-			full = filepath.Join(c.s.Dir, full)
-		}
+		full := c.s.Resolve(w.Graph)
 		if st, err := os.Stat(full); err != nil || st.IsDir() {
 			c.errAt(p+".graph", "graph file %q not found (paths are relative to the study file)", full)
+			break
 		}
-	case !builtinGraph.MatchString(w.Graph):
-		c.errAt(p+".graph", "%q: not a built-in graph (%s) and not a file path%s",
-			w.Graph, strings.Join(BuiltinGraphs, ", "), suggest(w.Graph, []string{"bookinfo", "emojivoto", "teastore", "boutique"}))
+		var err error
+		if g, err = workload.ParseFile(full); err != nil {
+			c.errAt(p+".graph", "graph file %q is invalid:\n  %s", full, strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		}
+	default:
+		var err error
+		if g, err = workload.Builtin(w.Graph); err != nil {
+			base, _, _ := strings.Cut(w.Graph, ":")
+			c.errAt(p+".graph", "%q: not a built-in graph (%s) and not a file path%s",
+				w.Graph, strings.Join(workload.BuiltinNames(), ", "), suggest(base, workload.BuiltinNames()))
+		}
 	}
 	for _, svc := range sortedKeys(w.Replicas) {
-		if !dnsLabel.MatchString(svc) {
-			c.errAt(p+".replicas."+svc, "%q is not a service name", svc)
-		} else if n := w.Replicas[svc]; n < 1 || n > 100 {
+		switch n := w.Replicas[svc]; {
+		case g != nil && g.Service(svc) == nil:
+			var names []string
+			for _, s := range g.Services {
+				names = append(names, s.Name)
+			}
+			c.errAt(p+".replicas."+svc, "graph %s has no service %q (it has %s)%s", g.Name, svc, strings.Join(names, ", "), suggest(svc, names))
+		case n < 1 || n > 100:
 			c.errAt(p+".replicas."+svc, "%d: expected 1 to 100 replicas", n)
 		}
 	}

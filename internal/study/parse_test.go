@@ -168,7 +168,11 @@ func TestInvalid(t *testing.T) {
 		{"bad study name", "name: mini", "name: Mini_Study",
 			[]string{`f.yaml:4:9: metadata.name: "Mini_Study": use at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit`}},
 		{"unknown graph", "graph: bookinfo", "graph: bookinf",
-			[]string{`f.yaml:7:12: spec.workload.graph: "bookinf": not a built-in graph (bookinfo, emojivoto, teastore, boutique, chain-N, fanout-N) and not a file path (did you mean "bookinfo"?)`}},
+			[]string{`f.yaml:7:12: spec.workload.graph: "bookinf": not a built-in graph (bookinfo, emojivoto, chain-N, fanout-N) and not a file path (did you mean "bookinfo"?)`}},
+		{"replicas of a service the graph lacks", "graph: bookinfo", "graph: bookinfo\n    replicas: {reviews: 2, rating: 3}",
+			[]string{`f.yaml:8:36: spec.workload.replicas.rating: graph bookinfo has no service "rating" (it has productpage, details, reviews, ratings) (did you mean "ratings"?)`}},
+		{"too many replicas", "graph: bookinfo", "graph: bookinfo\n    replicas: {reviews: 101}",
+			[]string{`f.yaml:8:25: spec.workload.replicas.reviews: 101: expected 1 to 100 replicas`}},
 		{"missing graph file", "graph: bookinfo", "graph: graphs/nope.yaml",
 			[]string{`f.yaml:7:12: spec.workload.graph: graph file "graphs/nope.yaml" not found (paths are relative to the study file)`}},
 		{"order typo", "  experiments:\n", "  order: interleave\n  experiments:\n",
@@ -230,7 +234,8 @@ func TestGraphFileRelativeToStudy(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, "graphs"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "graphs", "g.yaml"), []byte("services: []\n"), 0o644); err != nil {
+	graph := "name: g\nservices:\n  - name: front\n    isEntrypoint: true\n"
+	if err := os.WriteFile(filepath.Join(dir, "graphs", "g.yaml"), []byte(graph), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	doc := strings.Replace(minimal, "graph: bookinfo", "graph: graphs/g.yaml", 1)
@@ -246,6 +251,16 @@ func TestGraphFileRelativeToStudy(t *testing.T) {
 		t.Errorf("graph %q resolves to %q", s.Spec.Workload.Graph, s.Resolve(s.Spec.Workload.Graph))
 	}
 	checkRoundTrip(t, s)
+
+	// A broken graph file is reported at spec.workload.graph, with the graph's own errors.
+	if err := os.WriteFile(filepath.Join(dir, "graphs", "g.yaml"), []byte("name: g\nservices: []\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ParseFile(file)
+	if err == nil || !strings.Contains(err.Error(), "study.yaml:7:12: spec.workload.graph: graph file") ||
+		!strings.Contains(err.Error(), "g.yaml:2:11: services:") {
+		t.Errorf("broken graph file: %v", err)
+	}
 }
 
 func TestCPUOverlapWarns(t *testing.T) {

@@ -97,8 +97,8 @@ type KubernetesSubstrate struct {
 
 // Workload is the service graph under test.
 type Workload struct {
-	// Graph is a built-in graph name (bookinfo, emojivoto, teastore, boutique,
-	// chain-N, fanout-N) or a graph file path relative to the study file.
+	// Graph is a built-in graph name (see workload.BuiltinNames: bookinfo,
+	// emojivoto, chain-N, fanout-N) or a graph file path relative to the study file.
 	Graph string `yaml:"graph"`
 	// Replicas overrides the number of pods of each version of a service.
 	Replicas map[string]int `yaml:"replicas,omitempty"`
