@@ -243,3 +243,5 @@ func all(n int) []int {
 	}
 	return idx
 }
+
+func newRNG(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 12345)) }
