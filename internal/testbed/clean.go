@@ -179,6 +179,11 @@ func Clean(ctx context.Context, opts CleanOptions) (CleanReport, error) {
 	if os.Geteuid() != 0 {
 		return CleanReport{}, errors.New("clean: needs root")
 	}
+	for _, id := range opts.Runs {
+		if !runIDPattern.MatchString(id) {
+			return CleanReport{}, fmt.Errorf("clean: run id %q: want 6 lower-case hex characters", id)
+		}
+	}
 	namespaces := map[string][]string{}
 	etc := map[string][]string{}
 	ids := map[string]bool{}

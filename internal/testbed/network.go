@@ -42,17 +42,14 @@ func fixedMAC(kind, index int) net.HardwareAddr {
 	return net.HardwareAddr{0x02, 0x6d, 0x6d, byte(kind), byte(index >> 8), byte(index)}
 }
 
-// newNetNS creates and records a namespace. It is written to the manifest before it
-// exists, so a kill in between still leaves a trace (Clean also scans by prefix).
+// newNetNS creates and records a namespace. The manifest on disk is updated once per
+// batch (a rename on /run's disk costs a millisecond); Clean finds namespaces by
+// prefix, so a kill before the update loses nothing.
 func (tb *Testbed) newNetNS(name string) (*netNS, error) {
 	full := tb.NetNSName(name)
 	tb.mu.Lock()
 	tb.manifest.Namespaces = append(tb.manifest.Namespaces, full)
-	err := tb.saveManifest()
 	tb.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
 	f, err := createNamedNetNS(full)
 	if err != nil {
 		return nil, fmt.Errorf("testbed: namespace %s: %w", full, err)
@@ -223,7 +220,9 @@ func (tb *Testbed) buildFabric(ctx context.Context) error {
 			}
 		}
 	}
-	return nil
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return tb.saveManifest()
 }
 
 // dnsLabel is what Kubernetes accepts for pod and service names.
@@ -237,7 +236,7 @@ func checkDNSLabel(field, value string) error {
 }
 
 // createPodNetwork creates a pod's namespace on its node and wires it, without service
-// rules (the caller syncs those, once for a whole batch).
+// rules and hosts file (the caller writes those, once for a whole batch).
 func (tb *Testbed) createPodNetwork(spec PodSpec) (*pod, error) {
 	if err := checkDNSLabel("pod name", spec.Name); err != nil {
 		return nil, err
@@ -302,9 +301,6 @@ func (tb *Testbed) createPodNetwork(spec PodSpec) (*pod, error) {
 		return fail(err)
 	}
 	if err := ns.addRoute(netip.Prefix{}, n.gateway); err != nil {
-		return fail(err)
-	}
-	if err := tb.writeHosts(ns.name, p.topo.IP, spec.Name); err != nil {
 		return fail(err)
 	}
 	return p, nil

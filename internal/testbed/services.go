@@ -57,10 +57,15 @@ func (tb *Testbed) AddPod(ctx context.Context, spec PodSpec) (topology.Pod, erro
 	if err != nil {
 		return topology.Pod{}, err
 	}
+	if err := tb.writeHosts(p.ns.name, p.topo.IP, spec.Name); err != nil {
+		return topology.Pod{}, err
+	}
 	if err := tb.syncRules(ctx, []*netNS{p.ns}); err != nil {
 		return topology.Pod{}, err
 	}
-	return p.topo, nil
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return p.topo, tb.saveManifest()
 }
 
 // ServiceSpec describes a service to add.
@@ -112,7 +117,9 @@ func (tb *Testbed) AddServices(ctx context.Context, specs []ServiceSpec) ([]neti
 	if err := tb.syncRules(ctx, all); err != nil {
 		return nil, err
 	}
-	return vips, nil
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return vips, tb.saveManifest()
 }
 
 func (tb *Testbed) checkServiceLocked(spec ServiceSpec, pending []*service) error {
@@ -291,15 +298,10 @@ func (tb *Testbed) hostsFile(selfIP netip.Addr, selfName string) []byte {
 func (tb *Testbed) writeHosts(nsName string, selfIP netip.Addr, selfName string) error {
 	dir := filepath.Join(etcNetnsDir, nsName)
 	tb.mu.Lock()
-	var err error
 	if !slices.Contains(tb.manifest.EtcNetns, dir) {
 		tb.manifest.EtcNetns = append(tb.manifest.EtcNetns, dir)
-		err = tb.saveManifest()
 	}
 	tb.mu.Unlock()
-	if err != nil {
-		return err
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("testbed: %w", err)
 	}

@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/meshmark/meshmark/internal/testbed"
+	"github.com/spf13/cobra"
+)
+
+func init() {
+	register(func() *cobra.Command {
+		var opts testbed.CleanOptions
+		c := &cobra.Command{
+			Use:   "clean [run-id...]",
+			Short: "Remove what killed runs left behind: processes, network namespaces, /etc/netns entries, run directories",
+			Long: "clean removes the objects of local testbeds whose owner process is dead " +
+				"(namespaces mm-<id>-*, /etc/netns/mm-<id>-*, " + testbed.RunRoot + "/<id>) and the " +
+				"processes still running in them. Runs whose owner lives are left alone unless --all. " +
+				"Nothing without the meshmark prefix is touched.",
+			RunE: func(cmd *cobra.Command, args []string) error {
+				opts.Runs = args
+				report, err := testbed.Clean(cmd.Context(), opts)
+				out := cmd.OutOrStdout()
+				for _, run := range report.Runs {
+					if run.SkippedReason != "" {
+						fmt.Fprintf(out, "run %s: kept (%s)\n", run.ID, run.SkippedReason)
+						continue
+					}
+					fmt.Fprintf(out, "run %s:", run.ID)
+					if run.Owner != 0 {
+						state := "dead"
+						if run.OwnerAlive {
+							state = "alive"
+						}
+						fmt.Fprintf(out, " owner pid %d (%s)", run.Owner, state)
+					}
+					fmt.Fprintln(out)
+					for _, pid := range run.Killed {
+						fmt.Fprintf(out, "  killed process %d\n", pid)
+					}
+					for _, ns := range run.Namespaces {
+						fmt.Fprintf(out, "  removed network namespace %s\n", ns)
+					}
+					for _, dir := range run.EtcNetns {
+						fmt.Fprintf(out, "  removed %s\n", dir)
+					}
+					if run.RunDir != "" {
+						fmt.Fprintf(out, "  removed %s\n", run.RunDir)
+					}
+				}
+				if !report.Removed() && err == nil {
+					fmt.Fprintln(out, "nothing to clean")
+				}
+				return err
+			},
+		}
+		c.Flags().BoolVar(&opts.All, "all", false, "also remove runs whose owner process is alive")
+		return c
+	})
+}
