@@ -129,9 +129,13 @@ func chainYAML(n int) []byte {
 // fanoutYAML is root calling leaf-0 … leaf-(n-1) all at once.
 func fanoutYAML(n int) []byte {
 	var b strings.Builder
-	fmt.Fprintf(&b, "name: fanout-%d\ndefaults:\n  responseSize: 1KiB\nservices:\n  - name: root\n    isEntrypoint: true\n    script:\n      -\n", n)
+	fmt.Fprintf(&b, "name: fanout-%d\ndefaults:\n  responseSize: 1KiB\nservices:\n  - name: root\n    isEntrypoint: true\n    script:\n", n)
 	for i := 0; i < n; i++ {
-		fmt.Fprintf(&b, "        - call: leaf-%d\n", i)
+		lead := "        - "
+		if i == 0 {
+			lead = "      - - "
+		}
+		fmt.Fprintf(&b, "%scall: leaf-%d\n", lead, i)
 	}
 	for i := 0; i < n; i++ {
 		fmt.Fprintf(&b, "  - name: leaf-%d\n", i)
