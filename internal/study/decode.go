@@ -19,7 +19,11 @@ type FieldError struct {
 	Column int
 	Field  string
 	Msg    string
+	// Err is the underlying error when the problem came from another package.
+	Err error
 }
+
+func (e *FieldError) Unwrap() error { return e.Err }
 
 func (e *FieldError) Error() string {
 	var b strings.Builder

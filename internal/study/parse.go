@@ -46,6 +46,10 @@ func Parse(filename string, data []byte) (*Study, error) {
 		})
 		return nil, d.errs
 	}
+	s.positions = make(map[string]position, len(d.values))
+	for path, n := range d.values {
+		s.positions[path] = position{n.Line, n.Column}
+	}
 	return s, nil
 }
 

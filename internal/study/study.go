@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -35,6 +36,31 @@ type Study struct {
 	Dir string `yaml:"-"`
 	// Warnings are problems that do not stop a run but will skew its numbers.
 	Warnings []string `yaml:"-"`
+
+	// positions maps field paths to where they were written, for ErrorAt.
+	positions map[string]position
+}
+
+type position struct{ line, column int }
+
+// ErrorAt locates a problem found after parsing (a mesh option the profile rejects,
+// say) at the field that caused it, or at its closest written ancestor:
+// st.ErrorAt("spec.meshes[1].options", err) gives
+// "study.yaml:14:16: spec.meshes[1].options: <err>". The result unwraps to err.
+func (s *Study) ErrorAt(field string, err error) error {
+	e := &FieldError{File: s.File, Field: field, Msg: err.Error(), Err: err}
+	for p := field; ; {
+		if pos, ok := s.positions[p]; ok {
+			e.Line, e.Column = pos.line, pos.column
+			break
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return e
 }
 
 // Metadata names and describes a study.
