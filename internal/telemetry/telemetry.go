@@ -15,6 +15,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/meshmark/meshmark/internal/substrate"
+	"github.com/meshmark/meshmark/internal/topology"
 )
 
 // Client reads one Envoy admin endpoint.
@@ -223,4 +226,51 @@ func Compare(before, after Snapshot) Diff {
 	}
 	sort.Strings(d.Resets)
 	return d
+}
+
+// ForPod returns a Client for an admin endpoint at addr reached from inside pod, e.g.
+// a sidecar's admin on 127.0.0.1:15000 in that pod's network namespace.
+func ForPod(sub substrate.Substrate, pod topology.Pod, addr string) *Client {
+	return NewClient(addr, func(ctx context.Context, network, a string) (net.Conn, error) {
+		return sub.DialContext(ctx, pod, network, a)
+	})
+}
+
+// SnapshotAll snapshots several proxies (keyed by any name, e.g. pod or pod/component)
+// concurrently and returns every snapshot, or the first error.
+func SnapshotAll(ctx context.Context, clients map[string]*Client) (map[string]Snapshot, error) {
+	type result struct {
+		name string
+		snap Snapshot
+		err  error
+	}
+	ch := make(chan result, len(clients))
+	for name, c := range clients {
+		go func() {
+			s, err := c.Snapshot(ctx)
+			ch <- result{name, s, err}
+		}()
+	}
+	out := make(map[string]Snapshot, len(clients))
+	var firstErr error
+	for range clients {
+		r := <-ch
+		if r.err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("%s: %w", r.name, r.err)
+		}
+		out[r.name] = r.snap
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	return out, nil
+}
+
+// CompareAll diffs matching snapshots of SnapshotAll taken before and after.
+func CompareAll(before, after map[string]Snapshot) map[string]Diff {
+	out := make(map[string]Diff, len(after))
+	for name, a := range after {
+		out[name] = Compare(before[name], a)
+	}
+	return out
 }

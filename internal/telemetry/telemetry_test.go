@@ -410,3 +410,28 @@ func TestClustersIgnoresEnvoySubScopes(t *testing.T) {
 		t.Errorf("connections %v", c)
 	}
 }
+
+func TestSnapshotAllReportsWhichProxyFailed(t *testing.T) {
+	e := startEnvoy(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	good := map[string]*Client{"a": NewClient(e.admin, nil), "b": NewClient(e.admin, nil)}
+	snaps, err := SnapshotAll(ctx, good)
+	if err != nil || len(snaps) != 2 || snaps["a"].Version == "" {
+		t.Fatalf("SnapshotAll: %v %v", err, snaps)
+	}
+	diffs := CompareAll(snaps, snaps)
+	if len(diffs) != 2 || InboundRequests(diffs["b"]) != 0 {
+		t.Fatalf("diffs %v", diffs)
+	}
+	good["gone"] = NewClient(dead, nil)
+	if _, err := SnapshotAll(ctx, good); err == nil || !strings.HasPrefix(err.Error(), "gone: ") {
+		t.Fatalf("want an error naming the unreachable proxy, got %v", err)
+	}
+}
