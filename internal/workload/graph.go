@@ -134,6 +134,38 @@ func (s *Service) Version(name string) *Version {
 	return nil
 }
 
+// WeightPercents returns each version's share of traffic in whole percent, in the order
+// of s.Versions, summing to exactly 100 (largest remainder first), as meshes such as
+// Istio require for a traffic split.
+func (s *Service) WeightPercents() []int {
+	total := 0
+	for _, v := range s.Versions {
+		total += v.Weight
+	}
+	out := make([]int, len(s.Versions))
+	if total == 0 {
+		return out
+	}
+	remainders := make([]int, len(s.Versions))
+	given := 0
+	for i, v := range s.Versions {
+		out[i] = 100 * v.Weight / total
+		remainders[i] = 100 * v.Weight % total
+		given += out[i]
+	}
+	for ; given < 100; given++ {
+		best := 0
+		for i := range remainders {
+			if remainders[i] > remainders[best] {
+				best = i
+			}
+		}
+		out[best]++
+		remainders[best] = -1
+	}
+	return out
+}
+
 // Deployments lists every version of every service, in graph order.
 func (g *Graph) Deployments() []Deployment {
 	var out []Deployment

@@ -76,6 +76,37 @@ func TestBookinfoShape(t *testing.T) {
 	}
 }
 
+func TestWeightPercents(t *testing.T) {
+	cases := []struct {
+		weights []int
+		want    []int
+	}{
+		{[]int{1, 1, 1}, []int{34, 33, 33}},
+		{[]int{90, 10}, []int{90, 10}},
+		{[]int{1, 0, 2}, []int{33, 0, 67}},
+		{[]int{5}, []int{100}},
+		{[]int{1, 1, 1, 1, 1, 1, 1}, []int{15, 15, 14, 14, 14, 14, 14}},
+	}
+	for _, tc := range cases {
+		s := &Service{}
+		for _, w := range tc.weights {
+			s.Versions = append(s.Versions, &Version{Weight: w})
+		}
+		got := s.WeightPercents()
+		sum := 0
+		for i := range got {
+			sum += got[i]
+			if got[i] != tc.want[i] {
+				t.Errorf("weights %v: got %v, want %v", tc.weights, got, tc.want)
+				break
+			}
+		}
+		if sum != 100 {
+			t.Errorf("weights %v: percents %v sum to %d", tc.weights, got, sum)
+		}
+	}
+}
+
 func TestGeneratedShapes(t *testing.T) {
 	chain, err := Builtin("chain-4")
 	if err != nil {

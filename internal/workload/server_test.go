@@ -201,10 +201,13 @@ services:
 // fakeService is a real HTTP server standing in for a callee (or a proxy answering on
 // its behalf); it records what it received.
 type fakeService struct {
-	mu      sync.Mutex
-	headers []http.Header
-	methods []string
-	sizes   []int
+	mu       sync.Mutex
+	headers  []http.Header
+	methods  []string
+	sizes    []int
+	hosts    []string
+	paths    []string
+	newConns int
 }
 
 func startFake(t *testing.T, handler func(w http.ResponseWriter)) (*fakeService, string) {
@@ -219,20 +222,24 @@ func startFake(t *testing.T, handler func(w http.ResponseWriter)) (*fakeService,
 		f.headers = append(f.headers, r.Header.Clone())
 		f.methods = append(f.methods, r.Method)
 		f.sizes = append(f.sizes, int(n))
+		f.hosts = append(f.hosts, r.Host)
+		f.paths = append(f.paths, r.URL.Path)
 		f.mu.Unlock()
 		handler(w)
-	})}
+	}), ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			f.mu.Lock()
+			f.newConns++
+			f.mu.Unlock()
+		}
+	}}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return f, ln.Addr().String()
 }
 
 func TestHeadersAndRequestSize(t *testing.T) {
-	fake, addr := startFake(t, func(w http.ResponseWriter) {
-		const tr = `{"service":"b","version":"v1","pod":"fake","code":200`
-		w.Header().Set(TraceBytesHeader, strconv.Itoa(len(tr)))
-		io.WriteString(w, tr+"}")
-	})
+	fake, addr := startFake(t, fakeTrace)
 	g := mustParse(t, "name: g\nservices:\n  - name: a\n    script:\n      - call: {service: b, path: /put, size: 10KiB}\n  - name: b\n")
 	urls := startPods(t, g, []testPod{{"a", "v1"}}, map[string]string{"b": addr})
 	in := http.Header{
@@ -262,6 +269,36 @@ func TestHeadersAndRequestSize(t *testing.T) {
 	}
 	if fake.methods[0] != http.MethodPost || fake.sizes[0] != 10240 {
 		t.Errorf("b got %s with %d bytes, want POST with 10240", fake.methods[0], fake.sizes[0])
+	}
+	// meshes route on the authority, so it must be the service name, not the address
+	if fake.hosts[0] != "b:9080" || fake.paths[0] != "/put" {
+		t.Errorf("b got Host %q path %q, want b:9080 and /put", fake.hosts[0], fake.paths[0])
+	}
+}
+
+func fakeTrace(w http.ResponseWriter) {
+	const tr = `{"service":"b","version":"v1","pod":"fake","code":200`
+	w.Header().Set(TraceBytesHeader, strconv.Itoa(len(tr)))
+	io.WriteString(w, tr+"}")
+}
+
+func TestUpstreamConnectionsAreReused(t *testing.T) {
+	fake, addr := startFake(t, fakeTrace)
+	g := mustParse(t, "name: g\nservices:\n  - name: a\n    script: [call: b]\n  - name: b\n    port: 7000\n    path: /api/b\n")
+	urls := startPods(t, g, []testPod{{"a", "v1"}}, map[string]string{"b": addr})
+	const n = 50
+	for i := 0; i < n; i++ {
+		if resp, body, _ := get(t, urls["a"]+"/", nil); resp.StatusCode != 200 {
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
+		}
+	}
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	if len(fake.paths) != n || fake.paths[0] != "/api/b" || fake.hosts[0] != "b:7000" || fake.methods[0] != http.MethodGet {
+		t.Fatalf("b got %d requests, first %s %s%s", len(fake.paths), fake.methods[0], fake.hosts[0], fake.paths[0])
+	}
+	if fake.newConns > 2 {
+		t.Errorf("%d sequential calls opened %d connections; keep-alive should reuse one", n, fake.newConns)
 	}
 }
 
