@@ -1,0 +1,225 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/study"
+	"github.com/meshmark/meshmark/internal/substrate"
+	"github.com/meshmark/meshmark/internal/testbed"
+	"github.com/meshmark/meshmark/internal/topology"
+	"github.com/meshmark/meshmark/internal/workload"
+)
+
+// deployment is one mesh brought up on a fresh local testbed: the pods, the mesh's
+// data plane and the workload, ready for load.
+type deployment struct {
+	mesh       *study.Mesh
+	tb         *testbed.Testbed
+	app        topology.App
+	profile    mesh.Profile
+	enrollment mesh.Enrollment
+	client     topology.Pod
+	entry      workload.Entrypoint
+	took       time.Duration
+}
+
+// bringUp creates a testbed, installs the mesh before the workload starts (interception
+// must be in place for the first connection), starts every service, and proves the mesh
+// is set up as claimed.
+func (r *runner) bringUp(ctx context.Context, m *study.Mesh) (d *deployment, err error) {
+	start := time.Now()
+	profile, err := mesh.New(m.Profile, m.Options)
+	if err != nil {
+		return nil, fmt.Errorf("mesh %s: %w", m.Name, err)
+	}
+	local := r.study.Spec.Substrate.Local
+	tb, err := testbed.New(ctx, testbed.Options{Nodes: local.Nodes, LogDir: r.logDir(m.Name)})
+	if err != nil {
+		return nil, err
+	}
+	d = &deployment{mesh: m, tb: tb, profile: profile, entry: r.graph.Entrypoint()}
+	defer func() {
+		if err != nil {
+			d.close()
+			d = nil
+		}
+	}()
+	var deps []testbed.Deployment
+	for _, w := range r.graph.Deployments() {
+		deps = append(deps, testbed.Deployment{Service: w.Service, Version: w.Version, Weight: w.Weight, Replicas: w.Replicas, Port: w.Port})
+	}
+	d.app, err = tb.Deploy(ctx, testbed.AppSpec{
+		Name:        r.graph.Name,
+		Deployments: deps,
+		ClientNode:  fmt.Sprintf("node%d", local.LoadgenNode),
+	})
+	if err != nil {
+		return d, err
+	}
+	if len(d.app.Clients) == 0 {
+		return d, errors.New("testbed deployed no client pod for the load generator")
+	}
+	d.client = d.app.Clients[0]
+	if err := profile.Install(ctx, tb, &d.app); err != nil {
+		return d, fmt.Errorf("mesh %s: install: %w", m.Name, err)
+	}
+	if err := r.startWorkload(ctx, d); err != nil {
+		return d, err
+	}
+	if err := r.pin(d); err != nil {
+		return d, err
+	}
+	d.enrollment, err = profile.Check(ctx, tb, &d.app)
+	if err != nil {
+		return d, fmt.Errorf("mesh %s: enrollment check: %w", m.Name, err)
+	}
+	d.took = time.Since(start)
+	return d, nil
+}
+
+// startWorkload starts `meshmark service` in every service pod, all at once, and waits
+// until each answers its health check from inside its own pod.
+func (r *runner) startWorkload(ctx context.Context, d *deployment) error {
+	exe, err := r.serviceBinary(d)
+	if err != nil {
+		return err
+	}
+	graphArg, err := r.graphArg(d)
+	if err != nil {
+		return err
+	}
+	byKey := map[string]workload.Deployment{}
+	for _, w := range r.graph.Deployments() {
+		byKey[w.Service+"/"+w.Version] = w
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for _, pod := range d.app.Pods() {
+		if pod.Service == "" {
+			continue
+		}
+		w, ok := byKey[pod.Service+"/"+pod.Version]
+		if !ok {
+			return fmt.Errorf("pod %s: no deployment %s %s in graph %s", pod.Name, pod.Service, pod.Version, r.graph.Name)
+		}
+		argv := append([]string{exe}, r.graph.ServiceArgs(w, pod.Name)...)
+		for i := range argv {
+			if argv[i] == "--graph" && i+1 < len(argv) {
+				argv[i+1] = graphArg
+			}
+		}
+		wg.Add(1)
+		go func(pod topology.Pod) {
+			defer wg.Done()
+			_, err := d.tb.Start(ctx, pod, substrate.ProcessSpec{
+				Name:  "app",
+				Role:  substrate.RoleWorkload,
+				Argv:  argv,
+				UID:   substrate.WorkloadUID,
+				Ready: healthy(d.tb, pod),
+			})
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("start %s: %w", pod.Name, err))
+				mu.Unlock()
+			}
+		}(pod)
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// healthy polls the service's health endpoint from inside its own pod, straight to the
+// app's port on loopback so that no mesh rule is involved.
+func healthy(tb *testbed.Testbed, pod topology.Pod) func(context.Context) error {
+	client := &http.Client{
+		Timeout: time.Second,
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return tb.DialContext(ctx, pod, network, addr)
+			},
+			DisableKeepAlives: true,
+		},
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d%s", pod.Port, workload.HealthPath)
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", url, resp.Status)
+		}
+		return nil
+	}
+}
+
+// serviceBinary returns a copy of the meshmark executable (Options.ServiceBinary, else
+// the running one) that the workload uid can execute: the original may sit under a
+// directory only root can enter (a go test temp dir, /root).
+func (r *runner) serviceBinary(d *deployment) (string, error) {
+	src := r.opts.ServiceBinary
+	if src == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return "", err
+		}
+		src = self
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return "", err
+	}
+	return d.tb.WriteFile(d.client, "meshmark", data, 0o755)
+}
+
+// graphArg is what `meshmark service --graph` gets: the built-in name, or a copy of
+// the graph file the workload uid can read.
+func (r *runner) graphArg(d *deployment) (string, error) {
+	w := r.study.Spec.Workload
+	if !w.IsGraphFile() {
+		return r.graph.Origin, nil
+	}
+	data, err := os.ReadFile(r.study.Resolve(w.Graph))
+	if err != nil {
+		return "", err
+	}
+	return d.tb.WriteFile(d.client, "graph-"+filepath.Base(w.Graph), data, 0o644)
+}
+
+func (r *runner) logDir(mesh string) string {
+	if r.opts.LogDir == "" {
+		return ""
+	}
+	return filepath.Join(r.opts.LogDir, strings.ReplaceAll(mesh, "/", "_"))
+}
+
+func (d *deployment) close() {
+	if d == nil || d.tb == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if d.profile != nil {
+		_ = d.profile.Uninstall(ctx, d.tb)
+	}
+	_ = d.tb.Close()
+}

@@ -1,0 +1,283 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/load"
+	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/study"
+)
+
+// runExperiment runs one planned trial: one or more load runs (a sweep or search has a
+// step per load run), each stored as a results.Trial as soon as it ends.
+func (r *runner) runExperiment(ctx context.Context, d *deployment, t *study.Trial) error {
+	e := t.Experiment
+	switch e.Kind {
+	case study.KindCapacity:
+		return r.runCapacity(ctx, d, t)
+	case study.KindSteps:
+		for i, rate := range e.StepRates() {
+			warm := time.Duration(0)
+			if i == 0 {
+				warm = e.Warmup.D()
+			}
+			cfg := r.openConfig(d, e, rate, e.Each.D(), warm)
+			if _, err := r.measure(ctx, d, t, cfg, results.TrialParams{RequestedRate: rate, Step: i}); err != nil {
+				return err
+			}
+		}
+		return nil
+	case study.KindConnections:
+		for i, c := range e.Connections {
+			var cfg load.Config
+			params := results.TrialParams{Connections: c, Step: i}
+			if rate, ok, err := r.rateOf(e, t.Mesh.Name); err != nil {
+				return err
+			} else if ok {
+				cfg = r.openConfig(d, e, rate, e.Duration.D(), e.Warmup.D())
+				cfg.Open.Connections, cfg.Open.MaxInFlight = c, c
+				params.RequestedRate = rate
+			} else {
+				cfg = r.closedConfig(d, e, c)
+			}
+			if _, err := r.measure(ctx, d, t, cfg, params); err != nil {
+				return err
+			}
+		}
+		return nil
+	case study.KindUsers:
+		cfg := r.baseConfig(d, e, e.Duration.D(), e.Warmup.D())
+		um := &load.UsersModel{
+			Users:      e.Users,
+			SpawnRate:  e.SpawnRate,
+			Think:      load.Think{Min: e.ThinkTime.Min, Max: e.ThinkTime.Max},
+			Iterations: e.RequestsPerUser,
+			Seed:       r.study.Spec.Seed + uint64(t.Seq),
+		}
+		for _, task := range e.Tasks {
+			req := cfg.Request
+			req.Method = task.Method
+			req.URL = r.targetURL(d, task.Path)
+			um.Tasks = append(um.Tasks, load.Task{Name: task.Name, Weight: task.Weight, Request: req})
+		}
+		cfg.Users = um
+		_, err := r.measure(ctx, d, t, cfg, results.TrialParams{Users: e.Users})
+		return err
+	default: // fixed-rate, soak
+		rate, ok, err := r.rateOf(e, t.Mesh.Name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("experiment %s: no rate", e.Name)
+		}
+		cfg := r.openConfig(d, e, rate, e.Duration.D(), e.Warmup.D())
+		_, err = r.measure(ctx, d, t, cfg, results.TrialParams{RequestedRate: rate})
+		return err
+	}
+}
+
+// runCapacity finds how much the mesh can carry: the best closed-loop throughput over
+// the connection counts, and, when a search is given, the highest open-loop rate that
+// meets the SLO (bisection). The SLO-bounded rate is the capacity when both are run,
+// because latency at saturation is not a latency anyone should quote.
+func (r *runner) runCapacity(ctx context.Context, d *deployment, t *study.Trial) error {
+	e := t.Experiment
+	step := 0
+	best := 0.0
+	for _, c := range e.Connections {
+		res, err := r.measure(ctx, d, t, r.closedConfig(d, e, c), results.TrialParams{Connections: c, Step: step})
+		if err != nil {
+			return err
+		}
+		step++
+		if res.AchievedRate > best {
+			best = res.AchievedRate
+		}
+	}
+	if s := e.Search; s != nil {
+		precision := s.Precision.Fraction()
+		if precision <= 0 {
+			precision = 0.05
+		}
+		probe := func(rate float64) (bool, error) {
+			res, err := r.measure(ctx, d, t, r.openConfig(d, e, rate, e.Duration.D(), e.Warmup.D()),
+				results.TrialParams{RequestedRate: rate, Step: step, Extra: map[string]string{"search": "probe"}})
+			step++
+			if err != nil {
+				return false, err
+			}
+			return r.meetsSLO(res, rate), nil
+		}
+		// Invariant: lo meets the SLO (or is 0), hi is the highest rate not yet known to.
+		lo, hi := s.Start, s.Max
+		ok, err := probe(lo)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			lo, hi = 0, s.Start
+		}
+		for n := 0; n < 20 && hi-lo > precision*hi; n++ {
+			mid := (lo + hi) / 2
+			ok, err := probe(mid)
+			if err != nil {
+				return err
+			}
+			if ok {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		best = lo
+	}
+	r.addCapacity(e.Name, t.Mesh.Name, best)
+	r.progress.note(fmt.Sprintf("capacity %s %s repeat %d: %.0f req/s", t.Mesh.Name, e.Name, t.Repeat+1, best))
+	return nil
+}
+
+// meetsSLO judges one probe: percentiles and error rate within the SLO and the rate
+// actually achieved (a generator that fell behind proves nothing).
+func (r *runner) meetsSLO(res *load.Result, rate float64) bool {
+	slo := r.study.Spec.SLO
+	if res.AchievedRate < 0.95*rate || res.Health.Bottleneck {
+		return false
+	}
+	if slo == nil {
+		return res.Errors.Total() == 0
+	}
+	h := res.Latency
+	check := func(limit study.Duration, q float64) bool {
+		return limit.IsZero() || h.Histogram == nil || h.Quantile(q) <= limit.D()
+	}
+	if !check(slo.P50, 50) || !check(slo.P90, 90) || !check(slo.P95, 95) || !check(slo.P99, 99) || !check(slo.P999, 99.9) {
+		return false
+	}
+	if res.Completed > 0 {
+		if float64(res.Errors.Total())/float64(res.Completed) > slo.ErrorRate.Fraction() {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *runner) addCapacity(exp, mesh string, v float64) {
+	if r.capacities[exp] == nil {
+		r.capacities[exp] = map[string][]float64{}
+	}
+	r.capacities[exp][mesh] = append(r.capacities[exp][mesh], v)
+}
+
+// rateOf resolves an experiment's rate; relative rates use each mesh's median capacity
+// over the repeats measured so far (all of them: the plan runs capacity stages first).
+func (r *runner) rateOf(e *study.Experiment, mesh string) (float64, bool, error) {
+	if e.Rate.IsZero() {
+		return 0, false, nil
+	}
+	if !e.Rate.IsRelative() {
+		return e.Rate.PerSecond, true, nil
+	}
+	caps := map[string]float64{}
+	for m, vs := range r.capacities[e.CapacityFrom] {
+		caps[m] = median(vs)
+	}
+	v, err := e.Rate.Resolve(caps)
+	if err != nil {
+		return 0, false, fmt.Errorf("experiment %s: %w", e.Name, err)
+	}
+	return v, true, nil
+}
+
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), vs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func (r *runner) targetURL(d *deployment, path string) string {
+	if path == "" {
+		path = d.entry.Path
+	}
+	if path == "" {
+		path = "/"
+	}
+	if !strings.HasPrefix(path, "/") {
+		path = "/" + path
+	}
+	return "http://" + d.entry.Service + ":" + strconv.Itoa(d.entry.Port) + path
+}
+
+// baseConfig is what every load of the experiment shares: the request, timing and a
+// dialer that connects from inside the load generator's pod.
+func (r *runner) baseConfig(d *deployment, e *study.Experiment, length, warmup time.Duration) load.Config {
+	return load.Config{
+		Request:          load.Request{Method: "GET", URL: r.targetURL(d, r.study.Spec.Workload.Entrypoint)},
+		Duration:         length + warmup,
+		Count:            int64(e.Requests),
+		Warmup:           warmup,
+		DisableKeepAlive: !e.KeepAlive,
+		Dial:             r.dialer(d),
+		// The dialer resolves only this testbed's service names to its own VIPs, so
+		// load cannot leave the namespaces meshmark created.
+		AllowAnyTarget: true,
+	}
+}
+
+func (r *runner) openConfig(d *deployment, e *study.Experiment, rate float64, length, warmup time.Duration) load.Config {
+	cfg := r.baseConfig(d, e, length, warmup)
+	arrival := load.Constant
+	if e.Arrival == study.ArrivalPoisson {
+		arrival = load.Poisson
+	}
+	conns := 0
+	if len(e.Connections) > 0 {
+		conns = e.Connections[0]
+	}
+	cfg.Open = &load.OpenModel{
+		Schedule:    load.ScheduleSpec{Arrival: arrival, Rate: rate, Seed: r.study.Spec.Seed},
+		Connections: conns,
+	}
+	return cfg
+}
+
+func (r *runner) closedConfig(d *deployment, e *study.Experiment, conns int) load.Config {
+	cfg := r.baseConfig(d, e, e.Duration.D(), e.Warmup.D())
+	if e.Requests > 0 {
+		cfg.Duration = 0
+	}
+	cfg.Closed = &load.ClosedModel{Connections: conns}
+	return cfg
+}
+
+// dialer connects from the client pod; service names resolve to this testbed's VIPs,
+// anything else must already be one of its addresses.
+func (r *runner) dialer(d *deployment) load.DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		if vip, ok := d.tb.ServiceVIP(host); ok {
+			addr = net.JoinHostPort(vip.String(), port)
+		} else if ip, err := netip.ParseAddr(host); err != nil || !testbedRange.Contains(ip) {
+			return nil, fmt.Errorf("load target %s is not a service of this testbed", host)
+		}
+		return d.tb.DialContext(ctx, d.client, network, addr)
+	}
+}
+
+var testbedRange = netip.MustParsePrefix("198.18.0.0/15")

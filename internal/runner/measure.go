@@ -1,0 +1,273 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/load"
+	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/sampler"
+	"github.com/meshmark/meshmark/internal/study"
+	"github.com/meshmark/meshmark/internal/substrate"
+	"github.com/meshmark/meshmark/internal/telemetry"
+	"github.com/meshmark/meshmark/internal/topology"
+)
+
+// Observer receives live data for export (the Prometheus endpoint).
+type Observer interface {
+	Interval(mesh, experiment string, repeat int, iv load.Interval)
+	Round(mesh, experiment string, repeat int, round sampler.Round)
+}
+
+// envoyAdmin is where every Envoy the profiles start serves its admin API, inside its pod.
+const envoyAdmin = "127.0.0.1:15000"
+
+// measure drives one load run while sampling resources and snapshotting proxy stats,
+// then stores it as a trial. A cancelled run stores nothing partial.
+func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg load.Config, params results.TrialParams) (*load.Result, error) {
+	e := t.Experiment
+	params.KeepAlive = !cfg.DisableKeepAlive
+	params.Path = string(study.PathInternal)
+	label := fmt.Sprintf("%s %s", e.Name, describe(params))
+	r.progress.begin(t, label, cfg.Duration)
+	cfg.Progress = func(p load.Progress) {
+		r.progress.update(p)
+		if r.opts.Observe != nil {
+			r.opts.Observe.Interval(t.Mesh.Name, e.Name, t.Repeat, p.Interval)
+		}
+	}
+
+	proxies := sidecarPods(d)
+	before := snapshot(ctx, d, proxies)
+
+	smp := sampler.New(sampler.Config{
+		Interval: time.Second,
+		Targets:  r.targets(d),
+		OnRound: func(round sampler.Round) {
+			if r.opts.Observe != nil {
+				r.opts.Observe.Round(t.Mesh.Name, e.Name, t.Repeat, round)
+			}
+		},
+	})
+	sctx, stopSampler := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = smp.Run(sctx) }()
+
+	res, err := load.Run(ctx, cfg)
+	_ = smp.SampleOnce(time.Now()) // close the window with a reading at its end
+	stopSampler()
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s on %s, repeat %d: %w", label, t.Mesh.Name, t.Repeat+1, err)
+	}
+	after := snapshot(ctx, d, proxies)
+
+	trial := &results.Trial{
+		Repeat:        t.Repeat,
+		Mesh:          t.Mesh.Name,
+		Experiment:    e.Name,
+		Kind:          string(e.Kind),
+		Params:        params,
+		WarmupTrimmed: cfg.Warmup,
+		Start:         res.Start.Add(cfg.Warmup),
+		Result:        convert(res, cfg.Warmup),
+	}
+	trial.End = trial.Start.Add(res.Elapsed)
+	trial.Result.Resources = resourceSamples(smp.Rounds())
+	trial.Result.ProxyStats = proxyStats(before, after, t.Mesh.Name)
+
+	sum, serr := sampler.Summarize(smp.Rounds(), sampler.SummaryOptions{
+		Start: trial.Start, End: trial.End,
+		Requests: uint64(res.Completed), AchievedRPS: res.AchievedRate,
+		LoadGenCores: 1,
+	})
+	if serr == nil && sum.LoadGen.Saturated {
+		res.Health.Bottleneck = true
+	}
+	if res.Health.Bottleneck {
+		trial.Result.Generator.Behind = true
+		trial.Result.Flags = append(trial.Result.Flags, results.FlagGeneratorBehind)
+		r.progress.note(fmt.Sprintf("warning: the load generator fell behind in %s on %s; this trial is flagged", label, t.Mesh.Name))
+	}
+	if err := r.opts.Store.AddTrial(ctx, r.run.ID, trial); err != nil {
+		return nil, err
+	}
+	r.run.Trials = append(r.run.Trials, *trial)
+	r.progress.end(res)
+	return res, nil
+}
+
+func describe(p results.TrialParams) string {
+	switch {
+	case p.Users > 0:
+		return fmt.Sprintf("%d users", p.Users)
+	case p.RequestedRate > 0 && p.Connections > 0:
+		return fmt.Sprintf("%.0f req/s, %d conns", p.RequestedRate, p.Connections)
+	case p.RequestedRate > 0:
+		return fmt.Sprintf("%.0f req/s", p.RequestedRate)
+	default:
+		return fmt.Sprintf("%d conns closed", p.Connections)
+	}
+}
+
+// convert turns the engine's result into the stored model, dropping warm-up intervals.
+func convert(res *load.Result, warmup time.Duration) results.TrialResult {
+	out := results.TrialResult{
+		Requests:    res.Completed,
+		Errors:      res.Errors.Total(),
+		Latency:     res.Latency.Histogram,
+		ServiceTime: res.Service.Histogram,
+		StatusCodes: res.StatusCodes,
+		ErrorsByKind: map[string]int64{
+			"refused": res.Errors.Refused, "reset": res.Errors.Reset, "timeout": res.Errors.Timeout,
+			"non2xx": res.Errors.Non2xx, "other": res.Errors.Other,
+		},
+		Generator: results.GeneratorHealth{
+			SendLag:        res.Health.SendLag.Histogram,
+			SendLagP99:     res.Health.SendLag.Quantile(99).Microseconds(),
+			LateSends:      res.Health.Late,
+			DroppedSends:   res.Health.Dropped,
+			PeakInFlight:   res.Health.PeakInFlight,
+			CPUUserSeconds: res.Health.CPUUser.Seconds(),
+			CPUSysSeconds:  res.Health.CPUSystem.Seconds(),
+		},
+	}
+	for k, v := range out.ErrorsByKind {
+		if v == 0 {
+			delete(out.ErrorsByKind, k)
+		}
+	}
+	for _, iv := range res.Intervals {
+		if iv.Start < warmup {
+			continue
+		}
+		h, err := load.DecodeHistogram(iv.Latency)
+		if err != nil {
+			h = nil
+		}
+		out.Intervals = append(out.Intervals, results.Interval{
+			Start:         res.Start.Add(iv.Start),
+			Duration:      iv.Length,
+			RequestedRate: iv.RequestedRate,
+			AchievedRate:  iv.AchievedRate,
+			Count:         iv.Completed,
+			Errors:        iv.Errors.Total(),
+			P50:           iv.LatencyP50.Microseconds(),
+			P99:           iv.LatencyP99.Microseconds(),
+			Histogram:     h,
+		})
+	}
+	return out
+}
+
+// targets lists what the sampler reads: every process of the testbed, and meshmark
+// itself as the load generator.
+func (r *runner) targets(d *deployment) func() []sampler.Target {
+	nodeOf := map[string]string{}
+	for _, p := range d.app.Pods() {
+		nodeOf[p.Name] = p.Node
+	}
+	inner := sampler.TargetsFromSubstrate(d.tb, d.mesh.Name, func(pod string) string { return nodeOf[pod] })
+	self := sampler.Target{PID: os.Getpid(), Role: substrate.RoleLoadGen, Pod: d.client.Name, Node: d.client.Node, Mesh: d.mesh.Name, Component: "meshmark-load"}
+	return func() []sampler.Target { return append(inner(), self) }
+}
+
+func resourceSamples(rounds []sampler.Round) []results.ResourceSample {
+	var out []results.ResourceSample
+	for _, rd := range rounds {
+		for _, p := range rd.Procs {
+			out = append(out, results.ResourceSample{
+				Component:      p.Component,
+				Role:           string(p.Role),
+				Pod:            p.Pod,
+				Node:           p.Node,
+				Mesh:           p.Mesh,
+				T:              rd.Time,
+				CPUUserSeconds: (p.User + p.ChildUser).Seconds(),
+				CPUSysSeconds:  (p.System + p.ChildSystem).Seconds(),
+				RSSBytes:       int64(p.RSSBytes),
+				PSSBytes:       int64(p.PSSBytes),
+				Threads:        int64(p.Threads),
+				VoluntaryCtx:   int64(p.VoluntaryCtxSwitches),
+				InvoluntaryCtx: int64(p.InvoluntaryCtxSwitches),
+			})
+		}
+	}
+	return out
+}
+
+// sidecarPods are the pods whose proxy exposes an Envoy admin API.
+func sidecarPods(d *deployment) []topology.Pod {
+	byName := map[string]topology.Pod{}
+	for _, p := range d.app.Pods() {
+		byName[p.Name] = p
+	}
+	var out []topology.Pod
+	seen := map[string]bool{}
+	for _, proc := range d.tb.Processes() {
+		if proc.Spec().Role != substrate.RoleSidecar || seen[proc.Pod()] {
+			continue
+		}
+		if p, ok := byName[proc.Pod()]; ok {
+			seen[p.Name] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+type proxySnapshot struct {
+	pod  string
+	snap telemetry.Snapshot
+	err  error
+}
+
+func snapshot(ctx context.Context, d *deployment, pods []topology.Pod) []proxySnapshot {
+	out := make([]proxySnapshot, len(pods))
+	var wg sync.WaitGroup
+	for i, p := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := telemetry.NewClient(envoyAdmin, func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return d.tb.DialContext(ctx, p, network, addr)
+			})
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			out[i].pod = p.Name
+			out[i].snap, out[i].err = c.Snapshot(sctx)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// proxyStats stores, per proxy, the counter differences over the trial.
+func proxyStats(before, after []proxySnapshot, mesh string) []results.ProxyStats {
+	var out []results.ProxyStats
+	for i := range after {
+		if i >= len(before) || before[i].err != nil || after[i].err != nil {
+			err := errors.Join(before[i].err, after[i].err)
+			b, _ := json.Marshal(map[string]string{"error": err.Error()})
+			out = append(out, results.ProxyStats{Component: "envoy", Pod: after[i].pod, Mesh: mesh, T: time.Now(), Stats: b})
+			continue
+		}
+		diff := telemetry.Compare(before[i].snap, after[i].snap)
+		b, err := json.Marshal(diff)
+		if err != nil {
+			continue
+		}
+		out = append(out, results.ProxyStats{Component: "envoy", Pod: after[i].pod, Mesh: mesh, T: diff.To, Stats: b})
+	}
+	return out
+}

@@ -1,0 +1,161 @@
+package runner
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/prereq"
+	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/study"
+	"github.com/meshmark/meshmark/internal/substrate"
+)
+
+// collectProvenance records the machine and the versions of everything that ran.
+func collectProvenance(version string, st *study.Study) results.Provenance {
+	p := results.Provenance{
+		Cores:           runtime.NumCPU(),
+		MeshmarkVersion: version,
+		GoVersion:       runtime.Version(),
+		Components:      map[string]string{},
+		Placement:       map[string]string{},
+	}
+	p.Hostname, _ = os.Hostname()
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		p.Kernel = unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:]) + " " + unix.ByteSliceToString(u.Machine[:])
+	}
+	p.OS = osRelease()
+	p.CPUModel = cpuModel()
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil {
+		p.MemoryBytes = int64(si.Totalram) * int64(si.Unit)
+	}
+	for _, st := range prereq.CheckAll(context.Background()) {
+		if st.OK() && (st.Item.Name == "envoy" || st.Item.Name == "iptables" || st.Item.Name == "ip") {
+			p.Components[st.Item.Name] = st.Version
+		}
+	}
+	if local := st.Spec.Substrate.Local; local != nil {
+		lg, sut := placement(local)
+		p.Placement[string(substrate.RoleLoadGen)] = describeCPUs(lg)
+		p.Placement["system-under-test"] = describeCPUs(sut)
+		p.Placement["loadgen-node"] = fmt.Sprintf("node%d", local.LoadgenNode)
+		p.Placement["nodes"] = fmt.Sprint(local.Nodes)
+	}
+	p.Components["mesh-profiles"] = strings.Join(mesh.Names(), ",")
+	return p
+}
+
+func describeCPUs(cpus []int) string {
+	if len(cpus) == 0 {
+		return "unpinned"
+	}
+	s := make([]string, len(cpus))
+	for i, c := range cpus {
+		s[i] = fmt.Sprint(c)
+	}
+	return "cpus " + strings.Join(s, ",")
+}
+
+func osRelease() string {
+	f, err := os.Open("/etc/os-release")
+	if err != nil {
+		return runtime.GOOS
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "PRETTY_NAME="); ok {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return runtime.GOOS
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// placement decides which CPUs the load generator and the system under test use: the
+// study's choice, else with two or more cores the last core for the generator and the
+// rest for everything it measures, so the generator never competes with the mesh.
+func placement(local *study.LocalSubstrate) (loadgen, sut []int) {
+	if cp := local.CPUPlacement; cp != nil {
+		loadgen, _ = cp.Loadgen.CPUs()
+		sut, _ = cp.SUT.CPUs()
+		return loadgen, sut
+	}
+	n := runtime.NumCPU()
+	if n < 2 {
+		return nil, nil
+	}
+	loadgen = []int{n - 1}
+	for i := 0; i < n-1; i++ {
+		sut = append(sut, i)
+	}
+	return loadgen, sut
+}
+
+// pin applies the placement: every thread of meshmark (the load generator) and of every
+// process the testbed started. Threads created later inherit their creator's mask.
+func (r *runner) pin(d *deployment) error {
+	loadgen, sut := placement(r.study.Spec.Substrate.Local)
+	if len(loadgen) > 0 {
+		if err := pinPID(os.Getpid(), loadgen); err != nil {
+			return fmt.Errorf("pin load generator: %w", err)
+		}
+	}
+	if len(sut) > 0 {
+		for _, p := range d.tb.Processes() {
+			if err := pinPID(p.PID(), sut); err != nil {
+				return fmt.Errorf("pin %s/%s: %w", p.Pod(), p.Spec().Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+func pinPID(pid int, cpus []int) error {
+	var set unix.CPUSet
+	for _, c := range cpus {
+		set.Set(c)
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		var tid int
+		if _, err := fmt.Sscan(t.Name(), &tid); err != nil {
+			continue
+		}
+		if err := unix.SchedSetaffinity(tid, &set); err != nil && err != unix.ESRCH {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkProfile fails early for a mesh whose profile is unknown or whose options are bad.
+func checkProfile(m study.Mesh) error {
+	_, err := mesh.New(m.Profile, m.Options)
+	return err
+}

@@ -1,0 +1,246 @@
+// Package runner executes a study: for every planned trial it brings up the
+// application under the trial's mesh on the substrate, proves the mesh is enrolled,
+// drives the load, samples resources and proxy statistics, and stores the trial as soon
+// as it finishes, so that an interrupted run keeps everything it measured.
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/store"
+	"github.com/meshmark/meshmark/internal/study"
+	"github.com/meshmark/meshmark/internal/workload"
+
+	// Mesh profiles register themselves.
+	_ "github.com/meshmark/meshmark/internal/mesh/envoysidecar"
+	_ "github.com/meshmark/meshmark/internal/mesh/none"
+)
+
+// Options configure a run.
+type Options struct {
+	Store *store.Store
+	// Progress receives the live progress display (phase, mesh, repeat, experiment,
+	// rate, p99, ETA); nil shows nothing.
+	Progress io.Writer
+	// Interactive redraws one progress line in place instead of printing a line every
+	// few seconds.
+	Interactive bool
+	// LogDir keeps process logs after the run; empty keeps them only while it runs.
+	LogDir string
+	// Version is meshmark's own version, for provenance.
+	Version string
+	// ServiceBinary is the meshmark executable the workload pods run (a copy of it);
+	// empty means the running executable, which is right except under go test.
+	ServiceBinary string
+	// Observe, when set, is told about every load interval and sampler round (live
+	// metrics).
+	Observe Observer
+}
+
+// ErrInterrupted is returned when the run was cancelled; the trials that finished are
+// stored and the run is marked incomplete.
+var ErrInterrupted = errors.New("run interrupted; finished trials are kept")
+
+type runner struct {
+	study *study.Study
+	graph *workload.Graph
+	opts  Options
+	run   *results.Run
+	plan  []study.Trial
+	// capacities[experiment][mesh] lists the capacity each repeat measured.
+	capacities map[string]map[string][]float64
+	progress   *progress
+}
+
+// Run executes the study and returns the stored run. On cancellation it returns the run
+// so far with ErrInterrupted.
+func Run(ctx context.Context, st *study.Study, opts Options) (*results.Run, error) {
+	if opts.Store == nil {
+		return nil, errors.New("runner: no results store")
+	}
+	if st.Spec.Substrate.Local == nil {
+		return nil, fmt.Errorf("%s: spec.substrate: only the local substrate can run on this build; kubernetes is not implemented yet", st.File)
+	}
+	r := &runner{study: st, opts: opts, capacities: map[string]map[string][]float64{}}
+	if err := r.prepare(); err != nil {
+		return nil, err
+	}
+	if err := r.createRun(ctx); err != nil {
+		return nil, err
+	}
+	err := r.execute(ctx)
+	status, reason := results.StatusComplete, ""
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		status, reason, err = results.StatusIncomplete, "interrupted", ErrInterrupted
+	default:
+		status, reason = results.StatusFailed, err.Error()
+	}
+	// The run's own context may be cancelled; finishing it must still reach the store.
+	fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if ferr := opts.Store.FinishRun(fctx, r.run.ID, status, reason); ferr != nil {
+		err = errors.Join(err, ferr)
+	}
+	r.run.Status, r.run.StatusReason, r.run.Ended = status, reason, time.Now()
+	return r.run, err
+}
+
+// prepare resolves the workload and checks every mesh profile and experiment before
+// anything is created, so bad input fails in a second, not after an hour.
+func (r *runner) prepare() error {
+	w := r.study.Spec.Workload
+	src := w.Graph
+	if w.IsGraphFile() {
+		src = r.study.Resolve(w.Graph)
+	}
+	g, err := workload.Load(src)
+	if err != nil {
+		return err
+	}
+	for svc, n := range w.Replicas {
+		s := g.Service(svc)
+		if s == nil {
+			return fmt.Errorf("%s: spec.workload.replicas.%s: graph %s has no service %q", r.study.File, svc, g.Name, svc)
+		}
+		for _, v := range s.Versions {
+			v.Replicas = n
+		}
+	}
+	r.graph = g
+	for i, m := range r.study.Spec.Meshes {
+		if err := checkProfile(m); err != nil {
+			return fmt.Errorf("%s: spec.meshes[%d] (%s): %w", r.study.File, i, m.Name, err)
+		}
+	}
+	for i, e := range r.study.Spec.Experiments {
+		if e.Path == study.PathIngress {
+			return fmt.Errorf("%s: spec.experiments[%d].path: ingress needs a gateway, which the local substrate does not have yet; use internal", r.study.File, i)
+		}
+	}
+	r.plan = r.study.Plan()
+	r.progress = newProgress(r.opts.Progress, r.opts.Interactive, r.estimate())
+	return nil
+}
+
+func (r *runner) createRun(ctx context.Context) error {
+	raw, _ := r.study.Marshal()
+	if r.study.File != "" {
+		if b, err := os.ReadFile(r.study.File); err == nil {
+			raw = b
+		}
+	}
+	run := &results.Run{
+		Study:      r.study.Metadata.Name,
+		StudyPath:  r.study.File,
+		StudyFile:  raw,
+		Status:     results.StatusRunning,
+		Started:    time.Now(),
+		Seed:       int64(r.study.Spec.Seed),
+		OwnerPID:   os.Getpid(),
+		Substrate:  "local",
+		Provenance: collectProvenance(r.opts.Version, r.study),
+		Baseline:   r.study.Spec.Baseline,
+	}
+	if b := r.study.BaselineMesh(); b != nil && run.Baseline == "" {
+		run.Baseline = b.Name
+	}
+	run.OwnerHost = run.Provenance.Hostname
+	for _, m := range r.study.Spec.Meshes {
+		run.Meshes = append(run.Meshes, results.Mesh{Label: m.Name, Profile: m.Profile, Options: stringOptions(m.Options)})
+	}
+	if err := r.opts.Store.CreateRun(ctx, run); err != nil {
+		return err
+	}
+	r.run = run
+	return nil
+}
+
+// execute walks the plan; a mesh stays up across consecutive trials unless the plan asks
+// for a fresh bring-up.
+func (r *runner) execute(ctx context.Context) error {
+	var cur *deployment
+	defer func() { cur.close() }()
+	checked := map[string]bool{}
+	for i := range r.plan {
+		t := &r.plan[i]
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if t.BringUp || cur == nil || cur.mesh.Name != t.Mesh.Name {
+			cur.close()
+			cur = nil
+			r.progress.phase(fmt.Sprintf("bring-up %s (repeat %d)", t.Mesh.Name, t.Repeat+1))
+			d, err := r.bringUp(ctx, t.Mesh)
+			if err != nil {
+				return err
+			}
+			cur = d
+			if err := r.recordEnrollment(ctx, d, !checked[t.Mesh.Name]); err != nil {
+				return err
+			}
+			checked[t.Mesh.Name] = true
+			if !d.enrollment.Pass {
+				return fmt.Errorf("mesh %s is not set up as claimed, refusing to measure it: %s", t.Mesh.Name, d.enrollment.Summary())
+			}
+		}
+		if err := r.runExperiment(ctx, cur, t); err != nil {
+			return err
+		}
+	}
+	r.progress.done()
+	return nil
+}
+
+// recordEnrollment stores the equivalence check with the run; the first bring-up of
+// each mesh also stores its generated configs for provenance.
+func (r *runner) recordEnrollment(ctx context.Context, d *deployment, first bool) error {
+	check, err := json.Marshal(d.enrollment)
+	if err != nil {
+		return err
+	}
+	if err := r.opts.Store.SetEnrollment(ctx, r.run.ID, d.mesh.Name, check); err != nil {
+		return err
+	}
+	if m := r.run.Mesh(d.mesh.Name); m != nil {
+		m.Enrollment = check
+	}
+	if !first {
+		return nil
+	}
+	configs := d.profile.Configs()
+	names := make([]string, 0, len(configs))
+	for n := range configs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var gcs []results.GeneratedConfig
+	for _, n := range names {
+		gcs = append(gcs, results.NewGeneratedConfig(n, d.mesh.Name, d.mesh.Profile, configs[n]))
+	}
+	if len(gcs) == 0 {
+		return nil
+	}
+	r.run.Provenance.Configs = append(r.run.Provenance.Configs, gcs...)
+	return r.opts.Store.AddConfigs(ctx, r.run.ID, gcs...)
+}
+
+func stringOptions(m map[string]any) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = fmt.Sprint(v)
+	}
+	return out
+}

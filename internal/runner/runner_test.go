@@ -1,0 +1,287 @@
+package runner
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/analysis"
+	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/store"
+	"github.com/meshmark/meshmark/internal/study"
+)
+
+// meshmarkBin is the real meshmark binary, built once: the workload pods run it, and
+// the kill test runs a whole study through it.
+var meshmarkBin string
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		// Network namespaces and iptables need root; `make test` runs as root.
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "meshmark-runner-test-")
+	if err != nil {
+		panic(err)
+	}
+	meshmarkBin = filepath.Join(dir, "meshmark")
+	build := exec.Command("go", "build", "-o", meshmarkBin, "github.com/meshmark/meshmark/cmd/meshmark")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		panic("build meshmark: " + err.Error())
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: network namespaces and iptables")
+	}
+}
+
+func parseStudy(t *testing.T, yaml string) *study.Study {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "study.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := study.ParseFile(path)
+	if err != nil {
+		t.Fatalf("study: %v", err)
+	}
+	return st
+}
+
+// The same mesh listed twice must come out as "no significant difference", and an Envoy
+// sidecar mesh must come out slower than no mesh at the median with an interval that
+// excludes zero. One study measures both, interleaved, so they share the machine's drift.
+const comparisonStudy = `apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: runner-aa-and-sidecar}
+spec:
+  substrate:
+    local: {nodes: 2, loadgenNode: 1}
+  workload: {graph: bookinfo}
+  meshes:
+    - {name: none-a, profile: none}
+    - {name: none-b, profile: none}
+    - {name: sidecar, profile: envoy-sidecar, options: {mtls: off}}
+  baseline: none-a
+  experiments:
+    - {name: latency, kind: fixed-rate, rate: 150, connections: 8, duration: 6s, warmup: 1s}
+  repeats: 4
+  order: interleaved
+  seed: 7
+`
+
+func TestAAInconclusiveAndSidecarWorse(t *testing.T) {
+	needRoot(t)
+	st := parseStudy(t, comparisonStudy)
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "results.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	run, err := Run(context.Background(), st, Options{Store: db, ServiceBinary: meshmarkBin, Progress: testWriter{t}})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if run.Status != results.StatusComplete {
+		t.Fatalf("run status %s (%s)", run.Status, run.StatusReason)
+	}
+	if len(run.Trials) != 12 {
+		t.Fatalf("stored %d trials, want 3 meshes × 4 repeats", len(run.Trials))
+	}
+	for _, m := range run.Meshes {
+		if len(m.Enrollment) == 0 {
+			t.Errorf("mesh %s: no enrollment check stored", m.Label)
+		}
+	}
+	stored, err := db.LoadRun(context.Background(), run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := analysis.Analyze(stored, analysis.Options{Seed: 1}, nil)
+	verdict := func(mesh string, m analysis.Metric) analysis.Comparison {
+		for _, c := range rep.Comparisons {
+			if c.Mesh == mesh && c.Metric == m {
+				return c
+			}
+		}
+		t.Fatalf("no comparison of %s on %s; have %d comparisons", mesh, m, len(rep.Comparisons))
+		return analysis.Comparison{}
+	}
+	for _, m := range []analysis.Metric{analysis.P50, analysis.P99} {
+		c := verdict("none-b", m)
+		t.Logf("A/A %s: base %.0f µs, value %.0f µs, Δ%% %.1f [%.1f, %.1f], noise floor %.1f%%, %s",
+			m, c.Base, c.Value, c.Pct.Value, c.Pct.Lo, c.Pct.Hi, c.NoiseFloorPct, c.Verdict)
+		if c.Verdict != analysis.Inconclusive {
+			t.Errorf("A/A on %s: verdict %s, want %s", m, c.Verdict, analysis.Inconclusive)
+		}
+	}
+	c := verdict("sidecar", analysis.P50)
+	t.Logf("sidecar p50: base %.0f µs, value %.0f µs, Δ %.0f µs [%.0f, %.0f], %s", c.Base, c.Value, c.Delta.Value, c.Delta.Lo, c.Delta.Hi, c.Verdict)
+	if c.Verdict != analysis.Worse || !c.Delta.ExcludesZero() || c.Delta.Lo <= 0 {
+		t.Errorf("sidecar p50: verdict %s with Δ interval [%.0f, %.0f] µs; want worse, interval above zero", c.Verdict, c.Delta.Lo, c.Delta.Hi)
+	}
+	// The sidecar's proxies were seen carrying the load.
+	var proxied int
+	for _, tr := range stored.Trials {
+		if tr.Mesh == "sidecar" {
+			proxied += len(tr.Result.ProxyStats)
+		}
+	}
+	if proxied == 0 {
+		t.Error("no proxy statistics stored for the sidecar mesh")
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+const killStudy = `apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: runner-kill}
+spec:
+  substrate:
+    local: {nodes: 2, loadgenNode: 1}
+  workload: {graph: bookinfo}
+  meshes:
+    - {name: none, profile: none}
+    - {name: sidecar, profile: envoy-sidecar}
+  experiments:
+    - {name: latency, kind: fixed-rate, rate: 100, duration: 4s, warmup: 1s}
+  repeats: 20
+`
+
+// A runner killed with SIGKILL mid-run loses nothing that was committed: earlier runs
+// stay intact, the killed run is reported incomplete with its finished trials, and
+// `meshmark clean` removes everything the run left on the host.
+func TestKilledRunIsIncompleteAndCleanable(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "results.db")
+	studyPath := filepath.Join(dir, "kill.yaml")
+	if err := os.WriteFile(studyPath, []byte(killStudy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := meshmarkNamespaces(t)
+
+	// An earlier, finished run in the same database.
+	ctx := context.Background()
+	db, err := store.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := &results.Run{Study: "earlier", Status: results.StatusRunning, Started: time.Now(), OwnerPID: os.Getpid(),
+		Meshes: []results.Mesh{{Label: "none", Profile: "none"}}}
+	if err := db.CreateRun(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.FinishRun(ctx, old.ID, results.StatusComplete, ""); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	cmd := exec.Command(meshmarkBin, "run", studyPath, "--db", dbPath, "--no-report")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Kill it in the middle of its second trial: one trial is committed, one is not.
+	finished := 0
+	sc := bufio.NewScanner(stderr)
+	deadline := time.AfterFunc(3*time.Minute, func() { cmd.Process.Kill() })
+	defer deadline.Stop()
+	for sc.Scan() {
+		line := sc.Text()
+		t.Log(line)
+		if strings.Contains(line, "done:") {
+			finished++
+		}
+		if finished == 2 && strings.Contains(line, " run ") {
+			time.Sleep(2 * time.Second)
+			break
+		}
+	}
+	if finished < 2 {
+		t.Fatalf("the run ended before two trials finished")
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	if out, err := exec.Command(meshmarkBin, "clean").CombinedOutput(); err != nil {
+		t.Fatalf("meshmark clean: %v\n%s", err, out)
+	} else {
+		t.Logf("meshmark clean:\n%s", out)
+	}
+	if after := meshmarkNamespaces(t); len(after) > len(before) {
+		t.Errorf("namespaces left after clean: %v (before the run: %v)", after, before)
+	}
+
+	db, err = store.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatalf("store after kill: %v", err)
+	}
+	defer db.Close()
+	got, err := db.LoadRun(ctx, old.ID)
+	if err != nil || got.Status != results.StatusComplete || got.Study != "earlier" {
+		t.Fatalf("earlier run after kill: %+v, %v", got, err)
+	}
+	runs, err := db.ListRuns(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var killed *results.Run
+	for _, r := range runs {
+		if r.ID != old.ID {
+			killed, err = db.LoadRun(ctx, r.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if killed == nil {
+		t.Fatal("the killed run is not in the store")
+	}
+	if killed.Status != results.StatusIncomplete {
+		t.Errorf("killed run status %s, want %s", killed.Status, results.StatusIncomplete)
+	}
+	if len(killed.Trials) < 2 {
+		t.Errorf("killed run kept %d trials, want the 2 that finished", len(killed.Trials))
+	}
+}
+
+func meshmarkNamespaces(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ns []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "mm-") {
+			ns = append(ns, f[0])
+		}
+	}
+	return ns
+}
