@@ -7,11 +7,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,6 +33,9 @@ func TestMain(m *testing.M) {
 		return
 	case "child":
 		childHelper()
+		return
+	case "signal":
+		signalHelper()
 		return
 	}
 	os.Exit(m.Run())
@@ -66,6 +72,34 @@ func childHelper() {
 	}
 	fmt.Println("READY", tb.ID())
 	select {}
+}
+
+// signalHelper is a well-behaved command: it closes its testbed from a deferred path
+// when SIGINT or SIGTERM cancels its context, as the CLI does.
+func signalHelper() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	tb, err := New(ctx, Options{Nodes: 2})
+	if err != nil {
+		fmt.Println("ERROR", err)
+		os.Exit(1)
+	}
+	defer func() {
+		if err := tb.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}()
+	app, err := tb.Deploy(ctx, bookinfo())
+	if err == nil {
+		_, err = tb.Start(ctx, app.Clients[0], substrate.ProcessSpec{Name: "sleeper", Argv: []string{"sleep", "600"}})
+	}
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return
+	}
+	fmt.Println("READY", tb.ID())
+	<-ctx.Done()
 }
 
 func requireRoot(t testing.TB) {
@@ -448,39 +482,7 @@ func TestKilledRunIsCleaned(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	child := exec.Command("/proc/self/exe", "-test.run=^$")
-	child.Env = append(os.Environ(), helperEnv+"=child")
-	stdout, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	child.Stderr = os.Stderr
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { // on every path, or the test binary waits on the child's stderr
-		child.Process.Kill()
-		child.Wait()
-	}()
-	lines := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(stdout).ReadString('\n')
-		lines <- strings.TrimSpace(line)
-	}()
-	var id string
-	select {
-	case line := <-lines:
-		if !strings.HasPrefix(line, "READY ") {
-			child.Process.Kill()
-			child.Wait()
-			t.Fatalf("child: %q", line)
-		}
-		id = strings.TrimPrefix(line, "READY ")
-	case <-time.After(60 * time.Second):
-		child.Process.Kill()
-		child.Wait()
-		t.Fatal("child did not bring up its testbed within 60s")
-	}
+	child, id := startChild(t, "child")
 	// `ip netns exec` enters the namespace a moment after Start returned.
 	var childPIDs []int
 	for deadline := time.Now().Add(10 * time.Second); len(childPIDs) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
@@ -534,6 +536,69 @@ func TestKilledRunIsCleaned(t *testing.T) {
 	}
 	if after := hostNetworkState(t); after != before {
 		t.Errorf("host network state changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// startChild re-executes the test binary as a helper that brings up a testbed, and
+// returns it with the testbed's run id once it is up.
+func startChild(t *testing.T, mode string) (*exec.Cmd, string) {
+	t.Helper()
+	child := exec.Command("/proc/self/exe", "-test.run=^$")
+	child.Env = append(os.Environ(), helperEnv+"="+mode)
+	stdout, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child.Stderr = os.Stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // on every path, or the test binary waits on the child's stderr
+		child.Process.Kill()
+		child.Wait()
+	})
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stdout).ReadString('\n')
+		lines <- strings.TrimSpace(line)
+	}()
+	select {
+	case line := <-lines:
+		if !strings.HasPrefix(line, "READY ") {
+			t.Fatalf("child: %q", line)
+		}
+		return child, strings.TrimPrefix(line, "READY ")
+	case <-time.After(60 * time.Second):
+		t.Fatal("child did not bring up its testbed within 60s")
+	}
+	return nil, ""
+}
+
+// TestSignalClosesTestbed: SIGTERM and SIGINT reach Close through the context and
+// the deferred call, and nothing is left.
+func TestSignalClosesTestbed(t *testing.T) {
+	requireRoot(t)
+	for _, sig := range []os.Signal{syscall.SIGTERM, os.Interrupt} {
+		child, id := startChild(t, "signal")
+		if len(runObjects(t, id)) == 0 {
+			t.Fatal("child's testbed not found")
+		}
+		if err := child.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- child.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("%v: child exited with %v", sig, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%v: child did not exit within 30s", sig)
+		}
+		if left := runObjects(t, id); len(left) > 0 {
+			t.Errorf("%v: left behind: %v", sig, left)
+		}
 	}
 }
 
@@ -655,5 +720,71 @@ func BenchmarkDialContext(b *testing.B) {
 			b.Fatal(err)
 		}
 		c.Close()
+	}
+}
+
+func TestDeployBookinfo(t *testing.T) {
+	requireRoot(t)
+	tb := newTestbed(t, Options{Nodes: 3, Namespace: "books"})
+	spec := bookinfo()
+	spec.ClientNode = "node2"
+	app, err := tb.Deploy(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if app.Name != "bookinfo" || app.Namespace != "books" || len(app.Services) != 4 || len(app.Clients) != 1 {
+		t.Fatalf("app = %+v", app)
+	}
+	reviews := app.Service("reviews")
+	if reviews == nil || len(reviews.Versions) != 3 || reviews.Versions[1].Name != "v2" || reviews.Versions[1].Weight != 33 {
+		t.Fatalf("reviews = %+v", reviews)
+	}
+	vips := map[netip.Addr]bool{}
+	ips := map[netip.Addr]bool{}
+	perNode := map[string]int{}
+	for _, s := range app.Services {
+		if !vipPrefix.Contains(s.VIP) || vips[s.VIP] || s.Port != 9080 || s.Protocol != "http" {
+			t.Errorf("service %s: VIP %s port %d protocol %q", s.Name, s.VIP, s.Port, s.Protocol)
+		}
+		vips[s.VIP] = true
+		if got, _ := tb.ServiceVIP(s.Name); got != s.VIP {
+			t.Errorf("ServiceVIP(%s) = %s; want %s", s.Name, got, s.VIP)
+		}
+	}
+	for _, p := range app.Pods() {
+		if ips[p.IP] || !netip.MustParsePrefix("198.18.0.0/15").Contains(p.IP) || vipPrefix.Contains(p.IP) {
+			t.Errorf("pod %s: address %s reused or out of range", p.Name, p.IP)
+		}
+		ips[p.IP] = true
+		perNode[p.Node]++
+		if p.NetNS != tb.NetNSName(p.Name) {
+			t.Errorf("pod %s: netns %s", p.Name, p.NetNS)
+		}
+		if p.Service != "" && p.Identity != "spiffe://cluster.local/ns/books/sa/"+p.Service {
+			t.Errorf("pod %s: identity %s", p.Name, p.Identity)
+		}
+	}
+	// Six service pods round-robin over node0 and node1; the load generator alone on node2.
+	if perNode["node0"] != 3 || perNode["node1"] != 3 || perNode["node2"] != 1 || app.Clients[0].Node != "node2" || app.Clients[0].Name != "loadgen" {
+		t.Errorf("placement %v, client on %s", perNode, app.Clients[0].Node)
+	}
+	// Every namespace carries the service rules, with one DNAT per endpoint.
+	out, err := tb.Exec(context.Background(), app.Clients[0], nil, "iptables-save", "-t", "nat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(out), "-j DNAT"); n != 6 {
+		t.Errorf("loadgen has %d DNAT rules; want 6:\n%s", n, out)
+	}
+	node, err := tb.NodePod("node0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = tb.Exec(context.Background(), node, nil, "iptables-save", "-t", "nat")
+	if err != nil || !strings.Contains(string(out), "-A PREROUTING -j "+ServiceChain) || strings.Count(string(out), "-j DNAT") != 6 {
+		t.Errorf("node0 nat table lacks the service rules (%v):\n%s", err, out)
+	}
+	if _, err := tb.Deploy(context.Background(), AppSpec{Deployments: []Deployment{{Service: "x", Port: 0}}}); err == nil || !strings.Contains(err.Error(), "deployment 0 (x): port 0") {
+		t.Errorf("bad port: err = %v", err)
 	}
 }
