@@ -148,10 +148,20 @@ func TestSamplerMeasuresCPUAndMemoryOfRealProcesses(t *testing.T) {
 	if lg == nil || lg.Processes != 1 {
 		t.Fatalf("no load-generator group: %+v", sum.Groups)
 	}
-	// One spinning thread can use at most one core; on a shared 2-core box it should
-	// still get a good share of one.
-	if lg.AvgVCPU < 0.25 || lg.AvgVCPU > 1.1 {
-		t.Errorf("burner avg vCPU %.3f, want within [0.25, 1.1] (10 ms tick quantisation)", lg.AvgVCPU)
+	// One spinning thread can use at most one core (plus the 10 ms tick quantisation);
+	// how much of one it gets depends on how busy this shared machine is.
+	if lg.AvgVCPU <= 0.02 || lg.AvgVCPU > 1.1 {
+		t.Errorf("burner avg vCPU %.3f, want within (0.02, 1.1]", lg.AvgVCPU)
+	}
+	// Ground truth independent of /proc parsing: the kernel's rusage of the burner
+	// when reaped. The last sample can trail it only by what ran since that sample.
+	lastCPU := rounds[len(rounds)-1].Procs[0].CPU()
+	sinceLast := time.Since(rounds[len(rounds)-1].Time)
+	_ = burn.Process.Kill()
+	_ = burn.Wait()
+	reaped := burn.ProcessState.UserTime() + burn.ProcessState.SystemTime()
+	if lastCPU > reaped+tick || reaped-lastCPU > sinceLast+2*tick {
+		t.Errorf("sampled CPU %v vs rusage at exit %v (%v after the last sample)", lastCPU, reaped, sinceLast)
 	}
 	if lg.PeakVCPU < lg.AvgVCPU {
 		t.Errorf("peak %.3f < avg %.3f", lg.PeakVCPU, lg.AvgVCPU)
