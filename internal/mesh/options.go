@@ -77,7 +77,7 @@ func DefaultOptions() Options {
 
 // optionKeys documents every accepted key, for error messages.
 var optionKeys = map[string]string{
-	"mtls":             "off | permissive | strict",
+	"mtls":             "off (or disabled) | permissive | strict",
 	"concurrency":      "proxy worker threads, 1..64",
 	"telemetry":        "on | off",
 	"request_id":       "on | off",
@@ -113,7 +113,16 @@ func ParseOptions(raw map[string]any) (Options, error) {
 		case "mtls":
 			s, err := word(v)
 			if err != nil {
-				return o, bad("%v", err)
+				// YAML may decode a bare off/false as a bool.
+				if b, berr := boolean(v); berr == nil && !b {
+					s = "off"
+				} else {
+					return o, bad("%v", err)
+				}
+			}
+			switch s {
+			case "disabled", "disable", "false", "none": // Istio says DISABLE
+				s = "off"
 			}
 			switch MTLSMode(s) {
 			case MTLSOff, MTLSPermissive, MTLSStrict:

@@ -52,14 +52,19 @@ func ProbeHTTP(ctx context.Context, sub substrate.Substrate, from topology.Pod, 
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	r := ProbeResult{Status: resp.StatusCode, Body: string(body)}
-	if resp.StatusCode >= 500 {
-		for _, marker := range []string{"upstream connect error", "no healthy upstream", "upstream request timeout"} {
-			if strings.Contains(r.Body, marker) {
-				r.ProxyGenerated = true
-			}
+	r.ProxyGenerated = resp.StatusCode >= 500 && ProxyGeneratedBody(r.Body)
+	return r, nil
+}
+
+// ProxyGeneratedBody recognises the bodies Envoy writes when it could not reach the
+// upstream at all.
+func ProxyGeneratedBody(body string) bool {
+	for _, marker := range []string{"upstream connect error", "no healthy upstream", "upstream request timeout"} {
+		if strings.Contains(body, marker) {
+			return true
 		}
 	}
-	return r, nil
+	return false
 }
 
 // Prober picks the pod probes are sent from: the first client, else the first pod.

@@ -453,9 +453,12 @@ func (g generator) serviceRoute(s topology.Service) (*routev3.Route, error) {
 // connections to other ports pass through.
 func (g generator) virtualInbound() (*listenerv3.Listener, []*clusterv3.Cluster) {
 	l := &listenerv3.Listener{
-		Name:             "virtualInbound",
-		Address:          socketAddr(g.lay.inboundAddr, g.lay.inboundPort),
-		UseOriginalDst:   wrapperspb.Bool(true),
+		Name:    "virtualInbound",
+		Address: socketAddr(g.lay.inboundAddr, g.lay.inboundPort),
+		// No use_original_dst here: handing inbound connections to the listener for
+		// their original destination would give them to the outbound 0.0.0.0_<port>
+		// listener and loop. The original_dst filter only restores the address so the
+		// filter chains can match on the destination port.
 		TrafficDirection: corev3.TrafficDirection_INBOUND,
 		ListenerFilters:  []*listenerv3.ListenerFilter{originalDst()},
 		DefaultFilterChain: &listenerv3.FilterChain{

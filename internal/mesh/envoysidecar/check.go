@@ -1,0 +1,371 @@
+package envoysidecar
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sort"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/substrate"
+	"github.com/meshmark/meshmark/internal/topology"
+)
+
+// enrollmentStats selects only the counters the check reads.
+const enrollmentStats = `^(http\.(inbound|outbound)_.*\.downstream_rq_total|cluster\.inbound\|[0-9]+\|\|\.upstream_rq_completed)$`
+
+// readTraffic fetches a sidecar's enrollment counters through its admin endpoint.
+func readTraffic(ctx context.Context, sub substrate.Substrate, pod topology.Pod) (Traffic, error) {
+	ctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
+	defer cancel()
+	body, status, err := httpGet(ctx, sub, pod, nil, adminAddr, "", "/stats?filter="+url.QueryEscape(enrollmentStats), 1<<20)
+	if err != nil {
+		return Traffic{}, err
+	}
+	if status != 200 {
+		return Traffic{}, fmt.Errorf("envoy admin /stats: HTTP %d", status)
+	}
+	s, err := ParseStats(body)
+	if err != nil {
+		return Traffic{}, err
+	}
+	return TrafficOf(s), nil
+}
+
+// httpGet sends one GET from inside pod `from` on a fresh connection, over TLS when
+// tlsConf is set.
+func httpGet(ctx context.Context, sub substrate.Substrate, from topology.Pod, tlsConf *tls.Config, addr, host, path string, limit int64) (string, int, error) {
+	dial := func(ctx context.Context, network, a string) (net.Conn, error) {
+		return sub.DialContext(ctx, from, network, a)
+	}
+	tr := &http.Transport{DialContext: dial, DisableKeepAlives: true}
+	scheme := "http"
+	if tlsConf != nil {
+		scheme = "https"
+		tr.DialTLSContext = func(ctx context.Context, network, a string) (net.Conn, error) {
+			c, err := dial(ctx, network, a)
+			if err != nil {
+				return nil, err
+			}
+			tc := tls.Client(c, tlsConf)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				c.Close()
+				return nil, err
+			}
+			return tc, nil
+		}
+	}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+addr+path, nil)
+	if err != nil {
+		return "", 0, err
+	}
+	if host != "" {
+		req.Host = host
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return "", 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+	return string(b), resp.StatusCode, err
+}
+
+// nodePodder is implemented by substrates that can run probes from a node's own
+// namespace: a vantage point outside the mesh when every client pod is enrolled.
+type nodePodder interface {
+	NodePod(node string) (topology.Pod, error)
+}
+
+// outsider picks a pod outside the mesh to probe from: an unmeshed client, else the
+// node namespace of the first service pod.
+func (p *Profile) outsider(sub substrate.Substrate, app *topology.App) (topology.Pod, string, bool) {
+	if !p.opts.ClientsMeshed(p.mode) && len(app.Clients) > 0 {
+		return app.Clients[0], "unmeshed client " + app.Clients[0].Name, true
+	}
+	if np, ok := sub.(nodePodder); ok {
+		for _, pod := range app.Pods() {
+			if pod.Node == "" {
+				continue
+			}
+			if np, err := np.NodePod(pod.Node); err == nil {
+				return np, "node " + pod.Node + " namespace", true
+			}
+		}
+	}
+	return topology.Pod{}, "", false
+}
+
+// probesPerService is how many requests each enrolled pod sends to each service:
+// enough that every version with a positive weight is hit from the pods together.
+func probesPerService(s topology.Service) int {
+	n := 0
+	for _, v := range s.Versions {
+		n += len(v.Endpoints)
+	}
+	return max(4, 3*n)
+}
+
+// Check drives probe traffic through the mesh and reads every sidecar's counters:
+// each enrolled pod sends requests to every service through its own sidecar (outbound
+// and, at the destinations, inbound mTLS counts); a pod outside the mesh then dials
+// every service pod directly (plaintext, or under strict mTLS first plaintext, which
+// must be refused, then with a certificate from the mesh CA, whose server identity is
+// verified).
+func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topology.App) (e mesh.Enrollment, err error) {
+	e = mesh.Enrollment{Mesh: Name, MTLS: p.mode, Pass: true, CheckedAt: time.Now().UTC()}
+	meshed := p.MeshedPods(app)
+	isMeshed := map[string]bool{}
+	for _, pod := range meshed {
+		isMeshed[pod.Name] = true
+	}
+	rows := map[string]*mesh.PodEnrollment{}
+	var order []string
+	for _, s := range app.Services {
+		for _, v := range s.Versions {
+			for _, pod := range v.Endpoints {
+				rows[pod.Name] = &mesh.PodEnrollment{Pod: pod.Name, Service: s.Name, Meshed: isMeshed[pod.Name]}
+				order = append(order, pod.Name)
+			}
+		}
+	}
+	for _, c := range app.Clients {
+		rows[c.Name] = &mesh.PodEnrollment{Pod: c.Name, Meshed: isMeshed[c.Name]}
+		order = append(order, c.Name)
+	}
+	defer func() {
+		for _, name := range order {
+			e.Pods = append(e.Pods, *rows[name])
+		}
+	}()
+
+	// 1. Every enrolled pod has a live sidecar; remember its counters.
+	before := map[string]Traffic{}
+	for _, pod := range meshed {
+		r := rows[pod.Name]
+		if err := adminReady(ctx, sub, pod); err != nil {
+			e.Fail("pod %s: no live sidecar: %v", pod.Name, err)
+			continue
+		}
+		r.Sidecar = true
+		t, err := readTraffic(ctx, sub, pod)
+		if err != nil {
+			e.Fail("pod %s: sidecar stats unreadable: %v", pod.Name, err)
+			continue
+		}
+		before[pod.Name] = t
+	}
+	if ctx.Err() != nil {
+		return e, ctx.Err()
+	}
+
+	// 2. Through the mesh: each enrolled pod calls every service by name.
+	for _, from := range meshed {
+		if !rows[from.Name].Sidecar {
+			continue
+		}
+		for _, s := range app.Services {
+			addr := ""
+			if s.VIP.IsValid() {
+				addr = mesh.Addr(s.VIP, s.Port)
+			} else if eps := allEndpoints(s); len(eps) > 0 {
+				addr = mesh.Addr(eps[0].IP, s.Port)
+			} else {
+				continue
+			}
+			host := fmt.Sprintf("%s:%d", s.Name, s.Port)
+			failures := 0
+			var lastErr string
+			n := probesPerService(s)
+			for range n {
+				r, err := mesh.ProbeHTTP(ctx, sub, from, addr, host, "/")
+				switch {
+				case err != nil:
+					failures++
+					lastErr = err.Error()
+				case r.ProxyGenerated:
+					failures++
+					lastErr = fmt.Sprintf("HTTP %d from the proxy: %.120s", r.Status, r.Body)
+				}
+			}
+			if failures > 0 {
+				e.Fail("pod %s -> service %s through the mesh: %d of %d probes failed (last: %s)", from.Name, s.Name, failures, n, lastErr)
+			}
+		}
+		if ctx.Err() != nil {
+			return e, ctx.Err()
+		}
+	}
+
+	// 3. From outside the mesh, straight to every service pod.
+	out, outName, haveOutsider := p.outsider(sub, app)
+	var probeTLS *tls.Config
+	if haveOutsider && p.mode == mesh.MTLSStrict {
+		conf, err := p.probeTLSConfig(app)
+		if err != nil {
+			return e, err
+		}
+		probeTLS = conf
+		refused := true
+		e.PlaintextRefused = &refused
+	}
+	for _, s := range app.Services {
+		for _, v := range s.Versions {
+			for _, pod := range v.Endpoints {
+				r := rows[pod.Name]
+				if !haveOutsider {
+					r.Notes = append(r.Notes, "no pod outside the mesh to probe from directly")
+					continue
+				}
+				addr := mesh.Addr(pod.IP, pod.Port)
+				body, status, err := httpGet(ctx, sub, out, nil, addr, s.Name, "/", 4096)
+				if p.mode == mesh.MTLSStrict {
+					if err == nil {
+						*e.PlaintextRefused = false
+						e.Fail("pod %s: strict mTLS served a plaintext request from %s (HTTP %d)", pod.Name, outName, status)
+					} else {
+						r.Notes = append(r.Notes, fmt.Sprintf("plaintext from %s refused: %v", outName, err))
+					}
+					conf := probeTLS.Clone()
+					conf.VerifyConnection = p.expectIdentity(p.identity(app, pod))
+					body, status, err = httpGet(ctx, sub, out, conf, addr, s.Name, "/", 4096)
+				}
+				switch {
+				case err != nil:
+					e.Fail("pod %s: direct probe from %s failed: %v", pod.Name, outName, err)
+				case status >= 500 && mesh.ProxyGeneratedBody(body):
+					e.Fail("pod %s: direct probe from %s: HTTP %d from the proxy: %.120s", pod.Name, outName, status, body)
+				default:
+					r.Answered = true
+				}
+			}
+		}
+	}
+
+	// 4. What every sidecar saw.
+	for _, pod := range meshed {
+		r := rows[pod.Name]
+		b, ok := before[pod.Name]
+		if !ok {
+			continue
+		}
+		after, err := readTraffic(ctx, sub, pod)
+		if err != nil {
+			e.Fail("pod %s: sidecar stats unreadable after probing: %v", pod.Name, err)
+			continue
+		}
+		d := after.Sub(b)
+		r.InboundMTLS, r.InboundPlaintext = d.InboundMTLS, d.InboundPlaintext
+		r.InboundRequests = d.InboundMTLS + d.InboundPlaintext
+		r.OutboundRequests = d.Outbound
+		r.MTLSObserved = mesh.ObservedMode(d.InboundMTLS, d.InboundPlaintext)
+		if d.Answered > 0 {
+			r.Answered = true
+		}
+		if r.OutboundRequests == 0 {
+			e.Fail("pod %s: its sidecar saw no outbound request (outbound traffic not intercepted)", pod.Name)
+		}
+		if r.Service == "" {
+			continue // a client serves nothing
+		}
+		if r.InboundRequests == 0 {
+			if haveOutsider || p.receivesMeshTraffic(app, pod) {
+				e.Fail("pod %s: its sidecar saw no inbound request (inbound traffic not intercepted)", pod.Name)
+			} else {
+				r.Notes = append(r.Notes, "version has weight 0 and no pod outside the mesh could probe it")
+			}
+			continue
+		}
+		if !r.Answered {
+			e.Fail("pod %s: the workload behind the sidecar answered no request", pod.Name)
+		}
+		switch p.mode {
+		case mesh.MTLSOff:
+			if r.InboundMTLS > 0 {
+				e.Fail("pod %s: mTLS is off but %d inbound requests came over mTLS", pod.Name, r.InboundMTLS)
+			}
+		case mesh.MTLSStrict:
+			if r.InboundPlaintext > 0 {
+				e.Fail("pod %s: strict mTLS but %d inbound plaintext requests were served", pod.Name, r.InboundPlaintext)
+			}
+			if r.InboundMTLS == 0 {
+				e.Fail("pod %s: strict mTLS but no inbound request came over mTLS", pod.Name)
+			}
+		case mesh.MTLSPermissive:
+			if r.InboundMTLS == 0 && p.receivesMeshTraffic(app, pod) {
+				e.Fail("pod %s: permissive mTLS but mesh traffic reached it without mTLS", pod.Name)
+			}
+		}
+	}
+	if p.mode == mesh.MTLSStrict && !haveOutsider {
+		e.Fail("strict mTLS: no pod outside the mesh to test that plaintext is refused (add an unmeshed client)")
+	}
+	sort.Strings(e.Failures)
+	return e, nil
+}
+
+// receivesMeshTraffic says whether the route table sends the pod any share of its
+// service's traffic.
+func (p *Profile) receivesMeshTraffic(app *topology.App, pod topology.Pod) bool {
+	s := app.Service(pod.Service)
+	if s == nil {
+		return false
+	}
+	positive := 0
+	for _, v := range s.Versions {
+		if v.Weight > 0 {
+			positive++
+		}
+	}
+	if len(s.Versions) <= 1 || positive == 0 {
+		return true // no split: every pod of the service
+	}
+	for _, v := range s.Versions {
+		if v.Name == pod.Version {
+			return v.Weight > 0
+		}
+	}
+	return false
+}
+
+// probeTLSConfig is a client identity for the check itself, issued by the mesh CA.
+func (p *Profile) probeTLSConfig(app *topology.App) (*tls.Config, error) {
+	ca := p.CA()
+	if ca == nil {
+		return nil, fmt.Errorf("%s: no CA: Install has not run", Name)
+	}
+	leaf, err := ca.Issue(topology.SPIFFEID(p.opts.TrustDomain, app.Namespace, ProbeServiceAccount), time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := leaf.TLSCertificate()
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		// SPIFFE peers are verified by URI SAN in VerifyConnection, not by host name.
+		InsecureSkipVerify: true,
+		MinVersion:         tls.VersionTLS12,
+	}, nil
+}
+
+// expectIdentity verifies the server's chain against the mesh CA and its SPIFFE ID.
+func (p *Profile) expectIdentity(want string) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		got, err := p.CA().PeerID(cs.PeerCertificates)
+		if err != nil {
+			return err
+		}
+		if got != want {
+			return fmt.Errorf("server identity %s, want %s", got, want)
+		}
+		return nil
+	}
+}
