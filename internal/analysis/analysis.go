@@ -6,6 +6,7 @@
 package analysis
 
 import (
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -134,6 +135,37 @@ type Estimate struct {
 	Hi    float64 `json:"hi"`
 }
 
+// MarshalJSON writes NaN bounds (a relative change against zero) as null.
+func (e Estimate) MarshalJSON() ([]byte, error) {
+	f := func(v float64) *float64 {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil
+		}
+		return &v
+	}
+	return json.Marshal(struct {
+		Value *float64 `json:"value"`
+		Lo    *float64 `json:"lo"`
+		Hi    *float64 `json:"hi"`
+	}{f(e.Value), f(e.Lo), f(e.Hi)})
+}
+
+// UnmarshalJSON reads null bounds back as NaN.
+func (e *Estimate) UnmarshalJSON(b []byte) error {
+	var v struct{ Value, Lo, Hi *float64 }
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	g := func(p *float64) float64 {
+		if p == nil {
+			return math.NaN()
+		}
+		return *p
+	}
+	*e = Estimate{g(v.Value), g(v.Lo), g(v.Hi)}
+	return nil
+}
+
 // ExcludesZero reports whether the interval lies strictly on one side of zero.
 func (e Estimate) ExcludesZero() bool { return e.Lo > 0 || e.Hi < 0 }
 
@@ -153,11 +185,16 @@ type Group struct {
 	Requests int64            `json:"requests"`
 	Errors   int64            `json:"errors"`
 	// Pooled percentiles of the merged latency histogram, µs.
-	P50, P90, P99, P999, Max int64
-	Throughput               float64 `json:"throughput"`
-	ErrorRate                float64 `json:"error_rate"`
-	GeneratorBehind          int     `json:"generator_behind"` // trials whose generator fell behind
-	Outliers                 []int64 `json:"outliers,omitempty"`
+	P50             int64   `json:"p50_us"`
+	P90             int64   `json:"p90_us"`
+	P99             int64   `json:"p99_us"`
+	P999            int64   `json:"p999_us"`
+	Max             int64   `json:"max_us"`
+	Throughput      float64 `json:"throughput"`
+	ErrorRate       float64 `json:"error_rate"`
+	GeneratorBehind int     `json:"generator_behind"` // trials whose generator fell behind
+	// Outliers are ids of trials outside Tukey's fences on trial p99 (kept, not removed).
+	Outliers []int64 `json:"outliers,omitempty"`
 }
 
 // Value returns the group's pooled value of a metric.

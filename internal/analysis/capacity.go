@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -154,10 +155,18 @@ func xName(p results.TrialParams) string {
 	return "step"
 }
 
+// OutlierMinDeviation is how far (relative to the group's median trial p99) a trial
+// must lie before it is flagged. With five repeats the quartiles are so uncertain that
+// Tukey's fences alone flag trials differing by a percent or two; such a trial is
+// statistically odd but practically identical, and flagging it would only teach
+// users to ignore the flag.
+const OutlierMinDeviation = 0.10
+
 // TukeyOutliers flags trials whose p99 lies outside Tukey's fences
-// [Q1 − k·IQR, Q3 + k·IQR] of the group's trial p99s. It needs four trials; flagged
-// trials are reported, never removed. Returns trial ids (or repeat numbers for
-// trials not yet stored).
+// [Q1 − k·IQR, Q3 + k·IQR] of the group's trial p99s and more than
+// OutlierMinDeviation away from their median. It needs four trials; flagged trials are
+// reported, never removed. Returns trial ids (or repeat numbers for trials not yet
+// stored).
 func TukeyOutliers(trials []*results.Trial, k float64) []int64 {
 	if len(trials) < 4 {
 		return nil
@@ -168,10 +177,13 @@ func TukeyOutliers(trials []*results.Trial, k float64) []int64 {
 	}
 	sorted := append([]float64(nil), p99...)
 	q1, q3 := quantile(sorted, 0.25), quantile(sorted, 0.75)
+	median := quantile(sorted, 0.5)
 	iqr := q3 - q1
 	var out []int64
 	for i, t := range trials {
-		if p99[i] < q1-k*iqr || p99[i] > q3+k*iqr {
+		outside := p99[i] < q1-k*iqr || p99[i] > q3+k*iqr
+		material := median > 0 && math.Abs(p99[i]-median)/median > OutlierMinDeviation
+		if outside && material {
 			id := t.ID
 			if id == 0 {
 				id = int64(t.Repeat)

@@ -1,0 +1,197 @@
+package analysis
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/results"
+)
+
+// FormatMicros renders a latency in µs with a readable unit.
+func FormatMicros(us float64) string {
+	switch {
+	case math.IsNaN(us):
+		return "-"
+	case math.Abs(us) < 1000:
+		return fmt.Sprintf("%.0fµs", us)
+	case math.Abs(us) < 1e6:
+		return fmt.Sprintf("%.3gms", us/1e3)
+	}
+	return fmt.Sprintf("%.3gs", us/1e6)
+}
+
+// FormatValue renders a metric value in its unit.
+func FormatValue(m Metric, v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "-"
+	case m.Percentile() >= 0:
+		return FormatMicros(v)
+	case m == Throughput:
+		return fmt.Sprintf("%.1f/s", v)
+	}
+	return fmt.Sprintf("%.3g%%", 100*v)
+}
+
+// FormatDelta renders a change of a metric: "+123µs", "+1.2%" (relative) etc.
+func FormatDelta(m Metric, v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	sign := "+"
+	if v < 0 {
+		sign = "-"
+	}
+	switch {
+	case m.Percentile() >= 0:
+		return sign + FormatMicros(math.Abs(v))
+	case m == Throughput:
+		return fmt.Sprintf("%+.1f/s", v)
+	}
+	return fmt.Sprintf("%+.3gpp", 100*v)
+}
+
+func pct(e Estimate) string {
+	if math.IsNaN(e.Value) {
+		return "-"
+	}
+	return fmt.Sprintf("%+.1f%% [%+.1f, %+.1f]", e.Value, e.Lo, e.Hi)
+}
+
+// WriteRunSummary prints what `meshmark show` shows: the run, its meshes, a
+// percentile table per mesh and point, the comparisons with the baseline, the
+// verdict table and capacity.
+func WriteRunSummary(w io.Writer, run *results.Run, rep *Report) error {
+	p := run.Provenance
+	fmt.Fprintf(w, "run %s  study %s  %s", run.ID, run.Study, run.Status)
+	if run.StatusReason != "" {
+		fmt.Fprintf(w, " (%s)", run.StatusReason)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "started %s", run.Started.Local().Format(time.DateTime))
+	if !run.Ended.IsZero() {
+		fmt.Fprintf(w, ", took %s", run.Ended.Sub(run.Started).Round(time.Second))
+	}
+	fmt.Fprintf(w, ", seed %d", run.Seed)
+	if run.Substrate != "" {
+		fmt.Fprintf(w, ", substrate %s", run.Substrate)
+	}
+	fmt.Fprintln(w)
+	if p.Kernel != "" || p.CPUModel != "" {
+		fmt.Fprintf(w, "host: kernel %s, %s, %d cores, meshmark %s\n", p.Kernel, p.CPUModel, p.Cores, p.MeshmarkVersion)
+	}
+	if len(p.Components) > 0 {
+		var cs []string
+		for k, v := range p.Components {
+			cs = append(cs, k+" "+v)
+		}
+		sort.Strings(cs)
+		fmt.Fprintf(w, "components: %s\n", strings.Join(cs, ", "))
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MESH\tPROFILE\tOPTIONS\tEQUIVALENCE CHECK")
+	for _, m := range run.Meshes {
+		var opts []string
+		for k, v := range m.Options {
+			opts = append(opts, k+"="+v)
+		}
+		sort.Strings(opts)
+		check := "not stored"
+		if len(m.Enrollment) > 0 {
+			check = "stored"
+		}
+		base := ""
+		if m.Label == rep.Baseline {
+			base = " (baseline)"
+		}
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\n", m.Label, base, m.Profile, strings.Join(opts, ","), check)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	if len(rep.Groups) == 0 {
+		fmt.Fprintln(w, "no trials stored")
+		return nil
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "POINT\tMESH\tREPEATS\tREQUESTS\tERRORS\tTHROUGHPUT\tP50\tP90\tP99\tP99.9\tMAX\tNOTES\t")
+	for _, g := range rep.Groups {
+		var notes []string
+		if g.GeneratorBehind > 0 {
+			notes = append(notes, fmt.Sprintf("generator behind in %d", g.GeneratorBehind))
+		}
+		if len(g.Outliers) > 0 {
+			notes = append(notes, fmt.Sprintf("outlier trials %v", g.Outliers))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.3g%%\t%.1f/s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", g.Label, g.Mesh, g.Repeats, g.Requests,
+			100*g.ErrorRate, g.Throughput, FormatMicros(float64(g.P50)), FormatMicros(float64(g.P90)), FormatMicros(float64(g.P99)),
+			FormatMicros(float64(g.P999)), FormatMicros(float64(g.Max)), strings.Join(notes, "; "))
+	}
+	tw.Flush()
+	if len(rep.Comparisons) > 0 {
+		fmt.Fprintf(w, "\noverhead against %s (%.0f%% bootstrap intervals, %d resamples):\n", rep.Baseline, 100*rep.Options.Confidence, rep.Options.Resamples)
+		if err := WriteComparisons(w, rep.Comparisons); err != nil {
+			return err
+		}
+	}
+	if len(rep.Winners) > 0 {
+		fmt.Fprintln(w, "\nverdict table:")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "POINT\tMETRIC\tBETTER\tVALUES\tRUNNER-UP Δ")
+		for _, v := range rep.Winners {
+			better := v.Best
+			if v.Verdict != Better {
+				better = "inconclusive"
+			}
+			var vals []string
+			for _, m := range run.Meshes {
+				if x, ok := v.Values[m.Label]; ok {
+					vals = append(vals, m.Label+" "+FormatValue(v.Metric, x))
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s %s\n", v.Label, v.Metric, better, strings.Join(vals, ", "), v.RunnerUp, pct(v.Against.Pct))
+		}
+		tw.Flush()
+	}
+	for i, c := range rep.Capacity {
+		if i == 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "capacity of %s in %s: ", c.Mesh, c.Experiment)
+		if c.Found {
+			fmt.Fprintf(w, "%g %s (%.1f req/s served)", c.MaxX, c.XName, c.MaxThroughput)
+		} else {
+			fmt.Fprint(w, "the lowest step already misses the SLO")
+		}
+		if c.Limit != "" {
+			fmt.Fprintf(w, "; next step: %s", c.Limit)
+		}
+		if c.HasKnee {
+			fmt.Fprintf(w, "; knee at %g %s (%s)", c.KneeX, c.XName, c.KneeRule)
+		}
+		fmt.Fprintln(w)
+	}
+	return nil
+}
+
+// WriteComparisons prints one line per comparison.
+func WriteComparisons(w io.Writer, cs []Comparison) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "POINT\tMESH\tMETRIC\tREFERENCE\tVALUE\tΔ [interval]\tΔ% [interval]\tNOISE FLOOR\tVERDICT")
+	for _, c := range cs {
+		floor := "-"
+		if c.NoiseSource != "" {
+			floor = fmt.Sprintf("%.1f%% (%s)", c.NoiseFloorPct, c.NoiseSource)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s [%s, %s]\t%s\t%s\t%s\n", c.Label, c.Mesh, c.Metric,
+			FormatValue(c.Metric, c.Base), FormatValue(c.Metric, c.Value),
+			FormatDelta(c.Metric, c.Delta.Value), FormatDelta(c.Metric, c.Delta.Lo), FormatDelta(c.Metric, c.Delta.Hi),
+			pct(c.Pct), floor, c.Verdict)
+	}
+	return tw.Flush()
+}

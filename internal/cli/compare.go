@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/meshmark/meshmark/internal/analysis"
+	"github.com/meshmark/meshmark/internal/store"
+	"github.com/spf13/cobra"
+)
+
+// Exit codes of `meshmark compare`.
+const (
+	exitBadGate    = 2
+	exitGateFailed = 3
+)
+
+func init() {
+	register(func() *cobra.Command {
+		var db string
+		var gates, meshes []string
+		var resamples int
+		var seed uint64
+		var asJSON bool
+		c := &cobra.Command{
+			Use:   "compare RUN_A RUN_B",
+			Short: "Compare the same meshes and experiments across two runs (old → new), optionally as a CI gate",
+			Long: "compare pairs every mesh × experiment × step present in both runs and prints the change " +
+				"from RUN_A to RUN_B with bootstrap confidence intervals, the noise floor (from RUN_A) and a " +
+				"verdict.\n\n" +
+				"--fail-if adds a gate: <metric> <op> <threshold>, metric p50|p90|p99|p99.9|throughput|error_rate, " +
+				"op > >= < <=, threshold a signed number with a unit: % (relative), us|ms|s (latency), rps " +
+				"(throughput), pp (error-rate percentage points). Examples: 'p99 > +10%', 'p50 > +2ms', " +
+				"'throughput < -5%', 'error_rate > +0.5pp'. A gate fails when the change crosses the threshold " +
+				"and its confidence interval excludes zero, so noise alone never fails it.\n\n" +
+				"Exit status: 0 when no gate fails, 3 when a gate fails, 2 for a malformed gate, 1 for other errors.\n" +
+				"RUN_A and RUN_B are run ids, unique prefixes of them, or \"last\".",
+			Args: cobra.ExactArgs(2),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				var parsed []analysis.Gate
+				for _, g := range gates {
+					p, err := analysis.ParseGate(g)
+					if err != nil {
+						return withExitCode(exitBadGate, err)
+					}
+					parsed = append(parsed, p)
+				}
+				s, err := store.Open(cmd.Context(), db)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				a, err := s.LoadRun(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				b, err := s.LoadRun(cmd.Context(), args[1])
+				if err != nil {
+					return err
+				}
+				if seed == 0 {
+					seed = uint64(a.Seed)
+				}
+				cs, err := analysis.CompareRuns(a, b, meshes, analysis.Options{Seed: seed, Resamples: resamples})
+				if err != nil {
+					return err
+				}
+				results, failed := analysis.CheckGates(parsed, cs)
+				out := cmd.OutOrStdout()
+				if asJSON {
+					enc := json.NewEncoder(out)
+					enc.SetIndent("", "  ")
+					if err := enc.Encode(map[string]any{"a": a.ID, "b": b.ID, "comparisons": cs, "gates": results, "failed": failed}); err != nil {
+						return err
+					}
+				} else {
+					fmt.Fprintf(out, "run %s (%s) → run %s (%s)\n", a.ID, a.Study, b.ID, b.Study)
+					if err := analysis.WriteComparisons(out, cs); err != nil {
+						return err
+					}
+					for _, r := range results {
+						mark := "ok  "
+						if r.Failed {
+							mark = "FAIL"
+						}
+						fmt.Fprintf(out, "%s %s\n", mark, r.Why)
+					}
+				}
+				if failed {
+					n := 0
+					for _, r := range results {
+						if r.Failed {
+							n++
+						}
+					}
+					return withExitCode(exitGateFailed, fmt.Errorf("%d gate check(s) failed", n))
+				}
+				return nil
+			},
+		}
+		addDBFlag(c, &db)
+		c.Flags().StringArrayVar(&gates, "fail-if", nil, "gate expression, e.g. 'p99 > +10%' (repeatable)")
+		c.Flags().StringSliceVar(&meshes, "mesh", nil, "compare only these meshes (repeatable or comma-separated)")
+		c.Flags().IntVar(&resamples, "resamples", 4000, "bootstrap resamples per comparison (1000..100000)")
+		c.Flags().Uint64Var(&seed, "seed", 0, "bootstrap seed (default: RUN_A's seed)")
+		c.Flags().BoolVar(&asJSON, "json", false, "print comparisons and gate results as JSON")
+		return c
+	})
+}
