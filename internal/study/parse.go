@@ -595,6 +595,9 @@ func (c *checker) users(p string, e *Experiment) {
 // rateReference checks that a relative rate names an earlier capacity experiment,
 // defaulting to the closest one before it.
 func (c *checker) rateReference(p string, e *Experiment, index map[string]int, badKind bool) {
+	if c.failed[p+".rate"] {
+		return // the rate could not be read, so whether it needs a capacity is unknown
+	}
 	if !e.Rate.IsRelative() {
 		if e.CapacityFrom != "" {
 			c.errAt(p+".capacityFrom", "only a relative rate (like \"75%% of lowest capacity\") refers to a capacity experiment")

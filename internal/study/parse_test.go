@@ -131,7 +131,7 @@ func TestInvalid(t *testing.T) {
 			[]string{`f.yaml:7:5: spec.workload.replica: unknown field (did you mean "replicas"?)`}},
 		{"unknown field far from any", "  workload:\n", "  workload:\n    zzzzzzzz: 1\n",
 			[]string{`f.yaml:7:5: spec.workload.zzzzzzzz: unknown field`}},
-		{"relative rate typo", "rate: 75% of lowest capacity", `rate: "75% of fastest capacity"`,
+		{"relative rate typo", "rate: 75% of lowest capacity", "rate: \"75% of fastest capacity\"\n      capacityFrom: cap",
 			[]string{`f.yaml:20:13: spec.experiments[1].rate: "75% of fastest capacity": expected "<N>% of lowest|highest capacity" or a number`}},
 		{"negative rate", "rate: 75% of lowest capacity", "rate: -5",
 			[]string{`f.yaml:20:13: spec.experiments[1].rate: -5: must be positive`}},
