@@ -498,8 +498,8 @@ func (c *checker) capacity(p string, e *Experiment) {
 		e.Connections = IntList{defaultConnections}
 	}
 	if len(e.Connections) > 1 {
-		// A sweep and a search share the connections field; the search uses the largest.
-		c.s.Warnings = append(c.s.Warnings, fmt.Sprintf("%s: the rate search uses %d connections, the largest of the sweep", p, slices.Max(e.Connections)))
+		// A sweep and a search share the connections field; the search uses the first.
+		c.s.Warnings = append(c.s.Warnings, fmt.Sprintf("%s: the rate search uses %d connections, the first count of the sweep", p, e.Connections[0]))
 	}
 }
 
@@ -528,8 +528,13 @@ func (c *checker) steps(p string, e *Experiment) {
 		c.errAt(p+".each", "missing: how long each step runs, like \"60s\"")
 	} else if e.Each == 0 {
 		c.errAt(p+".each", "must be above 0s")
-	} else if e.Warmup >= e.Each && c.has(p+".warmup") {
-		c.errAt(p+".warmup", "warm-up %s is not shorter than each step (%s)", e.Warmup, e.Each)
+	} else if e.Warmup >= e.Each {
+		// The warm-up is the first part of the first step.
+		where := p + ".warmup"
+		if !c.has(where) {
+			where = p + ".each"
+		}
+		c.errAt(where, "warm-up %s is not shorter than each step (%s)", e.Warmup, e.Each)
 	}
 }
 
