@@ -1,0 +1,257 @@
+// meshmark report page: builds tables and ECharts charts from the inline REPORT data.
+// Everything needed is in this file; nothing is fetched.
+(function () {
+  "use strict";
+  const R = REPORT;
+  // Okabe–Ito palette (distinct for colour-blind readers); the baseline is black.
+  const OKABE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442"];
+  const meshColour = {};
+  let k = 0;
+  (R.meshes || []).forEach(m => { meshColour[m.label] = m.baseline ? "#000000" : OKABE[k++ % OKABE.length]; });
+  const colourOf = m => meshColour[m] || "#777777";
+  const charts = [];
+
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const [a, v] of Object.entries(attrs || {})) e.setAttribute(a, v);
+    for (const c of kids) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    return e;
+  }
+  function body(id) { return document.querySelector('section[data-section="' + id + '"] .body'); }
+  function empty(id, why) { body(id).append(el("p", { class: "empty" }, why)); }
+  function fmt(x, digits) {
+    if (x === null || x === undefined || Number.isNaN(x)) return "—";
+    if (Math.abs(x) >= 1e4) return Math.round(x).toString();
+    return Number(x.toPrecision(digits || 4)).toString();
+  }
+  function pct(x) { return (x === null || x === undefined) ? "—" : (x >= 0 ? "+" : "") + x.toFixed(1) + "%"; }
+  function iv(lo, hi, p) {
+    if (lo === null || hi === null || lo === undefined) return "—";
+    return p ? "[" + pct(lo) + ", " + pct(hi) + "]" : "[" + fmt(lo) + ", " + fmt(hi) + "]";
+  }
+  function val(v, unit) {
+    if (v === null || v === undefined) return "—";
+    if (unit === "ms") return fmt(v) + " ms";
+    if (unit === "fraction") return fmt(100 * v) + "%";
+    if (unit === "req/s") return fmt(v) + " req/s";
+    return fmt(v);
+  }
+  function table(id, header, rows, numeric) {
+    const t = el("table", {});
+    t.append(el("thead", {}, el("tr", {}, ...header.map(h => el("th", {}, h)))));
+    const tb = el("tbody", {});
+    for (const r of rows) {
+      tb.append(el("tr", {}, ...r.map((c, i) => {
+        const td = el("td", numeric && numeric[i] ? { class: "num" } : {});
+        if (c instanceof Node) td.append(c); else td.textContent = c;
+        return td;
+      })));
+    }
+    t.append(tb);
+    body(id).append(t);
+    return t;
+  }
+  function verdictCell(v) { return el("span", { class: v }, v); }
+  function chart(id, height) {
+    const d = el("div", { class: "chart" });
+    if (height) d.style.height = height + "px";
+    body(id).append(d);
+    const c = echarts.init(d, null, { renderer: "canvas" });
+    charts.push(c);
+    return c;
+  }
+  function selector(id, label, options, onChange) {
+    const s = el("select", { "aria-label": label });
+    options.forEach((o, i) => s.append(el("option", { value: String(i) }, o)));
+    s.addEventListener("change", () => onChange(Number(s.value)));
+    body(id).append(el("label", {}, label + ": ", s));
+    return s;
+  }
+  const baseAxis = { nameLocation: "middle", nameGap: 30 };
+  const textStyle = { fontFamily: "system-ui, sans-serif" };
+
+  // Verdict table.
+  if (R.verdicts && R.verdicts.length) {
+    table("verdicts", ["Point", "Metric", "Best", "Value", "Runner-up", "Runner-up value", "Runner-up vs best", "Interval", "Verdict"],
+      R.verdicts.map(v => [v.label, v.metric, v.best, val(v.values[v.best], v.unit), v.runner_up, val(v.values[v.runner_up], v.unit),
+        pct(v.gap_pct), iv(v.gap_pct_lo, v.gap_pct_hi, true), verdictCell(v.verdict)]), [0, 0, 0, 1, 0, 1, 1, 1, 0]);
+  } else empty("verdicts", "No point was measured on two or more meshes, so there is nothing to rank.");
+
+  if (R.comparisons && R.comparisons.length) {
+    table("comparisons", ["Point", "Mesh", "Metric", "Baseline", "Mesh value", "Δ", "Δ interval", "Δ%", "Δ% interval", "Noise floor", "Verdict"],
+      R.comparisons.map(c => [c.label, c.mesh, c.metric, val(c.base, c.unit), val(c.value, c.unit), fmt(c.delta), iv(c.delta_lo, c.delta_hi),
+        pct(c.pct), iv(c.pct_lo, c.pct_hi, true), fmt(c.noise_floor_pct, 3) + "%", verdictCell(c.verdict)]), [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 0]);
+  } else empty("comparisons", "No mesh shares a point with the baseline.");
+
+  if (R.groups && R.groups.length) {
+    table("results", ["Point", "Mesh", "Repeats", "Requests", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors %", "generator behind"],
+      R.groups.map(g => [g.label, g.mesh, g.repeats, g.requests, fmt(g.throughput_rps), fmt(g.p50_ms), fmt(g.p90_ms), fmt(g.p99_ms),
+        fmt(g.p999_ms), fmt(g.max_ms), fmt(100 * g.error_rate), g.generator_behind_trials]), [0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]);
+  } else empty("results", "This run has no successful trials.");
+
+  // Percentile spectrum: x is 1/(1-q) on a log axis, as HdrHistogram plots draw it.
+  const spectra = (R.spectra || []).filter(s => s.series && s.series.length);
+  if (spectra.length) {
+    const pctLabel = x => { const q = 100 * (1 - 1 / x); return q <= 0 ? "0%" : Number(q.toPrecision(6)) + "%"; };
+    let c;
+    const draw = i => {
+      const sp = spectra[i];
+      c.setOption({
+        textStyle, animation: false,
+        title: { text: "Percentile spectrum, " + sp.label, left: "center", textStyle: { fontSize: 14 } },
+        tooltip: { trigger: "axis", valueFormatter: v => fmt(v) + " ms", axisPointer: { label: { formatter: p => pctLabel(p.value) } } },
+        legend: { top: 24 },
+        grid: { left: 70, right: 30, top: 60, bottom: 50 },
+        xAxis: Object.assign({ type: "log", name: "percentile", min: 1, logBase: 10, axisLabel: { formatter: pctLabel } }, baseAxis),
+        yAxis: Object.assign({ type: "value", name: "latency (ms)", nameGap: 50 }, baseAxis),
+        series: sp.series.map(s => ({ name: s.mesh, type: "line", showSymbol: false, data: s.points, color: colourOf(s.mesh), lineStyle: { width: 2 } })),
+      }, true);
+    };
+    if (spectra.length > 1) selector("spectrum", "Point", spectra.map(s => s.label), draw);
+    c = chart("spectrum");
+    draw(0);
+  } else empty("spectrum", "No latency histograms in this run.");
+
+  // Latency against rate with the SLO, capacity and knee.
+  if (R.capacity && R.capacity.length) {
+    const byExp = {};
+    R.capacity.forEach(c => { (byExp[c.experiment] = byExp[c.experiment] || []).push(c); });
+    table("capacity", ["Experiment", "Mesh", "Capacity", "req/s at capacity", "Knee", "Limited by"],
+      R.capacity.map(c => [c.experiment, c.mesh, c.found ? fmt(c.max_x) + " " + c.x_name : "none", fmt(c.max_throughput),
+        c.has_knee ? fmt(c.knee_x) + " " + c.x_name : "none", c.limit || "—"]), [0, 0, 1, 1, 1, 0]);
+    for (const [exp, caps] of Object.entries(byExp)) {
+      const c = chart("capacity", 420);
+      const series = [];
+      caps.forEach((cap, i) => {
+        const col = colourOf(cap.mesh);
+        const marks = [];
+        if (cap.found) marks.push({ xAxis: cap.max_x, name: cap.mesh + " capacity", label: { formatter: cap.mesh + " capacity " + fmt(cap.max_x) } });
+        if (cap.has_knee) marks.push({ xAxis: cap.knee_x, name: cap.mesh + " knee", lineStyle: { type: "dotted" }, label: { formatter: cap.mesh + " knee" } });
+        if (i === 0) {
+          marks.push({ yAxis: R.slo.p99_ms, name: "SLO p99", lineStyle: { color: "#555", type: "dashed" }, label: { formatter: "SLO p99 " + fmt(R.slo.p99_ms) + " ms" } });
+          marks.push({ yAxis: R.slo.p50_ms, name: "SLO p50", lineStyle: { color: "#999", type: "dashed" }, label: { formatter: "SLO p50 " + fmt(R.slo.p50_ms) + " ms" } });
+        }
+        series.push({ name: cap.mesh + " p99", type: "line", color: col, data: cap.points.map(p => [p.x, p.p99_ms]), symbolSize: 6,
+          markLine: { symbol: "none", silent: true, lineStyle: { color: col }, data: marks } });
+        series.push({ name: cap.mesh + " p50", type: "line", color: col, lineStyle: { type: "dashed" }, data: cap.points.map(p => [p.x, p.p50_ms]), symbol: "emptyCircle", symbolSize: 5 });
+      });
+      c.setOption({
+        textStyle, animation: false,
+        title: { text: exp + ": latency against " + caps[0].x_name, left: "center", textStyle: { fontSize: 14 } },
+        tooltip: { trigger: "axis", valueFormatter: v => fmt(v) + " ms" },
+        legend: { top: 24 },
+        grid: { left: 70, right: 40, top: 70, bottom: 50 },
+        xAxis: Object.assign({ type: "value", name: caps[0].x_name, scale: true }, baseAxis),
+        yAxis: Object.assign({ type: "log", name: "latency (ms, log)", nameGap: 50 }, baseAxis),
+        series,
+      });
+    }
+  } else empty("capacity", "This run has no sweep (steps, connections or users), so there is no latency-against-rate curve.");
+
+  // S4-style heatmaps: rows latency buckets, columns steps, cell share of the step.
+  if (R.heatmaps && R.heatmaps.length) {
+    let c;
+    const draw = i => {
+      const h = R.heatmaps[i];
+      c.setOption({
+        textStyle, animation: false,
+        title: { text: h.mesh + ", " + h.experiment + ": share of each step's requests per latency bucket", left: "center", textStyle: { fontSize: 14 } },
+        tooltip: { formatter: p => h.columns[p.value[0]] + ", " + h.rows[p.value[1]] + "<br>" + fmt(p.value[2], 3) + "% of the step, " + p.value[3] + " requests" },
+        grid: { left: 150, right: 90, top: 50, bottom: 50 },
+        xAxis: Object.assign({ type: "category", data: h.columns, name: "step", splitArea: { show: true } }, baseAxis),
+        yAxis: { type: "category", data: h.rows, name: "latency", splitArea: { show: true } },
+        visualMap: { min: 0, max: 100, calculable: true, orient: "vertical", right: 10, top: "middle", text: ["100%", "0%"],
+          inRange: { color: ["#fde725", "#5ec962", "#21918c", "#3b528b", "#440154"] } },
+        series: [{ name: h.mesh, type: "heatmap", data: h.cells, label: { show: h.columns.length <= 12, formatter: p => fmt(p.value[2], 2) + "%", fontSize: 10 } }],
+      }, true);
+    };
+    if (R.heatmaps.length > 1) selector("heatmaps", "Mesh and sweep", R.heatmaps.map(h => h.mesh + " · " + h.experiment), draw);
+    c = chart("heatmaps", 460);
+    draw(0);
+  } else empty("heatmaps", "This run has no sweep with two or more steps, so there is no per-step heatmap.");
+
+  // Time series of achieved rate, p99 and errors.
+  const ts = (R.time_series || []).filter(s => s.t && s.t.length);
+  if (ts.length) {
+    const panel = (title, key, unit) => {
+      const c = chart("timeseries", 260);
+      c.setOption({
+        textStyle, animation: false,
+        title: { text: title, left: "center", textStyle: { fontSize: 14 } },
+        tooltip: { trigger: "axis", valueFormatter: v => v === null || v === undefined ? "—" : fmt(v) + unit },
+        legend: { top: 22 },
+        grid: { left: 70, right: 30, top: 55, bottom: 40 },
+        xAxis: Object.assign({ type: "value", name: "seconds since the run started", scale: true }, baseAxis),
+        yAxis: { type: "value", name: unit.trim() },
+        series: ts.map(s => ({ name: s.mesh, type: "line", color: colourOf(s.mesh), showSymbol: false, connectNulls: false,
+          data: s.t.map((t, i) => [t, s[key][i]]) })),
+      });
+    };
+    panel("Achieved rate", "rate", " req/s");
+    panel("p99 per interval", "p99_ms", " ms");
+    panel("Errors per interval", "errors", " errors");
+  } else empty("timeseries", "No per-interval data was recorded in this run.");
+
+  // Resources per component.
+  if (R.resources && R.resources.length) {
+    const names = R.resources.map(r => r.mesh + " · " + r.component + (r.pod ? " (" + r.pod + ")" : ""));
+    const bars = (title, avgKey, peakKey, unit) => {
+      const c = chart("resources", Math.max(260, 24 * names.length + 90));
+      c.setOption({
+        textStyle, animation: false,
+        title: { text: title, left: "center", textStyle: { fontSize: 14 } },
+        tooltip: { trigger: "axis", axisPointer: { type: "shadow" }, valueFormatter: v => fmt(v) + unit },
+        legend: { top: 22 },
+        grid: { left: 260, right: 40, top: 55, bottom: 30 },
+        xAxis: { type: "value", name: unit.trim() },
+        yAxis: { type: "category", data: names, inverse: true },
+        series: [
+          { name: "average", type: "bar", color: "#0072B2", data: R.resources.map(r => r[avgKey]) },
+          { name: "peak", type: "bar", color: "#E69F00", data: R.resources.map(r => r[peakKey]) },
+        ],
+      });
+    };
+    bars("CPU per component", "avg_cores", "peak_cores", " cores");
+    bars("Memory (RSS) per component", "avg_mem_mib", "peak_mem_mib", " MiB");
+    table("resources", ["Mesh", "Component", "Role", "Pod", "CPU avg (cores)", "CPU peak (cores)", "RSS avg (MiB)", "RSS peak (MiB)", "Samples"],
+      R.resources.map(r => [r.mesh, r.component, r.role, r.pod || "—", fmt(r.avg_cores), fmt(r.peak_cores), fmt(r.avg_mem_mib), fmt(r.peak_mem_mib), r.samples]),
+      [0, 0, 0, 0, 1, 1, 1, 1, 1]);
+  } else empty("resources", "No resource samples were recorded in this run.");
+
+  if (R.costs && R.costs.length) {
+    const cm = R.cost_model;
+    body("cost").append(el("p", {}, "Priced at $" + cm.per_core_hour_usd + " per core-hour and $" + cm.per_gib_hour_usd +
+      " per GiB-hour (" + cm.source + "), 730 hours a month, at the load measured. Mesh components are proxies, gateways and control planes."));
+    const c = chart("cost", 300);
+    c.setOption({
+      textStyle, animation: false,
+      title: { text: "Monthly cost at the measured load", left: "center", textStyle: { fontSize: 14 } },
+      tooltip: { trigger: "axis", axisPointer: { type: "shadow" }, valueFormatter: v => "$" + fmt(v) },
+      legend: { top: 22 },
+      grid: { left: 70, right: 30, top: 55, bottom: 40 },
+      xAxis: { type: "category", data: R.costs.map(x => x.mesh) },
+      yAxis: { type: "value", name: "USD / month" },
+      series: [
+        { name: "mesh components", type: "bar", color: "#D55E00", data: R.costs.map(x => x.mesh_monthly_usd) },
+        { name: "all components", type: "bar", color: "#56B4E9", data: R.costs.map(x => x.all_monthly_usd) },
+      ],
+    });
+    table("cost", ["Mesh", "Mesh CPU (cores)", "Mesh RSS (MiB)", "Mesh $/month", "All $/month", "req/s", "$ per million requests"],
+      R.costs.map(x => [x.mesh, fmt(x.mesh_cores), fmt(x.mesh_mem_gib * 1024), "$" + x.mesh_monthly_usd.toFixed(2), "$" + x.all_monthly_usd.toFixed(2),
+        fmt(x.throughput_rps), "$" + x.usd_per_million_requests.toFixed(4)]), [0, 1, 1, 1, 1, 1, 1]);
+  } else empty("cost", "No resource samples, so no cost.");
+
+  if (R.checks && R.checks.length) {
+    table("checks", ["Mesh", "Check", "Result", "Detail"],
+      R.checks.map(c => [c.mesh, c.check, el("span", { class: c.pass ? "pass" : "fail" }, c.pass ? "PASS" : "FAIL"), c.detail]));
+  } else empty("checks", "No checks were stored with this run.");
+
+  const cfgs = (R.provenance && R.provenance.config_digests) || [];
+  if (cfgs.length) {
+    table("provenance", ["Config", "Mesh", "Component", "Bytes", "SHA-256"],
+      cfgs.map(c => [c.name, c.mesh || "—", c.component || "—", c.bytes, el("code", {}, c.sha256)]), [0, 0, 0, 1, 0]);
+  } else empty("provenance", "No generated configuration files were recorded.");
+
+  window.addEventListener("resize", () => charts.forEach(c => c.resize()));
+  document.body.setAttribute("data-rendered", "true");
+})();

@@ -1,0 +1,297 @@
+package report
+
+import (
+	"bufio"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func renderJSON(w io.Writer, s *Summary) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(s)
+}
+
+// CSVHeader is the header of the CSV report: one row per mesh and point, pooled over
+// repeats, with the change of p99 against the baseline.
+var CSVHeader = []string{"run_id", "experiment", "step", "label", "mesh", "profile", "baseline", "repeats", "requests", "errors",
+	"error_rate", "throughput_rps", "min_ms", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "p99.9_ms", "max_ms",
+	"p99_delta_ms", "p99_delta_lo_ms", "p99_delta_hi_ms", "p99_pct", "p99_verdict", "generator_behind_trials"}
+
+func renderCSV(w io.Writer, s *Summary) error {
+	cw := csv.NewWriter(w)
+	if err := cw.Write(CSVHeader); err != nil {
+		return err
+	}
+	profile := map[string]string{}
+	for _, m := range s.Meshes {
+		profile[m.Label] = m.Profile
+	}
+	for _, g := range s.Groups {
+		c := s.comparison(g.Mesh, g.Experiment, g.Step, "p99")
+		row := []string{s.RunID, g.Experiment, strconv.Itoa(g.Step), g.Label, g.Mesh, profile[g.Mesh], strconv.FormatBool(g.Mesh == s.Baseline),
+			strconv.Itoa(g.Repeats), strconv.FormatInt(g.Requests, 10), strconv.FormatInt(g.Errors, 10),
+			num(g.ErrorRate), num(g.Throughput), num(g.MinMs), num(g.MeanMs), num(g.P50Ms), num(g.P90Ms), num(g.P99Ms), num(g.P999Ms), num(g.MaxMs),
+			"", "", "", "", "", strconv.Itoa(g.GeneratorBehind)}
+		if c != nil {
+			row[19], row[20], row[21], row[22], row[23] = num(c.Delta), num(c.DeltaLo), num(c.DeltaHi), num(c.Pct), c.Verdict
+		}
+		if err := cw.Write(row); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+func (s *Summary) comparison(mesh, exp string, step int, metric string) *ComparisonRow {
+	for i := range s.Comparisons {
+		c := &s.Comparisons[i]
+		if c.Mesh == mesh && c.Experiment == exp && c.Step == step && c.Metric == metric {
+			return c
+		}
+	}
+	return nil
+}
+
+// num formats a number for machines: shortest exact form, empty when undefined.
+func num(n Num) string {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return ""
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+// sig formats a number for people: four significant digits, "—" when undefined.
+func sig(f float64) string {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return "—"
+	}
+	if f != 0 && math.Abs(f) >= 1e4 {
+		return strconv.FormatFloat(f, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(f, 'g', 4, 64)
+}
+
+func pct(f Num) string {
+	if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+		return "—"
+	}
+	return fmt.Sprintf("%+.1f%%", float64(f))
+}
+
+func interval(lo, hi Num, unit string) string {
+	if math.IsNaN(float64(lo)) || math.IsNaN(float64(hi)) {
+		return "—"
+	}
+	if unit == "%" {
+		return fmt.Sprintf("[%+.1f%%, %+.1f%%]", float64(lo), float64(hi))
+	}
+	return fmt.Sprintf("[%s, %s]", sig(float64(lo)), sig(float64(hi)))
+}
+
+// metricValue formats a metric's value with its unit.
+func metricValue(v Num, unit string) string {
+	f := float64(v)
+	switch unit {
+	case "ms":
+		return sig(f) + " ms"
+	case "fraction":
+		return sig(100*f) + "%"
+	case "req/s":
+		return sig(f) + " req/s"
+	}
+	return sig(f)
+}
+
+// mdCell escapes what would break a table cell.
+func mdCell(s string) string {
+	s = strings.ReplaceAll(s, "|", `\|`)
+	return strings.ReplaceAll(s, "\n", " ")
+}
+
+type mdWriter struct {
+	w   *bufio.Writer
+	err error
+}
+
+func (m *mdWriter) printf(format string, args ...any) {
+	if m.err == nil {
+		_, m.err = fmt.Fprintf(m.w, format, args...)
+	}
+}
+
+func (m *mdWriter) table(header []string, rows [][]string) {
+	m.printf("| %s |\n|", strings.Join(header, " | "))
+	for range header {
+		m.printf("---|")
+	}
+	m.printf("\n")
+	for _, r := range rows {
+		cells := make([]string, len(r))
+		for i, c := range r {
+			cells[i] = mdCell(c)
+		}
+		m.printf("| %s |\n", strings.Join(cells, " | "))
+	}
+	m.printf("\n")
+}
+
+func (m *mdWriter) section(title string, empty bool, why string) bool {
+	m.printf("## %s\n\n", title)
+	if empty {
+		m.printf("_%s_\n\n", why)
+	}
+	return !empty
+}
+
+// Markdown section titles, shared with the HTML page.
+const (
+	titleVerdicts    = "Verdicts"
+	titleComparisons = "Overhead against the baseline"
+	titleResults     = "Pooled results"
+	titleCapacity    = "Capacity under the SLO"
+	titleResources   = "Resources per component"
+	titleCost        = "Cost per mesh"
+	titleChecks      = "Checks"
+	titleProvenance  = "Provenance"
+)
+
+func renderMarkdown(w io.Writer, s *Summary) error {
+	m := &mdWriter{w: bufio.NewWriter(w)}
+	m.printf("# meshmark report: %s\n\n", mdCell(s.Study))
+	m.printf("Run `%s`, %s, started %s", s.RunID, s.Status, s.Started.UTC().Format(time.RFC3339))
+	if !s.Ended.IsZero() {
+		m.printf(", took %s", s.Ended.Sub(s.Started).Round(time.Second))
+	}
+	m.printf(". Baseline: **%s**. Intervals are %g%% bootstrap intervals (%d resamples); latencies are pooled over repeats by merging histograms.\n\n",
+		s.Baseline, 100*s.Confidence, s.Resamples)
+	if s.StatusReason != "" {
+		m.printf("> Status: %s\n\n", mdCell(s.StatusReason))
+	}
+
+	if m.section(titleVerdicts, len(s.Verdicts) == 0, "No point was measured on two or more meshes, so there is nothing to rank.") {
+		var rows [][]string
+		for _, v := range s.Verdicts {
+			rows = append(rows, []string{v.Label, v.Metric, v.Best, metricValue(v.Values[v.Best], v.Unit), v.RunnerUp,
+				metricValue(v.Values[v.RunnerUp], v.Unit), pct(v.GapPct), interval(v.GapLo, v.GapHi, "%"), v.Verdict})
+		}
+		m.table([]string{"Point", "Metric", "Best", "Value", "Runner-up", "Runner-up value", "Runner-up vs best", "Interval", "Verdict"}, rows)
+	}
+	if m.section(titleComparisons, len(s.Comparisons) == 0, "No mesh shares a point with the baseline.") {
+		var rows [][]string
+		for _, c := range s.Comparisons {
+			rows = append(rows, []string{c.Label, c.Mesh, c.Metric, metricValue(c.Base, c.Unit), metricValue(c.Value, c.Unit),
+				sig(float64(c.Delta)), interval(c.DeltaLo, c.DeltaHi, c.Unit), pct(c.Pct), interval(c.PctLo, c.PctHi, "%"),
+				fmt.Sprintf("%.1f%%", float64(c.NoiseFloorPct)), c.Verdict})
+		}
+		m.table([]string{"Point", "Mesh", "Metric", "Baseline", "Mesh value", "Δ", "Δ interval", "Δ%", "Δ% interval", "Noise floor", "Verdict"}, rows)
+	}
+	if m.section(titleResults, len(s.Groups) == 0, "This run has no successful trials.") {
+		var rows [][]string
+		for _, g := range s.Groups {
+			rows = append(rows, []string{g.Label, g.Mesh, strconv.Itoa(g.Repeats), strconv.FormatInt(g.Requests, 10),
+				sig(float64(g.Throughput)), sig(float64(g.P50Ms)), sig(float64(g.P90Ms)), sig(float64(g.P99Ms)), sig(float64(g.P999Ms)),
+				sig(float64(g.MaxMs)), sig(100 * float64(g.ErrorRate))})
+		}
+		m.table([]string{"Point", "Mesh", "Repeats", "Requests", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors %"}, rows)
+	}
+	if m.section(titleCapacity, len(s.Capacity) == 0, "This run has no sweep (steps, connections or users), so no capacity was searched.") {
+		m.printf("SLO: p50 ≤ %g ms, p99 ≤ %g ms, errors ≤ %g%%, served ≥ %g%% of the requested rate.\n\n",
+			s.SLO.P50Ms, s.SLO.P99Ms, 100*s.SLO.MaxErrorRate, 100*s.SLO.MinAchieved)
+		var rows [][]string
+		for _, c := range s.Capacity {
+			maxX, knee := "none", "none"
+			if c.Found {
+				maxX = sig(c.MaxX) + " " + c.XName
+			}
+			if c.HasKnee {
+				knee = sig(c.KneeX) + " " + c.XName
+			}
+			rows = append(rows, []string{c.Experiment, c.Mesh, maxX, sig(c.MaxThroughput), knee, orDash(c.Limit)})
+		}
+		m.table([]string{"Experiment", "Mesh", "Capacity", "req/s at capacity", "Knee", "Limited by"}, rows)
+	}
+	if m.section(titleResources, len(s.Resources) == 0, "No resource samples were recorded in this run.") {
+		var rows [][]string
+		for _, r := range s.Resources {
+			rows = append(rows, []string{r.Mesh, r.Component, r.Role, orDash(r.Pod), sig(r.AvgCores), sig(r.PeakCores), sig(r.AvgMemMiB), sig(r.PeakMemMiB)})
+		}
+		m.table([]string{"Mesh", "Component", "Role", "Pod", "CPU avg (cores)", "CPU peak (cores)", "RSS avg (MiB)", "RSS peak (MiB)"}, rows)
+	}
+	if m.section(titleCost, len(s.Costs) == 0, "No resource samples, so no cost.") {
+		m.printf("Priced at $%g per core-hour and $%g per GiB-hour (%s), 730 hours a month, at the load measured.\n\n",
+			s.CostModel.PerCoreHourUSD, s.CostModel.PerGiBHourUSD, s.CostModel.Source)
+		var rows [][]string
+		for _, c := range s.Costs {
+			rows = append(rows, []string{c.Mesh, sig(c.MeshCores), sig(c.MeshMemGiB * 1024), fmt.Sprintf("$%.2f", c.MeshMonthlyUSD),
+				fmt.Sprintf("$%.2f", c.AllMonthlyUSD), sig(c.Throughput), fmt.Sprintf("$%.4f", c.USDPerMillionReqs)})
+		}
+		m.table([]string{"Mesh", "Mesh CPU (cores)", "Mesh RSS (MiB)", "Mesh $/month", "All $/month", "req/s", "$ per million requests"}, rows)
+	}
+	if m.section(titleChecks, len(s.Checks) == 0, "No checks were stored with this run.") {
+		var rows [][]string
+		for _, c := range s.Checks {
+			rows = append(rows, []string{c.Mesh, c.Check, map[bool]string{true: "PASS", false: "FAIL"}[c.Pass], c.Detail})
+		}
+		m.table([]string{"Mesh", "Check", "Result", "Detail"}, rows)
+	}
+	m.section(titleProvenance, false, "")
+	m.table([]string{"Item", "Value"}, provenanceRows(s))
+	if len(s.Provenance.Configs) > 0 {
+		var rows [][]string
+		for _, c := range s.Provenance.Configs {
+			rows = append(rows, []string{c.Name, orDash(c.Mesh), orDash(c.Component), "`" + c.SHA256 + "`"})
+		}
+		m.table([]string{"Config", "Mesh", "Component", "SHA-256"}, rows)
+	}
+	if m.err == nil {
+		m.err = m.w.Flush()
+	}
+	return m.err
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}
+
+// provenanceRows lists the machine, versions and placement as item/value pairs.
+func provenanceRows(s *Summary) [][]string {
+	p := s.Provenance
+	rows := [][]string{
+		{"Host", orDash(p.Hostname)}, {"Kernel", orDash(p.Kernel)}, {"OS", orDash(p.OS)}, {"CPU", orDash(p.CPUModel)},
+		{"Cores", strconv.Itoa(p.Cores)}, {"Memory", fmt.Sprintf("%.1f GiB", float64(p.MemoryBytes)/(1<<30))},
+		{"meshmark", orDash(p.MeshmarkVersion)}, {"Go", orDash(p.GoVersion)}, {"Substrate", orDash(s.Substrate)},
+		{"Study file", orDash(p.StudyPath)}, {"Seed", strconv.FormatInt(p.Seed, 10)},
+	}
+	if p.StudyFile != "" {
+		rows = append(rows, []string{"Study file SHA-256", "`" + sha256Hex(p.StudyFile) + "`"})
+	}
+	for _, k := range sortedKeys(p.Components) {
+		rows = append(rows, []string{"version: " + k, p.Components[k]})
+	}
+	for _, k := range sortedKeys(p.Placement) {
+		rows = append(rows, []string{"placement: " + k, p.Placement[k]})
+	}
+	return rows
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

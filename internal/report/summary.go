@@ -1,0 +1,832 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/meshmark/meshmark/internal/analysis"
+	"github.com/meshmark/meshmark/internal/results"
+)
+
+// Num is a float that encodes NaN and ±Inf as JSON null: the analysis uses NaN for
+// "not defined" (a % change against a zero baseline) and encoding/json refuses it.
+type Num float64
+
+// MarshalJSON writes null for NaN and infinities.
+func (n Num) MarshalJSON() ([]byte, error) {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, f, 'g', -1, 64), nil
+}
+
+// UnmarshalJSON reads null back as NaN.
+func (n *Num) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*n = Num(math.NaN())
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*n = Num(f)
+	return nil
+}
+
+// Summary is the analysed view of one run that every format renders; the JSON format
+// is this struct. Latencies are in milliseconds, rates in requests per second.
+type Summary struct {
+	RunID        string    `json:"run_id"`
+	Study        string    `json:"study"`
+	Status       string    `json:"status"`
+	StatusReason string    `json:"status_reason,omitempty"`
+	Started      time.Time `json:"started"`
+	Ended        time.Time `json:"ended,omitzero"`
+	Substrate    string    `json:"substrate,omitempty"`
+	Baseline     string    `json:"baseline"`
+	Confidence   float64   `json:"confidence"`
+	Resamples    int       `json:"resamples"`
+
+	Meshes      []MeshInfo        `json:"meshes"`
+	Groups      []GroupRow        `json:"groups"`
+	Verdicts    []VerdictRow      `json:"verdicts"`
+	Comparisons []ComparisonRow   `json:"comparisons"`
+	SLO         SLOInfo           `json:"slo"`
+	Capacity    []CapacityRow     `json:"capacity"`
+	Spectra     []Spectrum        `json:"spectra"`
+	Heatmaps    []Heatmap         `json:"heatmaps"`
+	TimeSeries  []TimeSeries      `json:"time_series"`
+	Resources   []ResourceRow     `json:"resources"`
+	CostModel   CostModel         `json:"cost_model"`
+	Costs       []CostRow         `json:"costs"`
+	Checks      []CheckRow        `json:"checks"`
+	Provenance  ProvenanceSummary `json:"provenance"`
+}
+
+// MeshInfo is one mesh under test.
+type MeshInfo struct {
+	Label    string            `json:"label"`
+	Profile  string            `json:"profile"`
+	Options  map[string]string `json:"options,omitempty"`
+	Baseline bool              `json:"baseline"`
+}
+
+// GroupRow is the pooled result of one mesh at one point (all repeats merged).
+type GroupRow struct {
+	Mesh            string  `json:"mesh"`
+	Experiment      string  `json:"experiment"`
+	Step            int     `json:"step"`
+	Label           string  `json:"label"`
+	Kind            string  `json:"kind"`
+	RequestedRate   float64 `json:"requested_rate,omitempty"`
+	Connections     int     `json:"connections,omitempty"`
+	Repeats         int     `json:"repeats"`
+	Requests        int64   `json:"requests"`
+	Errors          int64   `json:"errors"`
+	MinMs           Num     `json:"min_ms"`
+	MeanMs          Num     `json:"mean_ms"`
+	P50Ms           Num     `json:"p50_ms"`
+	P90Ms           Num     `json:"p90_ms"`
+	P99Ms           Num     `json:"p99_ms"`
+	P999Ms          Num     `json:"p999_ms"`
+	MaxMs           Num     `json:"max_ms"`
+	Throughput      Num     `json:"throughput_rps"`
+	ErrorRate       Num     `json:"error_rate"`
+	GeneratorBehind int     `json:"generator_behind_trials"`
+	Outliers        []int64 `json:"outlier_trials,omitempty"`
+	Start           time.Time
+	End             time.Time
+	DurationSeconds float64 `json:"duration_seconds"`
+}
+
+// VerdictRow is one line of the verdict table: at one point, which mesh is best on one
+// metric, by how much the runner-up trails (with its interval), and whether that is
+// conclusive.
+type VerdictRow struct {
+	Label      string         `json:"label"`
+	Experiment string         `json:"experiment"`
+	Step       int            `json:"step"`
+	Metric     string         `json:"metric"`
+	Unit       string         `json:"unit"`
+	Best       string         `json:"best"`
+	RunnerUp   string         `json:"runner_up"`
+	Verdict    string         `json:"verdict"`
+	Values     map[string]Num `json:"values"`
+	// GapPct is the runner-up against the best, in %, with its interval.
+	GapPct Num `json:"gap_pct"`
+	GapLo  Num `json:"gap_pct_lo"`
+	GapHi  Num `json:"gap_pct_hi"`
+}
+
+// ComparisonRow is one mesh against the baseline on one metric at one point.
+type ComparisonRow struct {
+	Label         string `json:"label"`
+	Experiment    string `json:"experiment"`
+	Step          int    `json:"step"`
+	Mesh          string `json:"mesh"`
+	Reference     string `json:"reference"`
+	Metric        string `json:"metric"`
+	Unit          string `json:"unit"` // unit of Base, Value and Delta (ms for latency)
+	Base          Num    `json:"base"`
+	Value         Num    `json:"value"`
+	Delta         Num    `json:"delta"`
+	DeltaLo       Num    `json:"delta_lo"`
+	DeltaHi       Num    `json:"delta_hi"`
+	Pct           Num    `json:"pct"`
+	PctLo         Num    `json:"pct_lo"`
+	PctHi         Num    `json:"pct_hi"`
+	NoiseFloorPct Num    `json:"noise_floor_pct"`
+	NoiseSource   string `json:"noise_source"`
+	Verdict       string `json:"verdict"`
+	Resampled     string `json:"resampled"`
+	Repeats       int    `json:"repeats"`
+}
+
+// SLOInfo is the SLO capacity was judged against.
+type SLOInfo struct {
+	P50Ms        float64 `json:"p50_ms"`
+	P99Ms        float64 `json:"p99_ms"`
+	MaxErrorRate float64 `json:"max_error_rate"`
+	MinAchieved  float64 `json:"min_achieved"`
+	KneeFactor   float64 `json:"knee_factor"`
+}
+
+// CapacityRow is the sustainable maximum of one mesh in one sweep, with its curve.
+type CapacityRow struct {
+	Mesh          string          `json:"mesh"`
+	Experiment    string          `json:"experiment"`
+	XName         string          `json:"x_name"`
+	Found         bool            `json:"found"`
+	MaxX          float64         `json:"max_x"`
+	MaxThroughput float64         `json:"max_throughput"`
+	Limit         string          `json:"limit,omitempty"`
+	HasKnee       bool            `json:"has_knee"`
+	KneeX         float64         `json:"knee_x"`
+	KneeRule      string          `json:"knee_rule"`
+	Points        []CapacityPoint `json:"points"`
+}
+
+// CapacityPoint is one step of a sweep.
+type CapacityPoint struct {
+	X          float64 `json:"x"`
+	Throughput float64 `json:"throughput"`
+	P50Ms      float64 `json:"p50_ms"`
+	P99Ms      float64 `json:"p99_ms"`
+	ErrorRate  float64 `json:"error_rate"`
+	Meets      bool    `json:"meets"`
+	Why        string  `json:"why,omitempty"`
+}
+
+// Spectrum is the percentile spectrum of every mesh at one point. X is 1/(1-q), so
+// 10 is p90 and 1000 is p99.9, as HdrHistogram plots draw it.
+type Spectrum struct {
+	Experiment string           `json:"experiment"`
+	Step       int              `json:"step"`
+	Label      string           `json:"label"`
+	Series     []SpectrumSeries `json:"series"`
+}
+
+// SpectrumSeries is one mesh's curve: [1/(1-q), latency ms] pairs.
+type SpectrumSeries struct {
+	Mesh   string       `json:"mesh"`
+	Points [][2]float64 `json:"points"`
+}
+
+// Heatmap is S4's per-step picture for one mesh and one sweep: rows are latency
+// buckets, columns steps, a cell the share of that step's requests in that bucket.
+type Heatmap struct {
+	Mesh       string   `json:"mesh"`
+	Experiment string   `json:"experiment"`
+	Columns    []string `json:"columns"`
+	Rows       []string `json:"rows"` // bucket labels, fastest first
+	// Cells are [column, row, share %, count].
+	Cells [][4]float64 `json:"cells"`
+}
+
+// TimeSeries is one mesh's per-interval history; times are seconds since the run
+// started. A nil entry in the value slices marks a gap between trials.
+type TimeSeries struct {
+	Mesh   string     `json:"mesh"`
+	T      []float64  `json:"t"`
+	Rate   []*float64 `json:"rate"`
+	P99Ms  []*float64 `json:"p99_ms"`
+	Errors []*float64 `json:"errors"`
+}
+
+// ResourceRow is one component of one mesh: CPU in cores, memory in MiB (RSS).
+type ResourceRow struct {
+	Mesh       string  `json:"mesh"`
+	Component  string  `json:"component"`
+	Role       string  `json:"role"`
+	Pod        string  `json:"pod,omitempty"`
+	AvgCores   float64 `json:"avg_cores"`
+	PeakCores  float64 `json:"peak_cores"`
+	AvgMemMiB  float64 `json:"avg_mem_mib"`
+	PeakMemMiB float64 `json:"peak_mem_mib"`
+	Samples    int     `json:"samples"`
+}
+
+// CostModel prices CPU and memory. The defaults are list prices of a general-purpose
+// cloud VM split into its vCPU and memory parts.
+type CostModel struct {
+	PerCoreHourUSD float64 `json:"per_core_hour_usd"`
+	PerGiBHourUSD  float64 `json:"per_gib_hour_usd"`
+	Source         string  `json:"source"`
+}
+
+// DefaultCostModel is GCP E2 on-demand list pricing (us-central1): $0.021811 per vCPU
+// hour and $0.002923 per GiB hour.
+func DefaultCostModel() CostModel {
+	return CostModel{PerCoreHourUSD: 0.021811, PerGiBHourUSD: 0.002923, Source: "GCP E2 on-demand list price, us-central1 (vCPU and memory priced separately)"}
+}
+
+// CostRow is what one mesh costs at the load it was measured under. Mesh components
+// are proxies, gateways and control planes; All adds the workload.
+type CostRow struct {
+	Mesh              string  `json:"mesh"`
+	MeshCores         float64 `json:"mesh_cores"`
+	MeshMemGiB        float64 `json:"mesh_mem_gib"`
+	MeshMonthlyUSD    float64 `json:"mesh_monthly_usd"`
+	AllCores          float64 `json:"all_cores"`
+	AllMemGiB         float64 `json:"all_mem_gib"`
+	AllMonthlyUSD     float64 `json:"all_monthly_usd"`
+	Throughput        float64 `json:"throughput_rps"`
+	USDPerMillionReqs float64 `json:"usd_per_million_requests"`
+}
+
+// CheckRow is one pass/fail check: enrollment, mTLS on the wire, plaintext refused,
+// load generator kept up.
+type CheckRow struct {
+	Mesh   string `json:"mesh"`
+	Check  string `json:"check"`
+	Pass   bool   `json:"pass"`
+	Detail string `json:"detail"`
+}
+
+// ProvenanceSummary is where the numbers came from.
+type ProvenanceSummary struct {
+	results.Provenance
+	StudyPath string         `json:"study_path,omitempty"`
+	StudyFile string         `json:"study_file,omitempty"`
+	Seed      int64          `json:"seed"`
+	Configs   []ConfigDigest `json:"config_digests"`
+}
+
+// ConfigDigest names a generated config by its hash (the content stays in the store).
+type ConfigDigest struct {
+	Name      string `json:"name"`
+	Mesh      string `json:"mesh,omitempty"`
+	Component string `json:"component,omitempty"`
+	SHA256    string `json:"sha256"`
+	Bytes     int    `json:"bytes"`
+}
+
+// meshRoles are the roles whose resources a mesh adds on top of the workload.
+var meshRoles = map[string]bool{"sidecar": true, "node-proxy": true, "gateway": true, "control-plane": true, "proxy": true}
+
+func ms(us int64) Num { return Num(float64(us) / 1000) }
+
+// Summarize builds the analysed view of a run. an may be nil, in which case the run
+// is analysed here with the default options.
+func Summarize(run *results.Run, an *analysis.Report, cost *CostModel) *Summary {
+	if an == nil {
+		an = analysis.Analyze(run, analysis.Options{Seed: uint64(run.Seed)}, nil)
+	}
+	cm := DefaultCostModel()
+	if cost != nil {
+		cm = *cost
+	}
+	s := &Summary{RunID: run.ID, Study: run.Study, Status: string(run.Status), StatusReason: run.StatusReason,
+		Started: run.Started, Ended: run.Ended, Substrate: run.Substrate, Baseline: an.Baseline,
+		Confidence: an.Options.Confidence, Resamples: an.Options.Resamples, CostModel: cm}
+	for _, m := range run.Meshes {
+		s.Meshes = append(s.Meshes, MeshInfo{Label: m.Label, Profile: m.Profile, Options: m.Options, Baseline: m.Label == an.Baseline})
+	}
+	s.Groups = groupRows(an.Groups)
+	s.Verdicts = verdictRows(an.Winners)
+	s.Comparisons = comparisonRows(an.Comparisons)
+	s.SLO, s.Capacity = capacityRows(an)
+	s.Spectra = spectra(an.Groups, meshOrder(run))
+	s.Heatmaps = heatmaps(an.Groups)
+	s.TimeSeries = timeSeries(run)
+	s.Resources = resourceRows(run)
+	s.Costs = costRows(s.Resources, s.Groups, meshOrder(run), cm)
+	s.Checks = checkRows(run, an.Groups)
+	s.Provenance = provenance(run)
+	return s
+}
+
+func meshOrder(run *results.Run) []string {
+	var out []string
+	for _, m := range run.Meshes {
+		out = append(out, m.Label)
+	}
+	return out
+}
+
+func mergedLatency(g *analysis.Group) *hdrhistogram.Histogram {
+	h := results.NewLatencyHistogram()
+	for _, t := range g.Trials {
+		if t.Result.Latency != nil {
+			h.Merge(t.Result.Latency)
+		}
+	}
+	return h
+}
+
+func groupRows(groups []*analysis.Group) []GroupRow {
+	var out []GroupRow
+	for _, g := range groups {
+		h := mergedLatency(g)
+		r := GroupRow{Mesh: g.Mesh, Experiment: g.Experiment, Step: g.Step, Label: g.Label, Kind: g.Kind,
+			RequestedRate: g.Params.RequestedRate, Connections: g.Params.Connections, Repeats: g.Repeats,
+			Requests: g.Requests, Errors: g.Errors, MinMs: ms(h.Min()), MeanMs: Num(h.Mean() / 1000),
+			P50Ms: ms(g.P50), P90Ms: ms(g.P90), P99Ms: ms(g.P99), P999Ms: ms(g.P999), MaxMs: ms(g.Max),
+			Throughput: Num(g.Throughput), ErrorRate: Num(g.ErrorRate), GeneratorBehind: g.GeneratorBehind, Outliers: g.Outliers}
+		for i, t := range g.Trials {
+			if i == 0 || t.Start.Before(r.Start) {
+				r.Start = t.Start
+			}
+			if t.End.After(r.End) {
+				r.End = t.End
+			}
+			r.DurationSeconds += t.Duration().Seconds()
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// scale converts a metric's analysis unit (µs for latency) to the report's (ms).
+func scale(m analysis.Metric) (float64, string) {
+	if m.Percentile() >= 0 {
+		return 1.0 / 1000, "ms"
+	}
+	if m == analysis.ErrorRate {
+		return 1, "fraction"
+	}
+	return 1, m.Unit()
+}
+
+func verdictRows(ws []analysis.Winner) []VerdictRow {
+	var out []VerdictRow
+	for _, w := range ws {
+		f, unit := scale(w.Metric)
+		v := VerdictRow{Label: w.Label, Experiment: w.Experiment, Step: w.Step, Metric: string(w.Metric), Unit: unit,
+			Best: w.Best, RunnerUp: w.RunnerUp, Verdict: string(w.Verdict), Values: map[string]Num{},
+			GapPct: Num(w.Against.Pct.Value), GapLo: Num(w.Against.Pct.Lo), GapHi: Num(w.Against.Pct.Hi)}
+		for k, x := range w.Values {
+			v.Values[k] = Num(x * f)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func comparisonRows(cs []analysis.Comparison) []ComparisonRow {
+	var out []ComparisonRow
+	for _, c := range cs {
+		f, unit := scale(c.Metric)
+		out = append(out, ComparisonRow{Label: c.Label, Experiment: c.Experiment, Step: c.Step, Mesh: c.Mesh, Reference: c.Reference,
+			Metric: string(c.Metric), Unit: unit, Base: Num(c.Base * f), Value: Num(c.Value * f),
+			Delta: Num(c.Delta.Value * f), DeltaLo: Num(c.Delta.Lo * f), DeltaHi: Num(c.Delta.Hi * f),
+			Pct: Num(c.Pct.Value), PctLo: Num(c.Pct.Lo), PctHi: Num(c.Pct.Hi), NoiseFloorPct: Num(c.NoiseFloorPct),
+			NoiseSource: c.NoiseSource, Verdict: string(c.Verdict), Resampled: c.Unit, Repeats: c.Repeats})
+	}
+	return out
+}
+
+func capacityRows(an *analysis.Report) (SLOInfo, []CapacityRow) {
+	slo := analysis.DefaultSLO()
+	info := SLOInfo{P50Ms: float64(slo.P50) / float64(time.Millisecond), P99Ms: float64(slo.P99) / float64(time.Millisecond),
+		MaxErrorRate: slo.MaxErrorRate, MinAchieved: slo.MinAchieved, KneeFactor: slo.KneeFactor}
+	var out []CapacityRow
+	for _, c := range an.Capacity {
+		r := CapacityRow{Mesh: c.Mesh, Experiment: c.Experiment, XName: c.XName, Found: c.Found, MaxX: c.MaxX,
+			MaxThroughput: c.MaxThroughput, Limit: c.Limit, HasKnee: c.HasKnee, KneeX: c.KneeX, KneeRule: c.KneeRule}
+		for _, p := range c.Points {
+			r.Points = append(r.Points, CapacityPoint{X: p.X, Throughput: p.Throughput, P50Ms: float64(p.P50) / 1000,
+				P99Ms: float64(p.P99) / 1000, ErrorRate: p.ErrorRate, Meets: p.Meets, Why: p.Why})
+		}
+		out = append(out, r)
+	}
+	return info, out
+}
+
+// spectrumQuantiles run from p0 to p99.999 at ten points per decade of 1/(1-q).
+func spectrumQuantiles() []float64 {
+	var qs []float64
+	for k := 0; k <= 50; k++ {
+		qs = append(qs, 100*(1-math.Pow(10, -float64(k)/10)))
+	}
+	return qs
+}
+
+func spectra(groups []*analysis.Group, order []string) []Spectrum {
+	type pt struct {
+		exp  string
+		step int
+	}
+	var pts []pt
+	by := map[pt][]*analysis.Group{}
+	for _, g := range groups {
+		p := pt{g.Experiment, g.Step}
+		if by[p] == nil {
+			pts = append(pts, p)
+		}
+		by[p] = append(by[p], g)
+	}
+	qs := spectrumQuantiles()
+	var out []Spectrum
+	for _, p := range pts {
+		gs := by[p]
+		sort.SliceStable(gs, func(i, j int) bool { return indexOf(order, gs[i].Mesh) < indexOf(order, gs[j].Mesh) })
+		sp := Spectrum{Experiment: p.exp, Step: p.step, Label: gs[0].Label}
+		for _, g := range gs {
+			h := mergedLatency(g)
+			if h.TotalCount() == 0 {
+				continue
+			}
+			ser := SpectrumSeries{Mesh: g.Mesh}
+			for _, q := range qs {
+				// Beyond what the sample can resolve the curve would be a flat line of max.
+				if float64(h.TotalCount())*(1-q/100) < 1 && q > 0 {
+					break
+				}
+				ser.Points = append(ser.Points, [2]float64{1 / (1 - q/100), float64(h.ValueAtQuantile(q)) / 1000})
+			}
+			ser.Points = append(ser.Points, [2]float64{math.Max(float64(h.TotalCount()), 1), float64(h.Max()) / 1000})
+			sp.Series = append(sp.Series, ser)
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
+func indexOf(xs []string, x string) int {
+	for i, v := range xs {
+		if v == x {
+			return i
+		}
+	}
+	return len(xs)
+}
+
+// bucketEdges are 1-2-5 steps (µs) from the largest edge at or below lo to the first
+// edge above hi.
+func bucketEdges(lo, hi int64) []int64 {
+	var edges []int64
+	for dec := int64(1); ; dec *= 10 {
+		for _, m := range []int64{1, 2, 5} {
+			e := m * dec
+			if e <= lo {
+				edges = edges[:0]
+			}
+			edges = append(edges, e)
+			if e > hi {
+				return edges
+			}
+		}
+	}
+}
+
+func fmtMicros(us int64) string {
+	switch {
+	case us >= 1_000_000:
+		return strconv.FormatFloat(float64(us)/1e6, 'g', 4, 64) + " s"
+	case us >= 1000:
+		return strconv.FormatFloat(float64(us)/1e3, 'g', 4, 64) + " ms"
+	}
+	return strconv.FormatInt(us, 10) + " µs"
+}
+
+func heatmaps(groups []*analysis.Group) []Heatmap {
+	type me struct{ mesh, exp string }
+	var order []me
+	by := map[me][]*analysis.Group{}
+	for _, g := range groups {
+		k := me{g.Mesh, g.Experiment}
+		if by[k] == nil {
+			order = append(order, k)
+		}
+		by[k] = append(by[k], g)
+	}
+	var out []Heatmap
+	for _, k := range order {
+		gs := by[k]
+		if len(gs) < 2 {
+			continue
+		}
+		sort.SliceStable(gs, func(i, j int) bool { return gs[i].Step < gs[j].Step })
+		hs := make([]*hdrhistogram.Histogram, len(gs))
+		lo, hi := int64(math.MaxInt64), int64(0)
+		for i, g := range gs {
+			hs[i] = mergedLatency(g)
+			if hs[i].TotalCount() == 0 {
+				continue
+			}
+			lo, hi = min(lo, hs[i].Min()), max(hi, hs[i].Max())
+		}
+		if hi == 0 {
+			continue
+		}
+		edges := bucketEdges(lo, hi)
+		hm := Heatmap{Mesh: k.mesh, Experiment: k.exp}
+		for i := 0; i+1 < len(edges); i++ {
+			hm.Rows = append(hm.Rows, fmtMicros(edges[i])+" – "+fmtMicros(edges[i+1]))
+		}
+		for c, g := range gs {
+			hm.Columns = append(hm.Columns, columnLabel(g))
+			counts := make([]int64, len(edges)-1)
+			for _, bar := range hs[c].Distribution() {
+				if bar.Count == 0 {
+					continue
+				}
+				// Bars are narrower than buckets, so a bar's lower end places it.
+				r := sort.Search(len(edges), func(i int) bool { return edges[i] > bar.From }) - 1
+				r = min(max(r, 0), len(counts)-1)
+				counts[r] += bar.Count
+			}
+			total := hs[c].TotalCount()
+			for r, n := range counts {
+				if n == 0 || total == 0 {
+					continue
+				}
+				hm.Cells = append(hm.Cells, [4]float64{float64(c), float64(r), 100 * float64(n) / float64(total), float64(n)})
+			}
+		}
+		out = append(out, hm)
+	}
+	return out
+}
+
+func columnLabel(g *analysis.Group) string {
+	p := g.Params
+	switch {
+	case p.RequestedRate > 0:
+		return strconv.FormatFloat(p.RequestedRate, 'g', -1, 64) + " rps"
+	case p.Users > 0:
+		return strconv.Itoa(p.Users) + " users"
+	case p.Connections > 0:
+		return strconv.Itoa(p.Connections) + " conns"
+	}
+	return "step " + strconv.Itoa(g.Step)
+}
+
+func timeSeries(run *results.Run) []TimeSeries {
+	type iv struct {
+		t, dur    float64
+		rate, p99 float64
+		errs      float64
+	}
+	per := map[string][]iv{}
+	for i := range run.Trials {
+		t := &run.Trials[i]
+		for _, x := range t.Result.Intervals {
+			p99 := x.P99
+			if p99 == 0 && x.Histogram != nil {
+				p99 = x.Histogram.ValueAtQuantile(99)
+			}
+			per[t.Mesh] = append(per[t.Mesh], iv{t: x.Start.Sub(run.Started).Seconds(), dur: x.Duration.Seconds(),
+				rate: x.AchievedRate, p99: float64(p99) / 1000, errs: float64(x.Errors)})
+		}
+	}
+	var out []TimeSeries
+	for _, m := range meshOrder(run) {
+		ivs := per[m]
+		if len(ivs) == 0 {
+			continue
+		}
+		sort.Slice(ivs, func(i, j int) bool { return ivs[i].t < ivs[j].t })
+		ts := TimeSeries{Mesh: m}
+		for i, x := range ivs {
+			if i > 0 && x.t-ivs[i-1].t > 2*math.Max(x.dur, ivs[i-1].dur) {
+				ts.T = append(ts.T, (x.t+ivs[i-1].t)/2)
+				ts.Rate, ts.P99Ms, ts.Errors = append(ts.Rate, nil), append(ts.P99Ms, nil), append(ts.Errors, nil)
+			}
+			rate, p99, errs := x.rate, x.p99, x.errs
+			ts.T = append(ts.T, x.t)
+			ts.Rate, ts.P99Ms, ts.Errors = append(ts.Rate, &rate), append(ts.P99Ms, &p99), append(ts.Errors, &errs)
+		}
+		out = append(out, ts)
+	}
+	return out
+}
+
+// resourceRows differentiates the cumulative CPU counters of every component within
+// each trial, then pools trials: average of the trial averages, peak of the peaks.
+func resourceRows(run *results.Run) []ResourceRow {
+	type key struct{ mesh, component, role, pod string }
+	type acc struct {
+		avgCores, avgMem []float64
+		peakCores        float64
+		peakMem          int64
+		samples          int
+	}
+	var order []key
+	by := map[key]*acc{}
+	for i := range run.Trials {
+		t := &run.Trials[i]
+		per := map[key][]results.ResourceSample{}
+		var korder []key
+		for _, s := range t.Result.Resources {
+			k := key{t.Mesh, s.Component, s.Role, s.Pod}
+			if per[k] == nil {
+				korder = append(korder, k)
+			}
+			per[k] = append(per[k], s)
+		}
+		for _, k := range korder {
+			ss := per[k]
+			sort.Slice(ss, func(i, j int) bool { return ss[i].T.Before(ss[j].T) })
+			a := by[k]
+			if a == nil {
+				a = &acc{}
+				by[k] = a
+				order = append(order, k)
+			}
+			a.samples += len(ss)
+			var memSum float64
+			for j, s := range ss {
+				memSum += float64(s.RSSBytes)
+				a.peakMem = max(a.peakMem, s.RSSBytes)
+				if j > 0 {
+					dt := s.T.Sub(ss[j-1].T).Seconds()
+					if dt > 0 {
+						a.peakCores = math.Max(a.peakCores, (cpu(s)-cpu(ss[j-1]))/dt)
+					}
+				}
+			}
+			a.avgMem = append(a.avgMem, memSum/float64(len(ss)))
+			if span := ss[len(ss)-1].T.Sub(ss[0].T).Seconds(); span > 0 {
+				a.avgCores = append(a.avgCores, (cpu(ss[len(ss)-1])-cpu(ss[0]))/span)
+			}
+		}
+	}
+	var out []ResourceRow
+	for _, k := range order {
+		a := by[k]
+		out = append(out, ResourceRow{Mesh: k.mesh, Component: k.component, Role: k.role, Pod: k.pod,
+			AvgCores: mean(a.avgCores), PeakCores: a.peakCores, AvgMemMiB: mean(a.avgMem) / (1 << 20),
+			PeakMemMiB: float64(a.peakMem) / (1 << 20), Samples: a.samples})
+	}
+	return out
+}
+
+func cpu(s results.ResourceSample) float64 { return s.CPUUserSeconds + s.CPUSysSeconds }
+
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+const hoursPerMonth = 730
+
+func costRows(res []ResourceRow, groups []GroupRow, order []string, cm CostModel) []CostRow {
+	var out []CostRow
+	for _, m := range order {
+		c := CostRow{Mesh: m}
+		seen := false
+		for _, r := range res {
+			if r.Mesh != m || r.Role == "load-generator" {
+				continue
+			}
+			seen = true
+			c.AllCores += r.AvgCores
+			c.AllMemGiB += r.AvgMemMiB / 1024
+			if meshRoles[r.Role] {
+				c.MeshCores += r.AvgCores
+				c.MeshMemGiB += r.AvgMemMiB / 1024
+			}
+		}
+		if !seen {
+			continue
+		}
+		perHour := func(cores, gib float64) float64 { return cores*cm.PerCoreHourUSD + gib*cm.PerGiBHourUSD }
+		c.MeshMonthlyUSD = hoursPerMonth * perHour(c.MeshCores, c.MeshMemGiB)
+		c.AllMonthlyUSD = hoursPerMonth * perHour(c.AllCores, c.AllMemGiB)
+		var reqs, secs float64
+		for _, g := range groups {
+			if g.Mesh == m {
+				reqs += float64(g.Requests - g.Errors)
+				secs += g.DurationSeconds
+			}
+		}
+		if secs > 0 {
+			c.Throughput = reqs / secs
+		}
+		if c.Throughput > 0 {
+			c.USDPerMillionReqs = perHour(c.AllCores, c.AllMemGiB) / (c.Throughput * 3600) * 1e6
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// enrollment mirrors the JSON the mesh package stores as the equivalence check; only
+// the fields the report shows are read, so new fields do not break old reports.
+type enrollment struct {
+	MTLS             string   `json:"mtls"`
+	Pass             bool     `json:"pass"`
+	Failures         []string `json:"failures"`
+	PlaintextRefused *bool    `json:"plaintext_refused"`
+	Pods             []struct {
+		Pod          string `json:"pod"`
+		Service      string `json:"service"`
+		Meshed       bool   `json:"meshed"`
+		Sidecar      bool   `json:"sidecar"`
+		Answered     bool   `json:"answered"`
+		MTLSObserved string `json:"mtls_observed"`
+	} `json:"pods"`
+}
+
+func checkRows(run *results.Run, groups []*analysis.Group) []CheckRow {
+	var out []CheckRow
+	for _, m := range run.Meshes {
+		if len(m.Enrollment) == 0 {
+			out = append(out, CheckRow{Mesh: m.Label, Check: "enrollment", Pass: false, Detail: "no equivalence check stored with this run"})
+		} else {
+			var e enrollment
+			if err := json.Unmarshal(m.Enrollment, &e); err != nil {
+				out = append(out, CheckRow{Mesh: m.Label, Check: "enrollment", Pass: false, Detail: "stored check is unreadable: " + err.Error()})
+			} else {
+				out = append(out, enrollmentChecks(m, e)...)
+			}
+		}
+		total, behind := 0, 0
+		for _, g := range groups {
+			if g.Mesh == m.Label {
+				total += g.Repeats
+				behind += g.GeneratorBehind
+			}
+		}
+		if total > 0 {
+			out = append(out, CheckRow{Mesh: m.Label, Check: "load generator kept up", Pass: behind == 0,
+				Detail: fmt.Sprintf("%d of %d trials fell behind their schedule", behind, total)})
+		}
+	}
+	return out
+}
+
+func enrollmentChecks(m results.Mesh, e enrollment) []CheckRow {
+	meshed, services, answered := 0, 0, 0
+	mtls, plain := 0, 0
+	for _, p := range e.Pods {
+		if p.Meshed {
+			meshed++
+		}
+		if p.Answered {
+			answered++
+		}
+		if p.Service != "" {
+			services++
+			switch p.MTLSObserved {
+			case "mtls":
+				mtls++
+			case "plaintext", "mixed":
+				plain++
+			}
+		}
+	}
+	detail := fmt.Sprintf("%d/%d pods meshed, %d answered the probe", meshed, len(e.Pods), answered)
+	if len(e.Failures) > 0 {
+		detail += "; " + fmt.Sprint(e.Failures)
+	}
+	out := []CheckRow{{Mesh: m.Label, Check: "enrollment", Pass: e.Pass, Detail: detail}}
+	if e.MTLS != "" && e.MTLS != "off" && e.MTLS != "disable" {
+		out = append(out, CheckRow{Mesh: m.Label, Check: "mTLS on the wire (" + e.MTLS + ")", Pass: services > 0 && mtls == services,
+			Detail: fmt.Sprintf("%d/%d service pods saw only mTLS inbound, %d saw plaintext", mtls, services, plain)})
+	}
+	if e.PlaintextRefused != nil {
+		out = append(out, CheckRow{Mesh: m.Label, Check: "plaintext from outside refused", Pass: *e.PlaintextRefused,
+			Detail: map[bool]string{true: "a plaintext request from outside the mesh was refused by every service pod", false: "a plaintext request from outside the mesh got through"}[*e.PlaintextRefused]})
+	}
+	return out
+}
+
+func provenance(run *results.Run) ProvenanceSummary {
+	p := ProvenanceSummary{Provenance: run.Provenance, StudyPath: run.StudyPath, StudyFile: string(run.StudyFile), Seed: run.Seed}
+	for _, c := range run.Provenance.Configs {
+		sum := c.SHA256
+		if sum == "" {
+			sum = results.SHA256Hex(c.Content)
+		}
+		p.Configs = append(p.Configs, ConfigDigest{Name: c.Name, Mesh: c.Mesh, Component: c.Component, SHA256: sum, Bytes: len(c.Content)})
+	}
+	p.Provenance.Configs = nil
+	return p
+}
