@@ -249,6 +249,8 @@ type Report struct {
 	Comparisons []Comparison `json:"comparisons"`
 	Winners     []Winner     `json:"winners"`
 	Capacity    []Capacity   `json:"capacity,omitempty"`
+	// Resources is CPU and memory per mesh, point, component and role.
+	Resources []ResourceUsage `json:"resources,omitempty"`
 }
 
 // Group returns the group for a key, or nil.
@@ -361,6 +363,7 @@ func Analyze(run *results.Run, opts Options, slo *SLO) *Report {
 		s = *slo
 	}
 	rep.Capacity = CapacityAll(rep.Groups, s)
+	rep.Resources = Resources(rep.Groups)
 	return rep
 }
 

@@ -245,3 +245,49 @@ func all(n int) []int {
 }
 
 func newRNG(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 12345)) }
+
+func TestResourcesFromCumulativeSamples(t *testing.T) {
+	run := synthRun(8, 2, 1000, 0) // 100 rps for 10 s
+	for i := range run.Trials {
+		tr := &run.Trials[i]
+		if tr.Mesh != "sidecar" {
+			continue
+		}
+		// Two sidecars; each burns 0.25 cores for 8 s, except one second at 1 core.
+		for _, pod := range []string{"a-0", "b-0"} {
+			cpu := 10.0 // cumulative seconds since the process started
+			for s := 0; s <= 8; s++ {
+				if s > 0 {
+					if s == 4 {
+						cpu += 1
+					} else {
+						cpu += 0.25
+					}
+				}
+				tr.Result.Resources = append(tr.Result.Resources, results.ResourceSample{Component: "envoy", Role: "proxy", Pod: pod,
+					Mesh: "sidecar", T: tr.Start.Add(time.Duration(s) * time.Second), CPUUserSeconds: cpu * 0.8, CPUSysSeconds: cpu * 0.2,
+					RSSBytes: int64(40+s) << 20, PSSBytes: 30 << 20})
+			}
+		}
+	}
+	rep := Analyze(run, Options{Seed: 1, Metrics: []Metric{P50}}, nil)
+	var got *ResourceUsage
+	for i := range rep.Resources {
+		if rep.Resources[i].Mesh == "sidecar" && rep.Resources[i].Component == "envoy" {
+			got = &rep.Resources[i]
+		}
+	}
+	if got == nil {
+		t.Fatalf("no envoy usage: %+v", rep.Resources)
+	}
+	// (7·0.25 + 1)/8 = 0.34375 cores per sidecar, two sidecars.
+	if math.Abs(got.CPUCores-0.6875) > 1e-9 || math.Abs(got.CPUCoresPeak-2) > 1e-9 || got.Processes != 2 {
+		t.Errorf("cores %v peak %v processes %d, want 0.6875, 2, 2", got.CPUCores, got.CPUCoresPeak, got.Processes)
+	}
+	if got.RSSPeak != 2*(48<<20) || got.PSSPeak != 2*(30<<20) || math.Abs(got.RSSMean-2*44*(1<<20)) > 1 {
+		t.Errorf("rss peak %d mean %v pss %d", got.RSSPeak, got.RSSMean, got.PSSPeak)
+	}
+	if math.Abs(got.CoresPer1000RPS-0.6875/0.1) > 1e-6 {
+		t.Errorf("cores per 1000 rps %v", got.CoresPer1000RPS)
+	}
+}

@@ -158,6 +158,16 @@ func WriteRunSummary(w io.Writer, run *results.Run, rep *Report) error {
 		}
 		tw.Flush()
 	}
+	if len(rep.Resources) > 0 {
+		fmt.Fprintln(w, "\nresources (summed over processes, mean over repeats):")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "POINT\tMESH\tCOMPONENT\tROLE\tPROCS\tCPU CORES\tPEAK\tCORES/1000 RPS\tRSS MEAN\tRSS PEAK\tPSS PEAK\t")
+		for _, u := range rep.Resources {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s\t\n", u.Label, u.Mesh, u.Component, u.Role, u.Processes,
+				u.CPUCores, u.CPUCoresPeak, u.CoresPer1000RPS, mib(u.RSSMean), mib(float64(u.RSSPeak)), mib(float64(u.PSSPeak)))
+		}
+		tw.Flush()
+	}
 	for i, c := range rep.Capacity {
 		if i == 0 {
 			fmt.Fprintln(w)
@@ -195,3 +205,5 @@ func WriteComparisons(w io.Writer, cs []Comparison) error {
 	}
 	return tw.Flush()
 }
+
+func mib(b float64) string { return fmt.Sprintf("%.1fMiB", b/(1<<20)) }
