@@ -322,7 +322,7 @@ func (c *checker) settings() {
 // kindFields lists, per kind, the kind-specific fields it accepts; every other
 // kind-specific field is an error so a misplaced setting is never silently ignored.
 var kindFields = map[ExperimentKind][]string{
-	KindCapacity:    {"duration", "requests", "connections", "search"},
+	KindCapacity:    {"duration", "requests", "connections", "search", "arrival"},
 	KindFixedRate:   {"duration", "connections", "rate", "capacityFrom", "arrival"},
 	KindSteps:       {"connections", "from", "to", "step", "each", "arrival"},
 	KindSoak:        {"duration", "connections", "rate", "capacityFrom", "arrival"},
@@ -398,8 +398,13 @@ func (c *checker) experiments() {
 				c.errAt(p+".duration", "missing: give a duration, a request count (requests), or both")
 			}
 		}
-		if e.ClosedLoop() || e.Kind == KindUsers {
+		if e.ClosedLoop() {
+			if c.has(p + ".arrival") {
+				c.errAt(p+".arrival", "closed-loop load has no arrival process (it takes one with %s)", map[ExperimentKind]string{KindCapacity: "search", KindConnections: "rate"}[e.Kind])
+			}
 			e.Arrival = ""
+		} else if e.Kind == KindUsers {
+			e.Arrival = "" // users arrive by spawnRate and think time instead
 		} else if e.Arrival == "" {
 			e.Arrival = ArrivalConstant
 		}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -204,6 +205,13 @@ func TestInvalid(t *testing.T) {
 		{"steps shorter than the default warm-up", "      kind: fixed-rate\n      rate: 75% of lowest capacity\n      duration: 20s\n",
 			"      kind: steps\n      from: 10\n      to: 50\n      step: 10\n      each: 5s\n",
 			[]string{`f.yaml:23:13: spec.experiments[1].each: warm-up 10s is not shorter than each step (5s)`}},
+		{"kubernetes placeholders checked", "  workload:\n", "  substrate:\n    kubernetes: {namespacePrefix: Mesh, sutNodeSelector: {\"bad key!\": x}}\n  workload:\n",
+			[]string{`f.yaml:7:35: spec.substrate.kubernetes.namespacePrefix: "Mesh": use at most 40 lower-case letters, digits and '-'`,
+				`f.yaml:7:71: spec.substrate.kubernetes.sutNodeSelector.bad key!: "bad key!" is not a valid Kubernetes label key`}},
+		{"fixed rate without duration", "      duration: 20s\n", "",
+			[]string{`f.yaml:18:7: spec.experiments[1].duration: missing: how long to measure, like "60s"`}},
+		{"arrival on closed-loop load", "connections: [8, 16]", "connections: [8, 16]\n      arrival: poisson",
+			[]string{`f.yaml:17:16: spec.experiments[0].arrival: closed-loop load has no arrival process (it takes one with search)`}},
 		{"users without tasks", "      kind: fixed-rate\n      rate: 75% of lowest capacity\n", "      kind: users\n      users: 0\n      thinkTime: 10s-1s\n",
 			[]string{`f.yaml:18:7: spec.experiments[1].tasks: missing: list what each user does, like [{path: /productpage}]`,
 				`f.yaml:20:14: spec.experiments[1].users: missing or below 1: how many simulated users`,
@@ -265,6 +273,27 @@ func TestGraphFileRelativeToStudy(t *testing.T) {
 		!strings.Contains(err.Error(), "g.yaml:2:11: services:") {
 		t.Errorf("broken graph file: %v", err)
 	}
+}
+
+func TestKubernetesAndSearchDefaults(t *testing.T) {
+	doc := strings.Replace(minimal, "  workload:\n", "  substrate: {kubernetes: {context: kind-a}}\n  slo: {p99: 1s, errorRate: 0.5%}\n  workload:\n", 1)
+	doc = strings.Replace(doc, "connections: [8, 16]", "search: {start: 100, max: 2000}", 1)
+	s, err := Parse("k.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := s.Spec.Substrate.Kubernetes
+	if s.Spec.Substrate.Local != nil || k == nil || k.NamespacePrefix != "meshmark" || !k.Cleanup || k.Context != "kind-a" {
+		t.Errorf("kubernetes substrate: %+v local %+v", k, s.Spec.Substrate.Local)
+	}
+	cp := s.Experiment("cap")
+	if cp.Search.Precision != 5 || cp.ClosedLoop() || cp.Arrival != ArrivalConstant || !slices.Equal(cp.Connections, IntList{defaultConnections}) {
+		t.Errorf("search defaults: %+v %+v", cp, cp.Search)
+	}
+	if f := s.Spec.SLO.ErrorRate.Fraction(); f != 0.005 {
+		t.Errorf("0.5%% as a fraction: %v", f)
+	}
+	checkRoundTrip(t, s)
 }
 
 func TestErrorAt(t *testing.T) {
@@ -363,6 +392,8 @@ func FuzzParseStudy(f *testing.F) {
 	}
 	f.Add([]byte("spec: {experiments: [{kind: steps, from: 1, to: 1e308, step: 1e-300}]}"))
 	f.Add([]byte("a: &a [*a]"))
+	search := strings.Replace(minimal, "  workload:\n", "  substrate: {kubernetes: {context: a}}\n  slo: {p99: 1s}\n  workload:\n", 1)
+	f.Add([]byte(strings.Replace(search, "connections: [8, 16]", "search: {start: 100, max: 2000}\n      arrival: poisson", 1)))
 	sch := compileSchema(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := Parse("fuzz.yaml", data)
