@@ -48,11 +48,23 @@ func fixedMAC(kind, index int) net.HardwareAddr {
 func (tb *Testbed) newNetNS(name string) (*netNS, error) {
 	full := tb.NetNSName(name)
 	tb.mu.Lock()
+	if err := tb.checkOpen(); err != nil {
+		tb.mu.Unlock()
+		return nil, err
+	}
 	tb.manifest.Namespaces = append(tb.manifest.Namespaces, full)
 	tb.mu.Unlock()
 	f, err := createNamedNetNS(full)
 	if err != nil {
 		return nil, fmt.Errorf("testbed: namespace %s: %w", full, err)
+	}
+	tb.mu.Lock()
+	closed := tb.closed
+	tb.mu.Unlock()
+	if closed { // Close may have run before the namespace existed
+		f.Close()
+		removeNamedNetNS(full)
+		return nil, fmt.Errorf("testbed %s is closed", tb.id)
 	}
 	h, err := netlink.NewHandleAt(netns.NsHandle(f.Fd()), unix.NETLINK_ROUTE)
 	if err != nil {
@@ -188,6 +200,11 @@ func (tb *Testbed) buildFabric(ctx context.Context) error {
 			nextPod: 2,
 		}
 		n.gateway = addrAdd(n.subnet.Addr(), 1)
+		// Node-level processes (per-node proxies) get a directory like pods do.
+		if err := os.MkdirAll(filepath.Join(tb.runDir, "pods", name), 0o755); err != nil {
+			ns.close()
+			return fmt.Errorf("testbed: %w", err)
+		}
 		tb.mu.Lock()
 		tb.nodes = append(tb.nodes, n)
 		tb.mu.Unlock()

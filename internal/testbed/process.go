@@ -305,7 +305,8 @@ func (tb *Testbed) WriteFile(p topology.Pod, name string, data []byte, mode uint
 }
 
 // DialContext opens a connection from inside the pod's namespace: the socket is created
-// on a thread that entered the namespace, which costs two setns calls and no fork.
+// on a thread that entered the namespace, which costs two setns calls and no fork
+// (see dialTCPInNetNS).
 // Host names resolve the way the pod's /etc/hosts resolves them (services, the pod's
 // own name, localhost); anything else must be an IP address.
 func (tb *Testbed) DialContext(ctx context.Context, p topology.Pod, network, addr string) (net.Conn, error) {
@@ -320,6 +321,18 @@ func (tb *Testbed) DialContext(ctx context.Context, p topology.Pod, network, add
 	ip, err := tb.lookupHost(host, t)
 	if err != nil {
 		return nil, err
+	}
+	portNum, err := net.LookupPort(network, port)
+	if err != nil {
+		return nil, fmt.Errorf("testbed: dial %s: %w", addr, err)
+	}
+	switch network {
+	case "tcp", "tcp4", "tcp6":
+		conn, err := dialTCPInNetNS(ctx, t.ns.fd(), netip.AddrPortFrom(ip, uint16(portNum)))
+		if err != nil {
+			return nil, fmt.Errorf("testbed: dial %s from %s: %w", addr, t.name, err)
+		}
+		return conn, nil
 	}
 	// An IP literal keeps the dialer from resolving names or racing addresses in other
 	// goroutines, whose threads would not be in the namespace.

@@ -3,6 +3,7 @@ package testbed
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -399,6 +400,27 @@ func TestDialContext(t *testing.T) {
 	if _, err := tb.DialContext(ctx, client, "tcp", "nosuchservice:80"); err == nil {
 		t.Error("dial to an unknown name succeeded")
 	}
+	if _, err := tb.DialContext(ctx, client, "tcp", fmt.Sprintf("%s:9", server.IP)); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("dial to a closed port: err = %v; want connection refused", err)
+	}
+	// An address on the server's subnet that nobody has: ARP never answers, so only
+	// the context ends the dial.
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = tb.DialContext(short, client, "tcp", "198.18.1.250:80")
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 2*time.Second {
+		t.Errorf("dial to a silent address: err = %v after %v; want the context's deadline", err, time.Since(start))
+	}
+	// Other networks go through the locked-thread path.
+	uc, err := tb.DialContext(ctx, client, "udp", fmt.Sprintf("%s:53", server.IP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := uc.LocalAddr().(*net.UDPAddr).IP.String(); got != client.IP.String() {
+		t.Errorf("udp dial from %s used local address %s", client.Name, got)
+	}
+	uc.Close()
 }
 
 func TestProcessLifecycle(t *testing.T) {
@@ -784,7 +806,45 @@ func TestDeployBookinfo(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "-A PREROUTING -j "+ServiceChain) || strings.Count(string(out), "-j DNAT") != 6 {
 		t.Errorf("node0 nat table lacks the service rules (%v):\n%s", err, out)
 	}
+	// A per-node process runs in the node's namespace.
+	if _, err := tb.Start(context.Background(), node, substrate.ProcessSpec{Name: "node-proxy", Argv: []string{"sleep", "600"}, UID: substrate.ProxyUID}); err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for deadline := time.Now().Add(10 * time.Second); len(pids) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		pids, _ = netNSProcesses([]string{node.NetNS})
+	}
+	if len(pids) != 1 {
+		t.Errorf("processes in %s: %v; want the node proxy", node.NetNS, pids)
+	}
 	if _, err := tb.Deploy(context.Background(), AppSpec{Deployments: []Deployment{{Service: "x", Port: 0}}}); err == nil || !strings.Contains(err.Error(), "deployment 0 (x): port 0") {
 		t.Errorf("bad port: err = %v", err)
+	}
+}
+
+// BenchmarkDialHost is the baseline for BenchmarkDialContext: the same dial without
+// entering a namespace.
+func BenchmarkDialHost(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	var d net.Dialer
+	for i := 0; i < b.N; i++ {
+		c, err := d.DialContext(context.Background(), "tcp", ln.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
 	}
 }
