@@ -46,12 +46,36 @@ type Session interface {
 	Close() error
 }
 
+// SplitSession is a Session that can write a request from one goroutine while another
+// waits for its response. The open model writes from its scheduling thread at the
+// intended time while the connection's own goroutine is already blocked reading, so no
+// goroutine has to be woken for the send.
+//
+// The caller serialises Ready and Send with the transitions of the waiting goroutine
+// (Idle before it waits, its actions after Await returns); Await must not change the
+// session, so that Ready and Send can run while it blocks.
+type SplitSession interface {
+	Session
+	// Ready reports whether Send can write p right away (a reusable connection is open).
+	Ready(p *Prepared) bool
+	// Idle prepares the open connection to wait for the next response without a
+	// deadline, and to stop waiting when ctx ends.
+	Idle(ctx context.Context)
+	// Send writes p; the exchange must end by deadline. If the write fails, the pending
+	// Await returns promptly.
+	Send(p *Prepared, deadline time.Time) error
+	// Await reads the next response. It leaves closing to the caller: on an error or
+	// when out.Close is set, the caller must Close the session.
+	Await(p *Prepared, out *Outcome) error
+}
+
 // Outcome is what a Session reports about one request.
 type Outcome struct {
 	Status    int
 	FirstByte time.Time // when the first byte of the response was read
 	BytesIn   int64     // response body bytes
 	Dialed    bool      // a new connection was opened for this request
+	Close     bool      // (Await only) the connection cannot carry another request
 }
 
 // ErrorKind classifies a failed request.

@@ -15,6 +15,8 @@ import (
 const (
 	prSetTimerSlack = 29                      // PR_SET_TIMERSLACK
 	coarseMargin    = 1500 * time.Microsecond // below this, sleep precisely
+	spinMargin      = 50 * time.Microsecond
+	longWait        = 20 * spinMargin
 )
 
 // preciseClock sleeps with microsecond precision; it must be used from the goroutine
@@ -31,18 +33,28 @@ func newPreciseClock() *preciseClock {
 	return &preciseClock{timer: t}
 }
 
-// sleepUntil waits for t; false if ctx ended first.
+// sleepUntil waits for t; false if ctx ended first. After a long wait (low rates) it
+// spins through the last spinMargin, since waking a sleeping thread takes tens of
+// microseconds on a busy machine; spinning costs at most spinMargin/longWait of a core.
 func (c *preciseClock) sleepUntil(ctx context.Context, t time.Time) bool {
 	d := time.Until(t)
+	long := d >= longWait
 	if d > coarseMargin {
 		if !sleepUntil(ctx, c.timer, t.Add(-coarseMargin+200*time.Microsecond)) {
 			return false
 		}
 		d = time.Until(t)
 	}
+	if long {
+		d -= spinMargin
+	}
 	if d > 0 {
 		ts := syscall.NsecToTimespec(int64(d))
 		for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
+		}
+	}
+	if long {
+		for time.Now().Before(t) {
 		}
 	}
 	return ctx.Err() == nil

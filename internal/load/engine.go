@@ -88,7 +88,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		done := make(chan struct{})
 		go func() { // its own goroutine: the precise clock pins it to a thread
 			defer close(done)
-			e.runOpen(soft, prepared[0])
+			// The schedule ends the sending, not the clock: a scheduler running behind
+			// still sends (late, and measured so) what was intended before the end.
+			e.runOpen(ctx, prepared[0])
 		}()
 		<-done
 	case c.Closed != nil:
@@ -137,6 +139,14 @@ func (e *engine) send(s Session, p *Prepared, intended time.Time) {
 		e.dropped.Add(1)
 		return
 	}
+	t := e.begin(intended)
+	var out Outcome
+	err := s.Do(e.hard, p, t.sent.Add(e.cfg.Timeout), &out)
+	e.finish(&t, &out, err)
+}
+
+// begin stamps the actual send and counts the request in flight.
+func (e *engine) begin(intended time.Time) timing {
 	n := e.inflight.Add(1)
 	for {
 		pk := e.peak.Load()
@@ -148,19 +158,22 @@ func (e *engine) send(s Session, p *Prepared, intended time.Time) {
 	if !intended.Before(e.rec.warmupEnd) {
 		e.sent.Add(1)
 	}
-	var out Outcome
-	t.err = s.Do(e.hard, p, t.sent.Add(e.cfg.Timeout), &out)
+	return t
+}
+
+func (e *engine) finish(t *timing, out *Outcome, err error) {
 	t.done = time.Now()
 	e.inflight.Add(-1)
 	if out.Dialed {
 		e.dialed.Add(1)
 	}
-	if t.err != nil && e.hard.Err() != nil {
+	if err != nil && e.hard.Err() != nil {
 		e.aborted.Add(1) // cut off by the end of the run, not by the target
 		return
 	}
+	t.err = err
 	t.status, t.firstByte, t.bytesIn = out.Status, out.FirstByte, out.BytesIn
-	e.rec.record(&t)
+	e.rec.record(t)
 }
 
 // sleepUntil waits for t; false if ctx ended first.
@@ -179,33 +192,52 @@ func sleepUntil(ctx context.Context, timer *time.Timer, t time.Time) bool {
 	}
 }
 
-// runOpen sends at the schedule's intended times. A pool of connections grows while
-// every connection is busy, up to MaxInFlight; beyond it sends queue (late) and the
-// queue's overflow is dropped, each counted.
+// openPool is the open model's connections. Warm workers have an open connection and
+// block reading it, so the scheduling goroutine can write a request on it and the
+// response wakes the worker through the network poller: in steady state no goroutine is
+// woken to send, which keeps the send at the intended time. Cold workers (no connection
+// yet, or after it closed) wait for a job on their channel and dial. Sends that find
+// MaxInFlight reached wait in pending, oldest first.
+type openPool struct {
+	mu       sync.Mutex
+	warm     []*openWorker // most recently used last, so few connections stay busy
+	cold     []*openWorker
+	pending  []int64 // intended offsets
+	workers  int
+	inFlight sync.WaitGroup // dispatched or pending sends not yet finished
+	exited   sync.WaitGroup
+}
+
+type openWorker struct {
+	s    Session
+	jobs chan int64 // intended offsets for a cold worker
+	job  *openJob   // set under openPool.mu when the scheduler wrote on a warm worker
+}
+
+// openJob is a request the scheduler wrote on a warm worker's connection.
+type openJob struct {
+	t   timing
+	err error // from the write
+}
+
+// runOpen sends at the schedule's intended times; see openPool.
 func (e *engine) runOpen(ctx context.Context, p *Prepared) {
 	o := e.cfg.Open
-	queue := make(chan int64, openQueueSize)
-	var idle atomic.Int64
-	var wg sync.WaitGroup
-	workers := 0
-	spawn := func() {
-		workers++
-		idle.Add(1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s := e.client.NewSession()
-			defer s.Close()
-			for off := range queue {
-				idle.Add(-1)
-				e.send(s, p, e.start.Add(time.Duration(off)))
-				idle.Add(1)
-			}
-		}()
+	pool := &openPool{}
+	stop, stopWarm := context.WithCancel(e.hard)
+	defer stopWarm()
+	newWorker := func() *openWorker {
+		w := &openWorker{s: e.client.NewSession(), jobs: make(chan int64, 1)}
+		pool.workers++
+		pool.exited.Add(1)
+		go e.openWorker(stop, pool, w, p)
+		return w
 	}
+	pool.mu.Lock()
 	for range o.Connections {
-		spawn()
+		pool.cold = append(pool.cold, newWorker())
 	}
+	pool.mu.Unlock()
 	warm := e.cfg.Warmup
 	clock := newPreciseClock()
 	for {
@@ -213,28 +245,147 @@ func (e *engine) runOpen(ctx context.Context, p *Prepared) {
 		if !ok || (e.cfg.Duration > 0 && off >= e.cfg.Duration) || !e.claim() {
 			break
 		}
-		if !clock.sleepUntil(ctx, e.start.Add(off)) {
-			break
-		}
 		if off >= warm {
 			e.scheduled.Add(1)
 		}
+		if !clock.sleepUntil(ctx, e.start.Add(off)) {
+			break
+		}
 		e.lastIntended.Store(int64(off))
-		if idle.Load() <= 0 {
-			if workers < o.MaxInFlight {
-				spawn()
-			} else {
+		intended := e.start.Add(off)
+		woke := false
+		pool.mu.Lock()
+		pool.inFlight.Add(1)
+		if n := len(pool.warm); n > 0 && e.hard.Err() == nil {
+			w := pool.warm[n-1]
+			pool.warm = pool.warm[:n-1]
+			ss := w.s.(SplitSession)
+			t := e.begin(intended)
+			err := ss.Send(p, t.sent.Add(e.cfg.Timeout))
+			w.job = &openJob{t: t, err: err}
+		} else {
+			var w *openWorker
+			if n := len(pool.cold); n > 0 {
+				w, pool.cold = pool.cold[n-1], pool.cold[:n-1]
+			} else if pool.workers < o.MaxInFlight {
+				w = newWorker()
+			}
+			switch {
+			case w != nil:
+				w.jobs <- int64(off)
+				woke = true
+			case len(pool.pending) < openQueueSize:
+				pool.pending = append(pool.pending, int64(off))
 				e.late.Add(1)
+			default:
+				pool.inFlight.Done()
+				e.dropped.Add(1)
 			}
 		}
-		select {
-		case queue <- int64(off):
-		default:
-			e.dropped.Add(1)
+		pool.mu.Unlock()
+		if woke {
+			// The woken worker sits in this thread's run queue; yielding hands the
+			// processor over instead of stranding it while this thread sleeps.
+			runtime.Gosched()
 		}
 	}
-	close(queue)
-	wg.Wait()
+	pool.inFlight.Wait()
+	stopWarm()
+	pool.mu.Lock()
+	for _, w := range pool.cold {
+		close(w.jobs)
+	}
+	pool.cold = nil
+	pool.mu.Unlock()
+	pool.exited.Wait()
+}
+
+// idempotent methods may be resent after a kept-alive connection turned out closed.
+func idempotent(method string) bool {
+	switch method {
+	case "GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE":
+		return true
+	}
+	return false
+}
+
+func (e *engine) openWorker(stop context.Context, pool *openPool, w *openWorker, p *Prepared) {
+	defer pool.exited.Done()
+	defer w.s.Close()
+	ss, split := w.s.(SplitSession)
+	for {
+		// cold: a job arrives on the channel and the worker sends it itself
+		off, ok := <-w.jobs
+		if !ok {
+			return
+		}
+		e.send(w.s, p, e.start.Add(time.Duration(off)))
+		pool.inFlight.Done()
+		for {
+			e.drainPending(pool, w, p)
+			if !split || !ss.Ready(p) || stop.Err() != nil {
+				break
+			}
+			ss.Idle(stop)
+			pool.mu.Lock()
+			pool.warm = append(pool.warm, w)
+			pool.mu.Unlock()
+
+			var out Outcome
+			err := ss.Await(p, &out)
+
+			pool.mu.Lock()
+			job := w.job
+			w.job = nil
+			if job == nil { // the connection ended while idle, or the run is over
+				for i, x := range pool.warm {
+					if x == w {
+						pool.warm = append(pool.warm[:i], pool.warm[i+1:]...)
+						break
+					}
+				}
+			}
+			pool.mu.Unlock()
+			if job == nil {
+				w.s.Close()
+				break
+			}
+			if job.err != nil {
+				err = job.err
+			}
+			if err != nil || out.Close {
+				w.s.Close()
+			}
+			if err != nil && out.FirstByte.IsZero() && Classify(err) == KindReset && idempotent(p.Request.Method) && e.hard.Err() == nil {
+				// a kept-alive connection the server had closed: resend on a new one
+				err = w.s.Do(e.hard, p, job.t.sent.Add(e.cfg.Timeout), &out)
+			}
+			e.finish(&job.t, &out, err)
+			pool.inFlight.Done()
+		}
+		if stop.Err() != nil {
+			return
+		}
+		pool.mu.Lock()
+		pool.cold = append(pool.cold, w)
+		pool.mu.Unlock()
+	}
+}
+
+// drainPending sends the waiting (late) requests while there are any.
+func (e *engine) drainPending(pool *openPool, w *openWorker, p *Prepared) {
+	for {
+		pool.mu.Lock()
+		if len(pool.pending) == 0 {
+			pool.mu.Unlock()
+			return
+		}
+		off := pool.pending[0]
+		pool.pending = pool.pending[1:]
+		pool.mu.Unlock()
+		e.send(w.s, p, e.start.Add(time.Duration(off)))
+		pool.inFlight.Done()
+	}
 }
 
 // runClosed keeps each connection busy back to back, optionally at an overall rate.

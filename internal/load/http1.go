@@ -222,6 +222,10 @@ func (s *http1Session) roundTrip(hr *http1Request, deadline time.Time, out *Outc
 	if _, err := s.conn.Write(hr.wire); err != nil {
 		return err
 	}
+	return s.readResponse(hr, out)
+}
+
+func (s *http1Session) readResponse(hr *http1Request, out *Outcome) error {
 	if _, err := s.br.Peek(1); err != nil {
 		return err
 	}
@@ -450,4 +454,45 @@ func discardChunked(br *bufio.Reader) (int64, error) {
 			return total, fmt.Errorf("%w: chunk not followed by CRLF", ErrMalformedResponse)
 		}
 	}
+}
+
+// Ready implements SplitSession.
+func (s *http1Session) Ready(p *Prepared) bool {
+	hr, ok := p.Encoded.(*http1Request)
+	return ok && s.conn != nil && s.addr == hr.addr && s.used && !s.c.opts.DisableKeepAlive
+}
+
+// Idle implements SplitSession.
+func (s *http1Session) Idle(ctx context.Context) {
+	if s.ctx != ctx {
+		s.watch(ctx)
+	}
+	s.conn.SetDeadline(time.Time{})
+}
+
+// Send implements SplitSession. It only touches the connection, which is safe while
+// Await blocks reading it.
+func (s *http1Session) Send(p *Prepared, deadline time.Time) error {
+	hr := p.Encoded.(*http1Request)
+	err := s.conn.SetDeadline(deadline)
+	if err == nil {
+		_, err = s.conn.Write(hr.wire)
+	}
+	if err != nil {
+		s.conn.SetDeadline(time.Unix(1, 0)) // no response will come: wake Await
+	}
+	return err
+}
+
+// Await implements SplitSession.
+func (s *http1Session) Await(p *Prepared, out *Outcome) error {
+	hr := p.Encoded.(*http1Request)
+	*out = Outcome{}
+	if _, err := s.br.Peek(1); err != nil {
+		return err
+	}
+	out.FirstByte = time.Now()
+	resp, err := ReadResponse(s.br, hr.noBody)
+	out.Status, out.BytesIn, out.Close = resp.Status, resp.BodyBytes, resp.Close
+	return err
 }

@@ -33,7 +33,10 @@ func ParseSteps(s string) (ScheduleSpec, error) {
 	if spec.Each, err = time.ParseDuration(parts[3]); err != nil {
 		return ScheduleSpec{}, fmt.Errorf("--steps each: %q is not a duration (e.g. 10s)", parts[3])
 	}
-	return spec, spec.Validate(0)
+	if err := spec.Validate(0); err != nil {
+		return ScheduleSpec{}, fmt.Errorf("--steps %q: %w", s, err)
+	}
+	return spec, nil
 }
 
 // ParseRamp parses "from:to" (rates); the ramp spans the run's duration.
@@ -50,7 +53,10 @@ func ParseRamp(s string) (ScheduleSpec, error) {
 	if spec.To, err = parseRate("--ramp to", parts[1]); err != nil {
 		return ScheduleSpec{}, err
 	}
-	return spec, spec.Validate(time.Second)
+	if err := spec.Validate(time.Second); err != nil {
+		return ScheduleSpec{}, fmt.Errorf("--ramp %q: %w", s, err)
+	}
+	return spec, nil
 }
 
 // ParseThink parses a think time: "2s" (fixed), "1s-10s" (uniform) or "exp:1s-10s"
