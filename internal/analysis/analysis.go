@@ -72,7 +72,7 @@ const (
 // Options tune the analysis. The zero value means the defaults.
 type Options struct {
 	// Resamples is the number of bootstrap resamples (default 4000, clamped to
-	// 1000..100000).
+	// 2000..100000).
 	Resamples int
 	// Confidence is the two-sided interval level (default 0.95).
 	Confidence float64
@@ -92,7 +92,7 @@ func (o Options) withDefaults() Options {
 	if o.Resamples == 0 {
 		o.Resamples = 4000
 	}
-	o.Resamples = min(max(o.Resamples, 1000), 100000)
+	o.Resamples = min(max(o.Resamples, 2000), 100000)
 	if o.Confidence <= 0 || o.Confidence >= 1 {
 		o.Confidence = 0.95
 	}

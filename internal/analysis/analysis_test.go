@@ -132,11 +132,11 @@ func TestBootstrapCoverage(t *testing.T) {
 	const reps, shift = 60, 100
 	covered, falseAlarms := 0, 0
 	for i := 0; i < reps; i++ {
-		rep := Analyze(synthRun(uint64(100+i), 5, 4000, shift), Options{Seed: uint64(i), Resamples: 1000, Metrics: []Metric{P50}}, nil)
+		rep := Analyze(synthRun(uint64(100+i), 5, 4000, shift), Options{Seed: uint64(i), Resamples: 2000, Metrics: []Metric{P50}}, nil)
 		if find(rep.Comparisons, "sidecar", P50).Delta.Contains(shift) {
 			covered++
 		}
-		aa := Analyze(synthRun(uint64(1000+i), 5, 4000, 0), Options{Seed: uint64(i), Resamples: 1000, Metrics: []Metric{P50}}, nil)
+		aa := Analyze(synthRun(uint64(1000+i), 5, 4000, 0), Options{Seed: uint64(i), Resamples: 2000, Metrics: []Metric{P50}}, nil)
 		if find(aa.Comparisons, "sidecar", P50).Verdict != Inconclusive {
 			falseAlarms++
 		}

@@ -101,7 +101,7 @@ func init() {
 		addDBFlag(c, &db)
 		c.Flags().StringArrayVar(&gates, "fail-if", nil, "gate expression, e.g. 'p99 > +10%' (repeatable)")
 		c.Flags().StringSliceVar(&meshes, "mesh", nil, "compare only these meshes (repeatable or comma-separated)")
-		c.Flags().IntVar(&resamples, "resamples", 4000, "bootstrap resamples per comparison (1000..100000)")
+		c.Flags().IntVar(&resamples, "resamples", 4000, "bootstrap resamples per comparison (2000..100000)")
 		c.Flags().Uint64Var(&seed, "seed", 0, "bootstrap seed (default: RUN_A's seed)")
 		c.Flags().BoolVar(&asJSON, "json", false, "print comparisons and gate results as JSON")
 		return c

@@ -33,7 +33,7 @@ func init() {
 			},
 		}
 		addDBFlag(c, &db)
-		c.Flags().IntVar(&resamples, "resamples", 4000, "bootstrap resamples per comparison (1000..100000)")
+		c.Flags().IntVar(&resamples, "resamples", 4000, "bootstrap resamples per comparison (2000..100000)")
 		return c
 	})
 }
