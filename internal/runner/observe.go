@@ -3,7 +3,6 @@ package runner
 import (
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/metrics"
-	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/sampler"
 )
 
@@ -18,24 +17,9 @@ type MetricsObserver struct {
 
 // Interval implements Observer.
 func (o MetricsObserver) Interval(mesh, experiment string, repeat int, iv load.Interval) {
-	mi := metrics.Interval{
-		Service:       o.Service,
-		Duration:      iv.Length,
-		RequestedRate: iv.RequestedRate,
-		Completed:     uint64(iv.Completed),
-		Errors:        map[string]uint64{},
-	}
-	for kind, n := range map[string]int64{"refused": iv.Errors.Refused, "reset": iv.Errors.Reset, "timeout": iv.Errors.Timeout, "non2xx": iv.Errors.Non2xx, "other": iv.Errors.Other} {
-		if n > 0 {
-			mi.Errors[kind] = uint64(n)
-		}
-	}
-	if h, err := load.DecodeHistogram(iv.Latency); err == nil {
-		for _, bar := range h.Distribution() {
-			if bar.Count > 0 {
-				mi.Latency = append(mi.Latency, metrics.LatencyCount{Value: results.Duration(bar.To), Count: uint64(bar.Count)})
-			}
-		}
+	mi, err := metrics.FromLoadInterval(o.Service, iv)
+	if err != nil {
+		return // an undecodable interval histogram only costs the live view one point
 	}
 	o.Recorder.ObserveInterval(metrics.RunLabels{Mesh: mesh, Experiment: experiment, Repeat: repeat}, mi)
 }
