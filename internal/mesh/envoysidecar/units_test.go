@@ -1,0 +1,115 @@
+package envoysidecar
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/meshmark/meshmark/internal/mesh"
+)
+
+func TestParseStats(t *testing.T) {
+	text := `cluster.inbound|9080||.upstream_rq_completed: 7
+cluster.inbound|9080||.external.upstream_rq_completed: 7
+http.inbound_0.0.0.0_9080_mtls.downstream_rq_total: 5
+http.inbound_0.0.0.0_9080_plaintext.downstream_rq_total: 2
+http.outbound_0.0.0.0_9080.downstream_rq_total: 11
+server.version: "abc"
+cluster.x.upstream_rq_time: P0(nan,1) P25(nan,2)
+cluster.y.upstream_cx_length_ms: No recorded values
+`
+	s, err := ParseStats(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := TrafficOf(s)
+	want := Traffic{InboundMTLS: 5, InboundPlaintext: 2, Outbound: 11, Answered: 7}
+	if got != want {
+		t.Fatalf("TrafficOf = %+v, want %+v", got, want)
+	}
+	if d := want.Sub(Traffic{InboundMTLS: 1, Outbound: 20}); d.InboundMTLS != 4 || d.Outbound != 11 {
+		t.Errorf("Sub = %+v", d)
+	}
+	if _, err := ParseStats("a: 1\nnot a stat line\n"); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("malformed line: %v", err)
+	}
+	if _, err := ParseStats("a: -3\n"); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("negative counter: %v", err)
+	}
+}
+
+func FuzzParseStats(f *testing.F) {
+	f.Add("http.outbound_0.0.0.0_9080.downstream_rq_total: 11\nx: P0(1,2)\n")
+	f.Add("a: \"b\"\n\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		s, err := ParseStats(text)
+		if err != nil {
+			if !strings.Contains(err.Error(), "envoy stats line") {
+				t.Fatalf("error without a line number: %v", err)
+			}
+			return
+		}
+		_ = TrafficOf(s)
+	})
+}
+
+// The rules' effect is tested in namespaces (e2e_test.go); this pins their shape.
+func TestInterceptionRulesShape(t *testing.T) {
+	ic := istioInterception(9080)
+	rules := ic.InstallRules()
+	for _, want := range []string{
+		"-I OUTPUT 1 -p tcp -j ISTIO_OUTPUT",
+		"-I PREROUTING 1 -p tcp -j ISTIO_INBOUND",
+		"-A ISTIO_INBOUND -p tcp --dport 9080 -j ISTIO_IN_REDIRECT",
+		"-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006",
+		"-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001",
+		"-m owner --uid-owner 1337 -j RETURN",
+		"-A ISTIO_OUTPUT -s 127.0.0.6/32 -o lo -j RETURN",
+	} {
+		if !strings.Contains(rules, want) {
+			t.Errorf("rules lack %q:\n%s", want, rules)
+		}
+	}
+	// The uid exclusion must come before the catch-all redirect, or the proxy loops.
+	if strings.Index(rules, "--uid-owner 1337 -j RETURN") > strings.Index(rules, "-A ISTIO_OUTPUT -j ISTIO_REDIRECT") {
+		t.Error("catch-all redirect precedes the proxy uid exclusion")
+	}
+}
+
+func TestNoInboundRedirectForClients(t *testing.T) {
+	if r := istioInterception(0).InstallRules(); strings.Contains(r, "-A ISTIO_INBOUND") {
+		t.Errorf("a pod without a port got inbound interception:\n%s", r)
+	}
+}
+
+func TestBuildRejectsBadTopology(t *testing.T) {
+	app := bookinfo()
+	app.Services[2].Versions[0].Weight = -1
+	opts := mesh.DefaultOptions()
+	if _, err := BuildResources(app, app.Pods()[0], opts, mesh.MTLSOff, CertPaths{}); err == nil || !strings.Contains(err.Error(), "reviews") {
+		t.Errorf("negative weight: %v", err)
+	}
+	app = bookinfo()
+	if _, err := BuildResources(app, app.Pods()[0], opts, mesh.MTLSStrict, CertPaths{}); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("strict without certificates: %v", err)
+	}
+	app = bookinfo()
+	app.Services[1].VIP = app.Services[0].VIP
+	if _, err := BuildResources(app, app.Pods()[0], opts, mesh.MTLSOff, CertPaths{}); err == nil || !strings.Contains(err.Error(), "both answer") {
+		t.Errorf("duplicate VIP: %v", err)
+	}
+}
+
+func BenchmarkBuildBootstrap(b *testing.B) {
+	app := bookinfo()
+	opts := mesh.DefaultOptions()
+	certs := CertPaths{CA: "/ca.pem", Cert: "/cert.pem", Key: "/key.pem"}
+	for b.Loop() {
+		bs, err := BuildBootstrap(app, app.Pods()[0], opts, mesh.MTLSStrict, certs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := MarshalBootstrap(bs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
