@@ -658,6 +658,14 @@ func TestBringUpTiming(t *testing.T) {
 			tb.Close()
 			t.Fatal(err)
 		}
+		// Not timed: every pod is reachable from the load generator. No server listens,
+		// so a "connection refused" is the pod's own kernel answering across the fabric.
+		for _, p := range app.Pods() {
+			_, err := tb.DialContext(context.Background(), app.Clients[0], "tcp", fmt.Sprintf("%s:%d", p.IP, p.Port+1))
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Errorf("%s: dial %s (%s on %s) from %s: err = %v; want connection refused", c.name, p.IP, p.Name, p.Node, app.Clients[0].Name, err)
+			}
+		}
 		start = time.Now()
 		if err := tb.Close(); err != nil {
 			t.Fatal(err)
