@@ -5,7 +5,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"unicode"
 )
 
 // Gate is a regression rule for `meshmark compare --fail-if`, e.g. "p99 > +10%".
@@ -97,9 +96,12 @@ func ParseGate(expr string) (Gate, error) {
 		i = numStart
 		return fail("expected a number such as +10 after %q", g.Op)
 	}
+	if v == 0 {
+		v = 0 // -0 would print as "+-0"
+	}
 	skip()
 	unitStart := i
-	for i < len(expr) && !unicode.IsSpace(rune(expr[i])) {
+	for i < len(expr) && expr[i] != ' ' && expr[i] != '\t' {
 		i++
 	}
 	unit := strings.ToLower(expr[unitStart:i])
