@@ -1,6 +1,7 @@
 package study
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"reflect"
 
+	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/workload"
 	"gopkg.in/yaml.v3"
 )
@@ -255,6 +257,16 @@ func (c *checker) meshes() {
 		}
 		if m.Profile == ProfileNone {
 			nones = append(nones, m.Name)
+		}
+		// Options common to every profile are checked here, where the line is known;
+		// whether a profile supports a value is its own business at run time.
+		if _, err := mesh.ParseOptions(m.Options); err != nil {
+			var oe *mesh.OptionError
+			if errors.As(err, &oe) {
+				c.errAt(p+".options."+oe.Key, "%s", oe.Msg)
+			} else {
+				c.errAt(p+".options", "%v", err)
+			}
 		}
 	}
 	switch {
