@@ -195,6 +195,10 @@ type Group struct {
 	GeneratorBehind int     `json:"generator_behind"` // trials whose generator fell behind
 	// Outliers are ids of trials outside Tukey's fences on trial p99 (kept, not removed).
 	Outliers []int64 `json:"outliers,omitempty"`
+	// MixedParams is set when the repeats of this step ran with different load
+	// parameters (e.g. a rate search probing different rates at the same step index):
+	// pooling them is then questionable and reports should say so.
+	MixedParams bool `json:"mixed_params,omitempty"`
 }
 
 // Value returns the group's pooled value of a metric.
@@ -316,6 +320,10 @@ func fillGroup(g *Group) {
 		g.TrialIDs = append(g.TrialIDs, t.ID)
 		if t.Result.Generator.Behind || t.Result.HasFlag(results.FlagGeneratorBehind) {
 			g.GeneratorBehind++
+		}
+		p, q := t.Params, g.Params
+		if p.RequestedRate != q.RequestedRate || p.Connections != q.Connections || p.Users != q.Users {
+			g.MixedParams = true
 		}
 	}
 	g.Repeats = len(g.Trials)

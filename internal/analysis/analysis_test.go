@@ -196,6 +196,9 @@ func TestTukeyFlagsTheOddRepeat(t *testing.T) {
 	if g.Repeats != 6 {
 		t.Errorf("an outlier was dropped: %d repeats left", g.Repeats)
 	}
+	if g.MixedParams {
+		t.Error("repeats at the same rate reported as mixed")
+	}
 	if s := rep.Group(Key{Mesh: "sidecar", Experiment: "fixed"}); len(s.Outliers) != 0 {
 		t.Errorf("clean group flagged: %v", s.Outliers)
 	}
@@ -218,7 +221,12 @@ func TestCapacityAndKnee(t *testing.T) {
 		run.Trials = append(run.Trials, tr)
 	}
 	slo := SLO{P99: 8 * time.Millisecond, MaxErrorRate: 0.01, MinAchieved: 0.95, KneeFactor: 3}
+	probe := synthTrial(rng, "none", 1, 1000, 0, "steps", results.TrialParams{RequestedRate: 150, Step: 0})
+	run.Trials = append(run.Trials, probe)
 	rep := Analyze(run, Options{Seed: 1}, &slo)
+	if g := rep.Group(Key{Mesh: "none", Experiment: "steps", Step: 0}); !g.MixedParams {
+		t.Error("step 0 pooled 100 and 150 rps without saying so")
+	}
 	if len(rep.Capacity) != 1 {
 		t.Fatalf("capacity results: %d", len(rep.Capacity))
 	}

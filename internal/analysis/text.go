@@ -125,6 +125,9 @@ func WriteRunSummary(w io.Writer, run *results.Run, rep *Report) error {
 		if g.GeneratorBehind > 0 {
 			notes = append(notes, fmt.Sprintf("generator behind in %d", g.GeneratorBehind))
 		}
+		if g.MixedParams {
+			notes = append(notes, "repeats ran at different load parameters")
+		}
 		if len(g.Outliers) > 0 {
 			notes = append(notes, fmt.Sprintf("outlier trials %v", g.Outliers))
 		}
