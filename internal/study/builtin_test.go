@@ -3,6 +3,7 @@ package study
 import (
 	"bytes"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -39,6 +40,9 @@ func TestDemoIsBuiltinAndExample(t *testing.T) {
 	}
 	if _, err := Builtin("nope"); err == nil {
 		t.Error("unknown built-in study accepted")
+	}
+	if _, err := Load("no-such-study.yaml"); err == nil || !strings.Contains(err.Error(), "built-in: demo") {
+		t.Errorf("Load of a missing file: %v", err)
 	}
 	if loaded, err := Load("demo"); err != nil || loaded.Metadata.Name != "demo" {
 		t.Errorf("Load(demo): %v", err)

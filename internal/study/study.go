@@ -339,8 +339,12 @@ func ParseFile(path string) (*Study, error) {
 // Load parses a study file, or the built-in study of that name when no such file
 // exists (so `meshmark run demo` works from any directory).
 func Load(nameOrPath string) (*Study, error) {
-	if _, err := os.Stat(nameOrPath); err != nil && isBuiltin(nameOrPath) {
+	_, statErr := os.Stat(nameOrPath)
+	if statErr != nil && isBuiltin(nameOrPath) {
 		return Builtin(nameOrPath)
+	}
+	if os.IsNotExist(statErr) {
+		return nil, fmt.Errorf("%s: no such study file, and no built-in study of that name (built-in: %s)", nameOrPath, strings.Join(BuiltinNames(), ", "))
 	}
 	return ParseFile(nameOrPath)
 }
