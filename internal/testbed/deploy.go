@@ -77,6 +77,9 @@ func (tb *Testbed) Deploy(ctx context.Context, spec AppSpec) (topology.App, erro
 		if replicas == 0 {
 			replicas = 1
 		}
+		if d.Weight < 0 {
+			return app, fmt.Errorf("testbed: deployment %d (%s %s): weight %d is negative", i, d.Service, version, d.Weight)
+		}
 		if replicas < 0 {
 			return app, fmt.Errorf("testbed: deployment %d (%s): replicas %d is negative", i, d.Service, replicas)
 		}

@@ -82,6 +82,10 @@ func dialTCPInNetNS(ctx context.Context, nsFD int, dst netip.AddrPort) (net.Conn
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		if _, ok := ctx.Deadline(); ok && errors.Is(werr, os.ErrDeadlineExceeded) {
+			// The poller's timer fired a moment before the context's own.
+			return nil, context.DeadlineExceeded
+		}
 		return nil, fmt.Errorf("connect: %w", werr)
 	}
 	if connErr != nil {

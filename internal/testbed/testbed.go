@@ -25,9 +25,8 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// Directories the testbed writes to. They are variables only so that the layout is
-// written down once.
-var (
+// Directories the testbed writes to besides /run/netns.
+const (
 	// RunRoot holds one directory per testbed: configs, certificates, logs, the owner
 	// pid file and the manifest.
 	RunRoot = "/run/meshmark"
@@ -269,7 +268,8 @@ func (tb *Testbed) createRunDir() error {
 			return fmt.Errorf("testbed: %w", err)
 		}
 		final := filepath.Join(RunRoot, id)
-		// Mkdir-then-rename would race; rename onto an existing non-empty directory fails.
+		// rename refuses to replace a non-empty directory, so two processes that drew
+		// the same id cannot both claim it.
 		if err := os.Rename(tmp, final); err != nil {
 			os.RemoveAll(tmp)
 			continue
