@@ -42,7 +42,7 @@ func syntheticRun(t testing.TB) *results.Run {
 	start := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
 	run := &results.Run{ID: "20261122-030000-5f3a9c", Study: "bookinfo sidecar overhead", StudyPath: "studies/demo.yaml",
 		StudyFile: []byte("name: bookinfo sidecar overhead\nworkload: bookinfo\nmeshes: [none, envoy-sidecar]\n"),
-		Status: results.StatusComplete, Started: start, Seed: 42, Substrate: "local",
+		Status:    results.StatusComplete, Started: start, Seed: 42, Substrate: "local",
 		Provenance: results.Provenance{Hostname: "bench-1", Kernel: "6.1.0-28-amd64", OS: "Debian GNU/Linux 12 (bookworm)",
 			CPUModel: "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz", Cores: 2, MemoryBytes: 8 << 30, MeshmarkVersion: "v0.1.0-test",
 			GoVersion: "go1.26.8", Components: map[string]string{"envoy": "1.40.0", "envoy-sidecar": "meshmark envoy-sidecar profile v1"},

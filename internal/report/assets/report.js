@@ -100,8 +100,8 @@
         textStyle, animation: false,
         title: { text: "Percentile spectrum, " + sp.label, left: "center", textStyle: { fontSize: 14 } },
         tooltip: { trigger: "axis", valueFormatter: v => fmt(v) + " ms", axisPointer: { label: { formatter: p => pctLabel(p.value) } } },
-        legend: { top: 24 },
-        grid: { left: 70, right: 30, top: 60, bottom: 50 },
+        legend: { top: 28 },
+        grid: { left: 70, right: 30, top: 66, bottom: 50 },
         xAxis: Object.assign({ type: "log", name: "percentile", min: 1, logBase: 10, axisLabel: { formatter: pctLabel } }, baseAxis),
         yAxis: Object.assign({ type: "value", name: "latency (ms)", nameGap: 50 }, baseAxis),
         series: sp.series.map(s => ({ name: s.mesh, type: "line", showSymbol: false, data: s.points, color: colourOf(s.mesh), lineStyle: { width: 2 } })),
@@ -132,17 +132,18 @@
           marks.push({ yAxis: R.slo.p50_ms, name: "SLO p50", lineStyle: { color: "#999", type: "dashed" }, label: { formatter: "SLO p50 " + fmt(R.slo.p50_ms) + " ms" } });
         }
         series.push({ name: cap.mesh + " p99", type: "line", color: col, data: cap.points.map(p => [p.x, p.p99_ms]), symbolSize: 6,
-          markLine: { symbol: "none", silent: true, lineStyle: { color: col }, data: marks } });
+          markLine: { symbol: "none", silent: true, lineStyle: { color: col }, label: { position: "insideEndTop", fontSize: 10 }, data: marks } });
         series.push({ name: cap.mesh + " p50", type: "line", color: col, lineStyle: { type: "dashed" }, data: cap.points.map(p => [p.x, p.p50_ms]), symbol: "emptyCircle", symbolSize: 5 });
       });
       c.setOption({
         textStyle, animation: false,
         title: { text: exp + ": latency against " + caps[0].x_name, left: "center", textStyle: { fontSize: 14 } },
         tooltip: { trigger: "axis", valueFormatter: v => fmt(v) + " ms" },
-        legend: { top: 24 },
-        grid: { left: 70, right: 40, top: 70, bottom: 50 },
+        legend: { top: 28 },
+        grid: { left: 70, right: 40, top: 76, bottom: 50 },
         xAxis: Object.assign({ type: "value", name: caps[0].x_name, scale: true }, baseAxis),
-        yAxis: Object.assign({ type: "log", name: "latency (ms, log)", nameGap: 50 }, baseAxis),
+        // Stretch the axis to the SLO so the reader sees how far from it each mesh is.
+        yAxis: Object.assign({ type: "log", name: "latency (ms, log)", nameGap: 50, max: v => Math.max(v.max, R.slo.p99_ms) * 2 }, baseAxis),
         series,
       });
     }
@@ -179,7 +180,7 @@
         textStyle, animation: false,
         title: { text: title, left: "center", textStyle: { fontSize: 14 } },
         tooltip: { trigger: "axis", valueFormatter: v => v === null || v === undefined ? "—" : fmt(v) + unit },
-        legend: { top: 22 },
+        legend: { top: 28 },
         grid: { left: 70, right: 30, top: 55, bottom: 40 },
         xAxis: Object.assign({ type: "value", name: "seconds since the run started", scale: true }, baseAxis),
         yAxis: { type: "value", name: unit.trim() },
@@ -201,7 +202,7 @@
         textStyle, animation: false,
         title: { text: title, left: "center", textStyle: { fontSize: 14 } },
         tooltip: { trigger: "axis", axisPointer: { type: "shadow" }, valueFormatter: v => fmt(v) + unit },
-        legend: { top: 22 },
+        legend: { top: 28 },
         grid: { left: 260, right: 40, top: 55, bottom: 30 },
         xAxis: { type: "value", name: unit.trim() },
         yAxis: { type: "category", data: names, inverse: true },
@@ -227,7 +228,7 @@
       textStyle, animation: false,
       title: { text: "Monthly cost at the measured load", left: "center", textStyle: { fontSize: 14 } },
       tooltip: { trigger: "axis", axisPointer: { type: "shadow" }, valueFormatter: v => "$" + fmt(v) },
-      legend: { top: 22 },
+      legend: { top: 28 },
       grid: { left: 70, right: 30, top: 55, bottom: 40 },
       xAxis: { type: "category", data: R.costs.map(x => x.mesh) },
       yAxis: { type: "value", name: "USD / month" },
