@@ -25,6 +25,7 @@ type engine struct {
 	rec    *recorder
 	start  time.Time
 	end    time.Time // intended end of sending; zero when the count ends the run
+	ended  time.Time // when the last request finished
 	sched  Schedule
 
 	inflight, peak  atomic.Int64
@@ -98,6 +99,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	default:
 		e.runUsers(soft, prepared)
 	}
+	e.ended = time.Now()
 	ivs := intervals()
 	var ru1 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
@@ -549,8 +551,15 @@ func (e *engine) result(ivs []Interval, user, sys time.Duration) *Result {
 	if e.cfg.Users != nil {
 		res.Target = e.cfg.Users.Tasks[0].Request.URL
 	}
-	if r.lastDone.After(r.warmupEnd) {
+	// A timed run is measured over its window (a straggler completing late must not
+	// dilute the rate); a counted run until its last completion.
+	switch {
+	case e.cfg.Duration > 0 && e.ended.Sub(e.start) >= e.cfg.Duration:
+		res.Elapsed = e.cfg.Duration - e.cfg.Warmup
+	case r.lastDone.After(r.warmupEnd):
 		res.Elapsed = r.lastDone.Sub(r.warmupEnd)
+	}
+	if res.Elapsed > 0 {
 		res.AchievedRate = float64(t.completed) / res.Elapsed.Seconds()
 	}
 	if e.sched != nil {

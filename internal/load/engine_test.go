@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"runtime"
@@ -98,36 +99,49 @@ func startDelayServer(t *testing.T, delay time.Duration) string {
 	return "http://" + ln.Addr().String() + "/"
 }
 
+// TestFixedDelayMedian: a server that answers in exactly 2 ms must measure as 2 ms
+// (within 5%, which leaves about 100 µs for loopback and both ends' scheduling). The
+// machine is shared, so a run spoiled by someone else's burst is retried twice; a
+// generator that adds its own delay fails every attempt.
 func TestFixedDelayMedian(t *testing.T) {
 	const delay = 2 * time.Millisecond
 	url := startDelayServer(t, delay)
-	res := run(t, Config{
-		Request:  Request{URL: url},
-		Open:     &OpenModel{Schedule: ScheduleSpec{Arrival: Constant, Rate: 200}},
-		Duration: 3 * time.Second,
-		Warmup:   500 * time.Millisecond,
-	})
-	if res.Errors.Total() != 0 || res.Succeeded < 450 {
-		t.Fatalf("succeeded %d, errors %+v %v", res.Succeeded, res.Errors, res.ErrorSamples)
-	}
-	t.Logf("p50 latency %v, service %v, send lag %v", res.Latency.Quantile(50), res.Service.Quantile(50), res.Health.SendLag.Quantile(50))
-	for name, h := range map[string]Histogram{"latency": res.Latency, "service": res.Service} {
-		if p50 := h.Quantile(50); !within(p50, delay, 0.05) {
-			t.Errorf("%s p50 = %v, want within 5%% of %v", name, p50, delay)
+	var problems []string
+	for attempt := 1; attempt <= 3; attempt++ {
+		res := run(t, Config{
+			Request:  Request{URL: url},
+			Open:     &OpenModel{Schedule: ScheduleSpec{Arrival: Constant, Rate: 200}},
+			Duration: 3 * time.Second,
+			Warmup:   500 * time.Millisecond,
+		})
+		if res.Errors.Total() != 0 || res.Succeeded < 450 {
+			t.Fatalf("succeeded %d, errors %+v %v", res.Succeeded, res.Errors, res.ErrorSamples)
+		}
+		if r := res.RequestedRate; r < 199 || r > 201 {
+			t.Errorf("requested rate %.1f, want 200", r)
+		}
+		if r := res.AchievedRate; r < 190 || r > 210 {
+			t.Errorf("achieved rate %.1f, want about 200", r)
+		}
+		if len(res.Intervals) < 3 {
+			t.Errorf("%d intervals over 3 s, want at least 3", len(res.Intervals))
+		}
+		lat, svc := res.Latency.Quantile(50), res.Service.Quantile(50)
+		if lat < svc {
+			t.Errorf("latency from intended time (%v) below service time (%v)", lat, svc)
+		}
+		t.Logf("attempt %d: p50 latency %v, service %v, send lag %v", attempt, lat, svc, res.Health.SendLag.Quantile(50))
+		problems = problems[:0]
+		for name, p50 := range map[string]time.Duration{"latency": lat, "service": svc} {
+			if !within(p50, delay, 0.05) {
+				problems = append(problems, fmt.Sprintf("%s p50 = %v, want within 5%% of %v", name, p50, delay))
+			}
+		}
+		if len(problems) == 0 {
+			return
 		}
 	}
-	if res.Latency.Quantile(50) < res.Service.Quantile(50) {
-		t.Errorf("latency from intended time (%v) below service time (%v)", res.Latency.Quantile(50), res.Service.Quantile(50))
-	}
-	if r := res.RequestedRate; r < 199 || r > 201 {
-		t.Errorf("requested rate %.1f, want 200", r)
-	}
-	if r := res.AchievedRate; r < 190 || r > 210 {
-		t.Errorf("achieved rate %.1f, want about 200", r)
-	}
-	if len(res.Intervals) < 3 {
-		t.Errorf("%d intervals over 3 s, want at least 3", len(res.Intervals))
-	}
+	t.Error(strings.Join(problems, "; "))
 }
 
 // stallServer stops answering for stall at the start of every period, like a GC pause or
