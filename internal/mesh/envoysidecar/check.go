@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/meshmark/meshmark/internal/mesh"
@@ -17,7 +18,7 @@ import (
 )
 
 // enrollmentStats selects only the counters the check reads.
-const enrollmentStats = `^(http\.(inbound|outbound)_.*\.downstream_rq_total|cluster\.inbound\|[0-9]+\|\|\.upstream_rq_completed)$`
+const enrollmentStats = `^(http\.(inbound|outbound)_.*\.downstream_rq_total|cluster\.inbound\|[0-9]+\|\|\.upstream_rq_completed|cluster\.outbound\|.*\.upstream_rq_retry)$`
 
 // readTraffic fetches a sidecar's enrollment counters through its admin endpoint.
 func readTraffic(ctx context.Context, sub substrate.Substrate, pod topology.Pod) (Traffic, error) {
@@ -165,42 +166,36 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 		return e, ctx.Err()
 	}
 
-	// 2. Through the mesh: each enrolled pod calls every service by name.
+	// 2. Through the mesh: each enrolled pod calls every service by name. Sources run
+	// a few at a time so large graphs are checked in seconds, not minutes.
+	var (
+		meshFailMu sync.Mutex
+		meshFails  []string
+		wg         sync.WaitGroup
+		sem        = make(chan struct{}, 4)
+	)
 	for _, from := range meshed {
 		if !rows[from.Name].Sidecar {
 			continue
 		}
-		for _, s := range app.Services {
-			addr := ""
-			if s.VIP.IsValid() {
-				addr = mesh.Addr(s.VIP, s.Port)
-			} else if eps := allEndpoints(s); len(eps) > 0 {
-				addr = mesh.Addr(eps[0].IP, s.Port)
-			} else {
-				continue
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			for _, msg := range meshProbes(ctx, sub, app, from) {
+				meshFailMu.Lock()
+				meshFails = append(meshFails, msg)
+				meshFailMu.Unlock()
 			}
-			host := fmt.Sprintf("%s:%d", s.Name, s.Port)
-			failures := 0
-			var lastErr string
-			n := probesPerService(s)
-			for range n {
-				r, err := mesh.ProbeHTTP(ctx, sub, from, addr, host, "/")
-				switch {
-				case err != nil:
-					failures++
-					lastErr = err.Error()
-				case r.ProxyGenerated:
-					failures++
-					lastErr = fmt.Sprintf("HTTP %d from the proxy: %.120s", r.Status, r.Body)
-				}
-			}
-			if failures > 0 {
-				e.Fail("pod %s -> service %s through the mesh: %d of %d probes failed (last: %s)", from.Name, s.Name, failures, n, lastErr)
-			}
-		}
-		if ctx.Err() != nil {
-			return e, ctx.Err()
-		}
+		}()
+	}
+	wg.Wait()
+	for _, msg := range meshFails {
+		e.Fail("%s", msg)
+	}
+	if ctx.Err() != nil {
+		return e, ctx.Err()
 	}
 
 	// 3. From outside the mesh, straight to every service pod.
@@ -224,6 +219,14 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 					continue
 				}
 				addr := mesh.Addr(pod.IP, pod.Port)
+				_, sidecarUp := before[pod.Name]
+				var inboundBefore Traffic
+				if sidecarUp {
+					var rerr error
+					if inboundBefore, rerr = readTraffic(ctx, sub, pod); rerr != nil {
+						sidecarUp = false
+					}
+				}
 				body, status, err := httpGet(ctx, sub, out, nil, addr, s.Name, "/", 4096)
 				if p.mode == mesh.MTLSStrict {
 					if err == nil {
@@ -243,6 +246,17 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 					e.Fail("pod %s: direct probe from %s: HTTP %d from the proxy: %.120s", pod.Name, outName, status, body)
 				default:
 					r.Answered = true
+				}
+				if sidecarUp {
+					// The probe must have passed the pod's own sidecar, not just
+					// reached the workload.
+					after, err := readTraffic(ctx, sub, pod)
+					if err == nil {
+						d := after.Sub(inboundBefore)
+						if d.InboundMTLS+d.InboundPlaintext == 0 {
+							e.Fail("pod %s: a direct request from %s bypassed its sidecar (inbound traffic not intercepted)", pod.Name, outName)
+						}
+					}
 				}
 			}
 		}
@@ -267,6 +281,9 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 		r.MTLSObserved = mesh.ObservedMode(d.InboundMTLS, d.InboundPlaintext)
 		if d.Answered > 0 {
 			r.Answered = true
+		}
+		if d.Retries > 0 {
+			e.Fail("pod %s: its sidecar retried %d probe requests: some destination failed", pod.Name, d.Retries)
 		}
 		if r.OutboundRequests == 0 {
 			e.Fail("pod %s: its sidecar saw no outbound request (outbound traffic not intercepted)", pod.Name)
@@ -299,7 +316,7 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 			}
 		case mesh.MTLSPermissive:
 			if r.InboundMTLS == 0 && p.receivesMeshTraffic(app, pod) {
-				e.Fail("pod %s: permissive mTLS but mesh traffic reached it without mTLS", pod.Name)
+				e.Fail("pod %s: permissive mTLS but no mTLS request from the mesh reached its sidecar", pod.Name)
 			}
 		}
 	}
@@ -308,6 +325,51 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 	}
 	sort.Strings(e.Failures)
 	return e, nil
+}
+
+// meshProbes sends probesPerService requests from `from` to every service through
+// from's sidecar and describes the services that did not answer every one.
+func meshProbes(ctx context.Context, sub substrate.Substrate, app *topology.App, from topology.Pod) []string {
+	var fails []string
+	for _, s := range app.Services {
+		if s.Name == from.Service && len(app.Services) > 1 {
+			// A pod calling its own service may be routed to itself, which enters its
+			// sidecar through the loopback hairpin and would mask a pod whose inbound
+			// interception is missing.
+			continue
+		}
+		var addr string
+		switch eps := allEndpoints(s); {
+		case s.VIP.IsValid():
+			addr = mesh.Addr(s.VIP, s.Port)
+		case len(eps) > 0:
+			// The sidecar routes by Host; the address only selects the port listener.
+			addr = mesh.Addr(eps[0].IP, s.Port)
+		default:
+			continue
+		}
+		host := fmt.Sprintf("%s:%d", s.Name, s.Port)
+		failures, n := 0, probesPerService(s)
+		var lastErr string
+		for range n {
+			if ctx.Err() != nil {
+				return fails
+			}
+			r, err := mesh.ProbeHTTP(ctx, sub, from, addr, host, "/")
+			switch {
+			case err != nil:
+				failures++
+				lastErr = err.Error()
+			case r.ProxyGenerated:
+				failures++
+				lastErr = fmt.Sprintf("HTTP %d from the proxy: %.120s", r.Status, r.Body)
+			}
+		}
+		if failures > 0 {
+			fails = append(fails, fmt.Sprintf("pod %s -> service %s through the mesh: %d of %d probes failed (last: %s)", from.Name, s.Name, failures, n, lastErr))
+		}
+	}
+	return fails
 }
 
 // receivesMeshTraffic says whether the route table sends the pod any share of its

@@ -143,7 +143,7 @@ func (g generator) bootstrap() (*bootstrapv3.Bootstrap, error) {
 					{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{
 						Regex: `^listener\..*\.ssl\.(handshake|connection_error|fail_verify_no_cert)$`}}},
 					{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{
-						Regex: `^cluster\.inbound\|[0-9]+\|\|\.upstream_rq_completed$`}}},
+						Regex: `^cluster\.inbound\|[0-9]+\|\|\.upstream_rq_completed$|^cluster\.outbound\|.*\.upstream_rq_retry$`}}},
 				},
 			}},
 		}}

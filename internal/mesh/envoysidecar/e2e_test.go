@@ -228,6 +228,21 @@ func TestSidecarMeshInNamespaces(t *testing.T) {
 			t.Errorf("v1 got %.1f%% of traffic, want 25 ± 10 (counts %v)", v1, counts)
 		}
 
+		// The check must notice a pod whose inbound traffic bypasses its sidecar.
+		if out, err := b.tb.Exec(ctx, b.pod("reviews-v2-0"), nil, "iptables", "-w", "-t", "nat", "-F", "ISTIO_INBOUND"); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		broken, err := p.Check(ctx, b.tb, b.app)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if broken.Pass || !strings.Contains(strings.Join(broken.Failures, "\n"), "pod reviews-v2-0: a direct request from unmeshed client loadgen bypassed its sidecar") {
+			t.Errorf("check missed a pod without inbound interception: %s", broken.Summary())
+		}
+		for _, f := range broken.Failures {
+			t.Logf("expected failure: %s", f)
+		}
+
 		if err := p.Uninstall(ctx, b.tb); err != nil {
 			t.Fatal(err)
 		}

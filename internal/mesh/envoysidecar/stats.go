@@ -67,6 +67,8 @@ type Traffic struct {
 	InboundMTLS, InboundPlaintext, Outbound uint64
 	// Answered counts inbound requests the local app completed.
 	Answered uint64
+	// Retries counts outbound requests the sidecar had to retry.
+	Retries uint64
 }
 
 // TrafficOf extracts the enrollment counters; the names come from the stat prefixes
@@ -79,6 +81,7 @@ func TrafficOf(s Stats) Traffic {
 		// Only the cluster-wide counter: dynamic stats add per-code copies
 		// (cluster.inbound|P||.external.upstream_rq_completed).
 		Answered: s.Sum("cluster.inbound|", "||.upstream_rq_completed"),
+		Retries:  s.Sum("cluster.outbound|", ".upstream_rq_retry"),
 	}
 }
 
@@ -95,5 +98,6 @@ func (t Traffic) Sub(before Traffic) Traffic {
 		InboundPlaintext: d(t.InboundPlaintext, before.InboundPlaintext),
 		Outbound:         d(t.Outbound, before.Outbound),
 		Answered:         d(t.Answered, before.Answered),
+		Retries:          d(t.Retries, before.Retries),
 	}
 }
