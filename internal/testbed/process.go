@@ -374,3 +374,23 @@ func (tb *Testbed) lookupHost(host string, t target) (netip.Addr, error) {
 	}
 	return netip.Addr{}, fmt.Errorf("testbed: %s: cannot resolve %q: not a service of this testbed", t.name, host)
 }
+
+// Sysctl sets sysctls of the pod's (or node's) network namespace only, e.g.
+// {"net.ipv4.tcp_tw_reuse": "1"} for a load generator that opens a connection per
+// request. Keys outside net.* are refused: they are not per-namespace and would change
+// the host.
+func (tb *Testbed) Sysctl(p topology.Pod, values map[string]string) error {
+	t, err := tb.resolveTarget(p)
+	if err != nil {
+		return err
+	}
+	for key := range values {
+		if !strings.HasPrefix(key, "net.") || strings.Contains(key, "/") || strings.Contains(key, "..") {
+			return fmt.Errorf("testbed: sysctl %q: only net.* keys are per network namespace", key)
+		}
+	}
+	if err := writeSysctl(t.ns.fd(), values); err != nil {
+		return fmt.Errorf("testbed: %s: %w", t.name, err)
+	}
+	return nil
+}

@@ -482,6 +482,26 @@ func TestProcessLifecycle(t *testing.T) {
 	if pids, _ := netNSProcesses([]string{p.NetNS}); len(pids) != 0 {
 		t.Errorf("after failed Start, still running in the pod: %v", pids)
 	}
+	hostReuse, err := os.ReadFile("/proc/sys/net/ipv4/tcp_tw_reuse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "1"
+	if strings.TrimSpace(string(hostReuse)) == "1" {
+		want = "0"
+	}
+	if err := tb.Sysctl(p, map[string]string{"net.ipv4.tcp_tw_reuse": want}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := tb.Exec(ctx, p, nil, "cat", "/proc/sys/net/ipv4/tcp_tw_reuse"); err != nil || strings.TrimSpace(string(out)) != want {
+		t.Errorf("tcp_tw_reuse in the pod = %q, %v; want %s", out, err, want)
+	}
+	if after, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_tw_reuse"); string(after) != string(hostReuse) {
+		t.Errorf("host tcp_tw_reuse changed from %q to %q", hostReuse, after)
+	}
+	if err := tb.Sysctl(p, map[string]string{"kernel.pid_max": "100000"}); err == nil {
+		t.Error("Sysctl accepted a host-wide key")
+	}
 	if _, err := tb.WriteFile(p, "../escape", nil, 0o644); err == nil {
 		t.Error("WriteFile accepted a path outside the pod directory")
 	}
