@@ -82,9 +82,41 @@ var optionKeys = map[string]string{
 	"telemetry":        "on | off",
 	"request_id":       "on | off",
 	"access_log":       "on | off",
-	"circuit_breakers": "unlimited | proxy-default (alias off = unlimited, default = unlimited)",
+	"circuit_breakers": "off or unlimited (every limit 2^32-1, as Istio) | default or proxy-default (Envoy's own limits, 1024)",
 	"mesh_clients":     "auto | on | off",
 	"trust_domain":     "SPIFFE trust domain, e.g. cluster.local",
+}
+
+// OptionDoc describes one study-file option.
+type OptionDoc struct {
+	Key, Values, Default string
+}
+
+// OptionDocs lists every option with its accepted values and default, sorted by key.
+func OptionDocs() []OptionDoc {
+	d := DefaultOptions()
+	onOff := func(b bool) string {
+		if b {
+			return "on"
+		}
+		return "off"
+	}
+	defaults := map[string]string{
+		"mtls":             "profile's own (envoy-sidecar: permissive, none: off)",
+		"concurrency":      strconv.Itoa(d.Concurrency),
+		"telemetry":        onOff(d.Telemetry),
+		"request_id":       onOff(d.RequestID),
+		"access_log":       onOff(d.AccessLog),
+		"circuit_breakers": string(d.CircuitBreakers),
+		"mesh_clients":     string(d.MeshClients) + " (on exactly when mtls is strict)",
+		"trust_domain":     d.TrustDomain,
+	}
+	out := make([]OptionDoc, 0, len(optionKeys))
+	for k, v := range optionKeys {
+		out = append(out, OptionDoc{Key: k, Values: v, Default: defaults[k]})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
 }
 
 // OptionError names the offending option; the study loader adds file and line.
@@ -163,9 +195,9 @@ func ParseOptions(raw map[string]any) (Options, error) {
 				}
 			}
 			switch s {
-			case "unlimited", "off", "default":
+			case "unlimited", "off":
 				o.CircuitBreakers = CircuitBreakersUnlimited
-			case "proxy-default":
+			case "proxy-default", "default":
 				o.CircuitBreakers = CircuitBreakersProxyDefault
 			default:
 				return o, bad("unknown value %q", s)

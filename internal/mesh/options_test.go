@@ -36,6 +36,11 @@ func TestParseOptionsReadsYAMLShapedValues(t *testing.T) {
 	if o != want {
 		t.Fatalf("got %+v\nwant %+v", o, want)
 	}
+	for v, want := range map[string]CircuitBreakers{"off": CircuitBreakersUnlimited, "unlimited": CircuitBreakersUnlimited, "default": CircuitBreakersProxyDefault} {
+		if o, err := ParseOptions(map[string]any{"circuit_breakers": v}); err != nil || o.CircuitBreakers != want {
+			t.Errorf("circuit_breakers %s: %v, %v", v, o.CircuitBreakers, err)
+		}
+	}
 	for _, off := range []any{"disabled", "off", false} {
 		o, err := ParseOptions(map[string]any{"mtls": off})
 		if err != nil || o.MTLS != MTLSOff {
