@@ -272,15 +272,7 @@ func (g generator) outboundCluster(s topology.Service, version string, eps []top
 		},
 		CircuitBreakers: g.circuitBreakers(),
 	}
-	if s.Protocol == "http2" || s.Protocol == "grpc" {
-		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{
-			"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": mustAny(&httpoptsv3.HttpProtocolOptions{
-				UpstreamProtocolOptions: &httpoptsv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpoptsv3.HttpProtocolOptions_ExplicitHttpConfig{
-					ProtocolConfig: &httpoptsv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
-				}},
-			}),
-		}
-	}
+	c.TypedExtensionProtocolOptions = upstreamProtocol(s.Protocol)
 	// Istio's auto-mTLS: inside the mesh, send mTLS whenever the mesh has it at all.
 	if g.mode != mesh.MTLSOff && len(eps) > 0 {
 		want := eps[0].Identity
@@ -293,6 +285,21 @@ func (g generator) outboundCluster(s topology.Service, version string, eps []top
 		})
 	}
 	return c
+}
+
+// upstreamProtocol makes a cluster speak HTTP/2 to services that expect it (gRPC
+// included); HTTP/1.1 is Envoy's default and needs nothing.
+func upstreamProtocol(protocol string) map[string]*anypb.Any {
+	if protocol != "http2" && protocol != "grpc" {
+		return nil
+	}
+	return map[string]*anypb.Any{
+		"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": mustAny(&httpoptsv3.HttpProtocolOptions{
+			UpstreamProtocolOptions: &httpoptsv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpoptsv3.HttpProtocolOptions_ExplicitHttpConfig{
+				ProtocolConfig: &httpoptsv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
+			}},
+		}),
+	}
 }
 
 func (g generator) circuitBreakers() *clusterv3.CircuitBreakers {
@@ -495,6 +502,9 @@ func (g generator) virtualInbound() (*listenerv3.Listener, []*clusterv3.Cluster)
 			}}}},
 		},
 		UpstreamBindConfig: &corev3.BindConfig{SourceAddress: socketAddr(InboundPassthroughSource, 0).GetSocketAddress()},
+	}
+	if own := g.app.Service(g.pod.Service); own != nil {
+		local.TypedExtensionProtocolOptions = upstreamProtocol(own.Protocol)
 	}
 	route := func() *routev3.RouteConfiguration {
 		return &routev3.RouteConfiguration{

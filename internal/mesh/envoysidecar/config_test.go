@@ -17,6 +17,7 @@ func TestGeneratedBootstrapPassesEnvoyValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	app := bookinfo()
+	app.Services[3].Protocol = "grpc" // ratings: HTTP/2 upstream clusters
 	variants := []struct {
 		name string
 		mode mesh.MTLSMode
@@ -32,7 +33,7 @@ func TestGeneratedBootstrapPassesEnvoyValidation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, pod := range []int{0, 3} { // productpage and a reviews version
+			for _, pod := range []int{0, 3, 5} { // productpage, a reviews version, ratings
 				dir := t.TempDir()
 				p := app.Pods()[pod]
 				certs := writeCerts(t, ca, dir, p.Identity)
@@ -57,6 +58,9 @@ func TestGeneratedBootstrapPassesEnvoyValidation(t *testing.T) {
 				}
 				if got := strings.Contains(s, "4294967295"); got != (opts.CircuitBreakers == mesh.CircuitBreakersUnlimited) {
 					t.Errorf("unlimited circuit breakers present=%v with option %s", got, opts.CircuitBreakers)
+				}
+				if !strings.Contains(s, "http2ProtocolOptions") {
+					t.Error("gRPC service ratings has no HTTP/2 cluster")
 				}
 				if got := strings.Contains(s, "UpstreamTlsContext"); got != (v.mode != mesh.MTLSOff) {
 					t.Errorf("upstream TLS present=%v under mtls %s", got, v.mode)

@@ -171,14 +171,15 @@ func (p *Profile) installPod(ctx context.Context, sub substrate.Substrate, app *
 		if err != nil {
 			return err
 		}
-		// The proxy runs under its own uid and must read its key; the substrate's
-		// pod directory is private to the run.
+		// The key is for the proxy alone: substrates give pod files to the proxy uid
+		// (testbed: owner 1337), so 0600 keeps the workload from reading it.
 		for _, f := range []struct {
 			name string
 			data []byte
+			mode uint32
 			dst  *string
-		}{{"envoy-ca.pem", ca.CertPEM(), &certs.CA}, {"envoy-cert.pem", leaf.CertPEM, &certs.Cert}, {"envoy-key.pem", leaf.KeyPEM, &certs.Key}} {
-			path, err := sub.WriteFile(pod, f.name, f.data, 0o644)
+		}{{"envoy-ca.pem", ca.CertPEM(), 0o644, &certs.CA}, {"envoy-cert.pem", leaf.CertPEM, 0o644, &certs.Cert}, {"envoy-key.pem", leaf.KeyPEM, 0o600, &certs.Key}} {
+			path, err := sub.WriteFile(pod, f.name, f.data, f.mode)
 			if err != nil {
 				return err
 			}
@@ -233,7 +234,7 @@ func (p *Profile) installPod(ctx context.Context, sub substrate.Substrate, app *
 	p.mu.Unlock()
 	// Rules go in only once the proxy listens, so no connection is ever redirected
 	// into a port nobody serves.
-	if out, err := sub.Exec(ctx, pod, strings.NewReader(rules), "iptables-restore", "--noflush"); err != nil {
+	if out, err := sub.Exec(ctx, pod, strings.NewReader(rules), "iptables-restore", "--noflush", "--wait"); err != nil {
 		return fmt.Errorf("iptables-restore: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	p.mu.Lock()
@@ -254,7 +255,7 @@ func (p *Profile) Uninstall(ctx context.Context, sub substrate.Substrate) error 
 	var errs []error
 	for _, sc := range scs {
 		if sc.rules != nil {
-			if out, err := sub.Exec(ctx, sc.pod, strings.NewReader(sc.rules.RemoveRules()), "iptables-restore", "--noflush"); err != nil {
+			if out, err := sub.Exec(ctx, sc.pod, strings.NewReader(sc.rules.RemoveRules()), "iptables-restore", "--noflush", "--wait"); err != nil {
 				errs = append(errs, fmt.Errorf("pod %s: remove rules: %w: %s", sc.pod.Name, err, strings.TrimSpace(string(out))))
 			}
 		}
