@@ -228,14 +228,17 @@ func renderMarkdown(w io.Writer, s *Summary) error {
 		m.table([]string{"Mesh", "Component", "Role", "Pod", "CPU avg (cores)", "CPU peak (cores)", "RSS avg (MiB)", "RSS peak (MiB)"}, rows)
 	}
 	if m.section(titleCost, len(s.Costs) == 0, "No resource samples, so no cost.") {
-		m.printf("Priced at $%g per core-hour and $%g per GiB-hour (%s), 730 hours a month, at the load measured.\n\n",
-			s.CostModel.PerCoreHourUSD, s.CostModel.PerGiBHourUSD, s.CostModel.Source)
+		cm := s.CostModel
+		m.printf("Usage is every measured component but the load generator, at the load measured. The overhead over the baseline is priced on %s (%g vCPU, %g GiB, %s %.4f/hour, %s; %s) as the share of that instance it fills, %g hours a month.\n\n",
+			cm.Instance, cm.VCPU, cm.MemoryGiB, cm.Currency, cm.PricePerHour, orDash(cm.Source), cm.Table, cm.HoursPerMonth)
 		var rows [][]string
 		for _, c := range s.Costs {
-			rows = append(rows, []string{c.Mesh, sig(c.MeshCores), sig(c.MeshMemGiB * 1024), fmt.Sprintf("$%.2f", c.MeshMonthlyUSD),
-				fmt.Sprintf("$%.2f", c.AllMonthlyUSD), sig(c.Throughput), fmt.Sprintf("$%.4f", c.USDPerMillionReqs)})
+			rows = append(rows, []string{c.Mesh, sig(c.VCPU), sig(c.MemMiB), sig(c.MeshVCPU), sig(c.MeshMemMiB), sig(c.Throughput),
+				fmt.Sprintf("%+.3f", c.ExtraVCPU), fmt.Sprintf("%+.3f", c.ExtraMemGiB), fmt.Sprintf("%.3f (%s)", c.InstanceEquivalents, orDash(c.BoundBy)),
+				fmt.Sprintf("%.2f", c.PerMonth), fmt.Sprintf("%.4f", c.PerMillionRequests)})
 		}
-		m.table([]string{"Mesh", "Mesh CPU (cores)", "Mesh RSS (MiB)", "Mesh $/month", "All $/month", "req/s", "$ per million requests"}, rows)
+		m.table([]string{"Mesh", "vCPU", "Memory (MiB)", "Mesh vCPU", "Mesh memory (MiB)", "req/s", "Extra vCPU", "Extra GiB",
+			"Instances (bound by)", s.CostModel.Currency + "/month", s.CostModel.Currency + " per million requests"}, rows)
 	}
 	if m.section(titleChecks, len(s.Checks) == 0, "No checks were stored with this run.") {
 		var rows [][]string

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/meshmark/meshmark/internal/analysis"
+	"github.com/meshmark/meshmark/internal/cost"
 	"github.com/meshmark/meshmark/internal/results"
 )
 
@@ -61,8 +62,10 @@ func (f Format) FileName() string {
 
 // Options tune rendering. The zero value means the defaults.
 type Options struct {
-	// Cost prices CPU and memory; nil means DefaultCostModel.
-	Cost *CostModel
+	// Prices is the price table the overhead is priced with; nil means cost.Default().
+	Prices *cost.Table
+	// Instance is the instance type of Prices to price on; empty means DefaultInstance.
+	Instance string
 	// MeshmarkVersion is written into the SMP export's load generator; empty means the
 	// version recorded in the run's provenance.
 	MeshmarkVersion string
@@ -74,7 +77,7 @@ func Render(w io.Writer, f Format, run *results.Run, an *analysis.Report, opts O
 	if run == nil {
 		return fmt.Errorf("report: no run")
 	}
-	s := Summarize(run, an, opts.Cost)
+	s := Summarize(run, an, opts)
 	switch f {
 	case HTML:
 		return renderHTML(w, s)

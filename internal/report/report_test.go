@@ -40,7 +40,7 @@ func fixture(t testing.TB) (*results.Run, *analysis.Report) {
 
 func TestSummaryNumbers(t *testing.T) {
 	run, an := fixture(t)
-	s := Summarize(run, an, nil)
+	s := Summarize(run, an, Options{})
 
 	caps := map[string]CapacityRow{}
 	for _, c := range s.Capacity {
@@ -110,8 +110,19 @@ func TestSummaryNumbers(t *testing.T) {
 	for _, c := range s.Costs {
 		costs[c.Mesh] = c
 	}
-	if costs["baseline"].MeshMonthlyUSD != 0 || costs["sidecar"].MeshMonthlyUSD <= 0 || costs["sidecar"].AllMonthlyUSD <= costs["baseline"].AllMonthlyUSD {
-		t.Errorf("costs do not show the mesh's price: %+v", costs)
+	// The sidecar mesh adds two envoys (0.20 and 0.18 cores per 1000 rps) and a control
+	// plane (0.01) at a mean served rate of 775 rps.
+	wantExtra := (0.20 + 0.18 + 0.01) * 775 / 1000
+	sc := costs["sidecar"]
+	if b := costs["baseline"]; b.ExtraVCPU != 0 || b.PerMonth != 0 {
+		t.Errorf("baseline costs extra against itself: %+v", b)
+	}
+	if math.Abs(sc.ExtraVCPU-wantExtra)/wantExtra > 0.1 || math.Abs(sc.MeshVCPU-wantExtra)/wantExtra > 0.1 {
+		t.Errorf("sidecar extra vCPU = %.3f (mesh components %.3f), want about %.3f", sc.ExtraVCPU, sc.MeshVCPU, wantExtra)
+	}
+	cm := s.CostModel
+	if cm.Instance != DefaultInstance || sc.PerMonth <= 0 || math.Abs(sc.PerMonth-sc.InstanceEquivalents*cm.PricePerHour*cm.HoursPerMonth) > 1e-9 {
+		t.Errorf("sidecar priced %+v on %+v", sc, cm)
 	}
 	checks := 0
 	for _, c := range s.Checks {
@@ -233,9 +244,10 @@ func TestMarkdownTables(t *testing.T) {
 		titleResults:     {"Point", "Mesh", "Repeats", "Requests", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors %"},
 		titleCapacity:    {"Experiment", "Mesh", "Capacity", "req/s at capacity", "Knee", "Limited by"},
 		titleResources:   {"Mesh", "Component", "Role", "Pod", "CPU avg (cores)", "CPU peak (cores)", "RSS avg (MiB)", "RSS peak (MiB)"},
-		titleCost:        {"Mesh", "Mesh CPU (cores)", "Mesh RSS (MiB)", "Mesh $/month", "All $/month", "req/s", "$ per million requests"},
-		titleChecks:      {"Mesh", "Check", "Result", "Detail"},
-		titleProvenance:  {"Item", "Value"},
+		titleCost: {"Mesh", "vCPU", "Memory (MiB)", "Mesh vCPU", "Mesh memory (MiB)", "req/s", "Extra vCPU", "Extra GiB",
+			"Instances (bound by)", "USD/month", "USD per million requests"},
+		titleChecks:     {"Mesh", "Check", "Result", "Detail"},
+		titleProvenance: {"Item", "Value"},
 	}
 	for title, header := range want {
 		ts := tables[title]

@@ -141,7 +141,7 @@ func TestSMPExportHasEverySpecField(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &typed); err != nil {
 		t.Fatal(err)
 	}
-	s := Summarize(run, an, nil)
+	s := Summarize(run, an, Options{})
 	if len(typed.Results) != len(s.Groups) {
 		t.Fatalf("%d results for %d groups", len(typed.Results), len(s.Groups))
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/meshmark/meshmark/internal/analysis"
+	"github.com/meshmark/meshmark/internal/cost"
 	"github.com/meshmark/meshmark/internal/results"
 )
 
@@ -230,36 +231,46 @@ type ResourceRow struct {
 	AvgCores   float64 `json:"avg_cores"`
 	PeakCores  float64 `json:"peak_cores"`
 	AvgMemMiB  float64 `json:"avg_mem_mib"`
+	AvgPSSMiB  float64 `json:"avg_pss_mib"`
 	PeakMemMiB float64 `json:"peak_mem_mib"`
 	Samples    int     `json:"samples"`
 }
 
-// CostModel prices CPU and memory. The defaults are list prices of a general-purpose
-// cloud VM split into its vCPU and memory parts.
+// CostModel is the instance type the overhead is priced on (see internal/cost).
 type CostModel struct {
-	PerCoreHourUSD float64 `json:"per_core_hour_usd"`
-	PerGiBHourUSD  float64 `json:"per_gib_hour_usd"`
-	Source         string  `json:"source"`
+	Instance      string  `json:"instance"`
+	VCPU          float64 `json:"vcpu"`
+	MemoryGiB     float64 `json:"memory_gib"`
+	PricePerHour  float64 `json:"price_per_hour"`
+	Currency      string  `json:"currency"`
+	HoursPerMonth float64 `json:"hours_per_month"`
+	Region        string  `json:"region,omitempty"`
+	Source        string  `json:"source"`
+	AsOf          string  `json:"as_of,omitempty"`
+	Table         string  `json:"table"`
 }
 
-// DefaultCostModel is GCP E2 on-demand list pricing (us-central1): $0.021811 per vCPU
-// hour and $0.002923 per GiB hour.
-func DefaultCostModel() CostModel {
-	return CostModel{PerCoreHourUSD: 0.021811, PerGiBHourUSD: 0.002923, Source: "GCP E2 on-demand list price, us-central1 (vCPU and memory priced separately)"}
-}
+// DefaultInstance is the instance type costs are priced on unless Options.Instance
+// names another.
+const DefaultInstance = "aws/m6i.large"
 
-// CostRow is what one mesh costs at the load it was measured under. Mesh components
-// are proxies, gateways and control planes; All adds the workload.
+// CostRow is what one mesh costs at the load it was measured under. Usage counts every
+// measured component but the load generator (memory as PSS where known, else RSS);
+// Mesh* counts only the mesh's own components (proxies, gateways, control planes).
+// The overhead over the baseline is priced by internal/cost on CostModel's instance.
 type CostRow struct {
-	Mesh              string  `json:"mesh"`
-	MeshCores         float64 `json:"mesh_cores"`
-	MeshMemGiB        float64 `json:"mesh_mem_gib"`
-	MeshMonthlyUSD    float64 `json:"mesh_monthly_usd"`
-	AllCores          float64 `json:"all_cores"`
-	AllMemGiB         float64 `json:"all_mem_gib"`
-	AllMonthlyUSD     float64 `json:"all_monthly_usd"`
-	Throughput        float64 `json:"throughput_rps"`
-	USDPerMillionReqs float64 `json:"usd_per_million_requests"`
+	Mesh                string  `json:"mesh"`
+	VCPU                float64 `json:"vcpu"`
+	MemMiB              float64 `json:"mem_mib"`
+	MeshVCPU            float64 `json:"mesh_vcpu"`
+	MeshMemMiB          float64 `json:"mesh_mem_mib"`
+	Throughput          float64 `json:"throughput_rps"`
+	ExtraVCPU           float64 `json:"extra_vcpu"`
+	ExtraMemGiB         float64 `json:"extra_mem_gib"`
+	InstanceEquivalents float64 `json:"instance_equivalents"`
+	BoundBy             string  `json:"bound_by"`
+	PerMonth            float64 `json:"per_month"`
+	PerMillionRequests  float64 `json:"per_million_requests"`
 }
 
 // CheckRow is one pass/fail check: enrollment, mTLS on the wire, plaintext refused,
@@ -296,17 +307,24 @@ func ms(us int64) Num { return Num(float64(us) / 1000) }
 
 // Summarize builds the analysed view of a run. an may be nil, in which case the run
 // is analysed here with the default options.
-func Summarize(run *results.Run, an *analysis.Report, cost *CostModel) *Summary {
+func Summarize(run *results.Run, an *analysis.Report, opts Options) *Summary {
 	if an == nil {
 		an = analysis.Analyze(run, analysis.Options{Seed: uint64(run.Seed)}, nil)
 	}
-	cm := DefaultCostModel()
-	if cost != nil {
-		cm = *cost
+	prices := opts.Prices
+	if prices == nil {
+		prices = cost.Default()
+	}
+	instance := opts.Instance
+	if instance == "" {
+		instance = DefaultInstance
+	}
+	if prices.Instance(instance) == nil && len(prices.Instances) > 0 {
+		instance = prices.Instances[0].Name
 	}
 	s := &Summary{RunID: run.ID, Study: run.Study, Status: string(run.Status), StatusReason: run.StatusReason,
 		Started: run.Started, Ended: run.Ended, Substrate: run.Substrate, Baseline: an.Baseline,
-		Confidence: an.Options.Confidence, Resamples: an.Options.Resamples, CostModel: cm}
+		Confidence: an.Options.Confidence, Resamples: an.Options.Resamples}
 	for _, m := range run.Meshes {
 		s.Meshes = append(s.Meshes, MeshInfo{Label: m.Label, Profile: m.Profile, Options: m.Options, Baseline: m.Label == an.Baseline})
 	}
@@ -318,7 +336,7 @@ func Summarize(run *results.Run, an *analysis.Report, cost *CostModel) *Summary 
 	s.Heatmaps = heatmaps(an.Groups)
 	s.TimeSeries = timeSeries(run)
 	s.Resources = resourceRows(run)
-	s.Costs = costRows(s.Resources, s.Groups, meshOrder(run), cm)
+	s.CostModel, s.Costs = costRows(s.Resources, s.Groups, meshOrder(run), an.Baseline, prices, instance)
 	s.Checks = checkRows(run, an.Groups)
 	s.Provenance = provenance(run)
 	return s
@@ -626,10 +644,10 @@ func timeSeries(run *results.Run) []TimeSeries {
 func resourceRows(run *results.Run) []ResourceRow {
 	type key struct{ mesh, component, role, pod string }
 	type acc struct {
-		avgCores, avgMem []float64
-		peakCores        float64
-		peakMem          int64
-		samples          int
+		avgCores, avgMem, avgPSS []float64
+		peakCores                float64
+		peakMem                  int64
+		samples                  int
 	}
 	var order []key
 	by := map[key]*acc{}
@@ -654,9 +672,10 @@ func resourceRows(run *results.Run) []ResourceRow {
 				order = append(order, k)
 			}
 			a.samples += len(ss)
-			var memSum float64
+			var memSum, pssSum float64
 			for j, s := range ss {
 				memSum += float64(s.RSSBytes)
+				pssSum += float64(s.PSSBytes)
 				a.peakMem = max(a.peakMem, s.RSSBytes)
 				if j > 0 {
 					dt := s.T.Sub(ss[j-1].T).Seconds()
@@ -666,6 +685,7 @@ func resourceRows(run *results.Run) []ResourceRow {
 				}
 			}
 			a.avgMem = append(a.avgMem, memSum/float64(len(ss)))
+			a.avgPSS = append(a.avgPSS, pssSum/float64(len(ss)))
 			if span := ss[len(ss)-1].T.Sub(ss[0].T).Seconds(); span > 0 {
 				a.avgCores = append(a.avgCores, (cpu(ss[len(ss)-1])-cpu(ss[0]))/span)
 			}
@@ -675,7 +695,7 @@ func resourceRows(run *results.Run) []ResourceRow {
 	for _, k := range order {
 		a := by[k]
 		out = append(out, ResourceRow{Mesh: k.mesh, Component: k.component, Role: k.role, Pod: k.pod,
-			AvgCores: mean(a.avgCores), PeakCores: a.peakCores, AvgMemMiB: mean(a.avgMem) / (1 << 20),
+			AvgCores: mean(a.avgCores), PeakCores: a.peakCores, AvgMemMiB: mean(a.avgMem) / (1 << 20), AvgPSSMiB: mean(a.avgPSS) / (1 << 20),
 			PeakMemMiB: float64(a.peakMem) / (1 << 20), Samples: a.samples})
 	}
 	return out
@@ -694,10 +714,14 @@ func mean(xs []float64) float64 {
 	return s / float64(len(xs))
 }
 
-const hoursPerMonth = 730
-
-func costRows(res []ResourceRow, groups []GroupRow, order []string, cm CostModel) []CostRow {
-	var out []CostRow
+func costRows(res []ResourceRow, groups []GroupRow, order []string, baseline string, prices *cost.Table, instance string) (CostModel, []CostRow) {
+	var cm CostModel
+	in := prices.Instance(instance)
+	if in != nil {
+		cm = CostModel{Instance: in.Name, VCPU: in.VCPU, MemoryGiB: in.MemoryGiB, PricePerHour: in.PricePerHour, Currency: prices.Currency,
+			HoursPerMonth: prices.HoursPerMonth, Region: in.Region, Source: in.Source, AsOf: in.AsOf, Table: prices.Origin}
+	}
+	var rows []CostRow
 	for _, m := range order {
 		c := CostRow{Mesh: m}
 		seen := false
@@ -706,19 +730,20 @@ func costRows(res []ResourceRow, groups []GroupRow, order []string, cm CostModel
 				continue
 			}
 			seen = true
-			c.AllCores += r.AvgCores
-			c.AllMemGiB += r.AvgMemMiB / 1024
+			mem := r.AvgMemMiB
+			if r.AvgPSSMiB > 0 {
+				mem = r.AvgPSSMiB
+			}
+			c.VCPU += r.AvgCores
+			c.MemMiB += mem
 			if meshRoles[r.Role] {
-				c.MeshCores += r.AvgCores
-				c.MeshMemGiB += r.AvgMemMiB / 1024
+				c.MeshVCPU += r.AvgCores
+				c.MeshMemMiB += mem
 			}
 		}
 		if !seen {
 			continue
 		}
-		perHour := func(cores, gib float64) float64 { return cores*cm.PerCoreHourUSD + gib*cm.PerGiBHourUSD }
-		c.MeshMonthlyUSD = hoursPerMonth * perHour(c.MeshCores, c.MeshMemGiB)
-		c.AllMonthlyUSD = hoursPerMonth * perHour(c.AllCores, c.AllMemGiB)
 		var reqs, secs float64
 		for _, g := range groups {
 			if g.Mesh == m {
@@ -729,12 +754,28 @@ func costRows(res []ResourceRow, groups []GroupRow, order []string, cm CostModel
 		if secs > 0 {
 			c.Throughput = reqs / secs
 		}
-		if c.Throughput > 0 {
-			c.USDPerMillionReqs = perHour(c.AllCores, c.AllMemGiB) / (c.Throughput * 3600) * 1e6
-		}
-		out = append(out, c)
+		rows = append(rows, c)
 	}
-	return out
+	var base *CostRow
+	for i := range rows {
+		if rows[i].Mesh == baseline {
+			base = &rows[i]
+		}
+	}
+	if base == nil || in == nil {
+		return cm, rows
+	}
+	baseUsage := cost.Usage{VCPU: base.VCPU, MemoryMiB: base.MemMiB}
+	for i := range rows {
+		c := &rows[i]
+		e, err := prices.Estimate(in.Name, baseUsage, cost.Usage{VCPU: c.VCPU, MemoryMiB: c.MemMiB}, c.Throughput)
+		if err != nil {
+			continue
+		}
+		c.ExtraVCPU, c.ExtraMemGiB, c.InstanceEquivalents, c.BoundBy = e.ExtraVCPU, e.ExtraMemoryGiB, e.InstanceEquivalents, e.BoundBy
+		c.PerMonth, c.PerMillionRequests = e.PerMonth, e.PerMillionRequests
+	}
+	return cm, rows
 }
 
 // enrollment mirrors the JSON the mesh package stores as the equivalence check; only

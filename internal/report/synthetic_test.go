@@ -187,7 +187,7 @@ func TestSyntheticRunRoundTripsThroughJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
-	a, z := Summarize(run, nil, nil), Summarize(&back, nil, nil)
+	a, z := Summarize(run, nil, Options{}), Summarize(&back, nil, Options{})
 	if fmt.Sprint(a.Groups[0].P99Ms) != fmt.Sprint(z.Groups[0].P99Ms) || len(a.Heatmaps) != len(z.Heatmaps) {
 		t.Fatalf("summary differs after a JSON round trip: p99 %v vs %v", a.Groups[0].P99Ms, z.Groups[0].P99Ms)
 	}

@@ -221,25 +221,29 @@
 
   if (R.costs && R.costs.length) {
     const cm = R.cost_model;
-    body("cost").append(el("p", {}, "Priced at $" + cm.per_core_hour_usd + " per core-hour and $" + cm.per_gib_hour_usd +
-      " per GiB-hour (" + cm.source + "), 730 hours a month, at the load measured. Mesh components are proxies, gateways and control planes."));
+    body("cost").append(el("p", {}, "Usage is every measured component but the load generator, at the load measured. The overhead over the baseline is priced on " +
+      cm.instance + " (" + cm.vcpu + " vCPU, " + cm.memory_gib + " GiB, " + cm.currency + " " + cm.price_per_hour + "/hour, " + (cm.source || "") + ") as the share of that instance it fills, " +
+      cm.hours_per_month + " hours a month."));
     const c = chart("cost", 300);
     c.setOption({
       textStyle, animation: false,
-      title: { text: "Monthly cost at the measured load", left: "center", textStyle: { fontSize: 14 } },
-      tooltip: { trigger: "axis", axisPointer: { type: "shadow" }, valueFormatter: v => "$" + fmt(v) },
+      title: { text: "Resources and monthly cost of the overhead over the baseline", left: "center", textStyle: { fontSize: 14 } },
+      tooltip: { trigger: "axis", axisPointer: { type: "shadow" } },
       legend: { top: 28 },
-      grid: { left: 70, right: 30, top: 55, bottom: 40 },
+      grid: { left: 70, right: 70, top: 66, bottom: 40 },
       xAxis: { type: "category", data: R.costs.map(x => x.mesh) },
-      yAxis: { type: "value", name: "USD / month" },
+      yAxis: [{ type: "value", name: "vCPU" }, { type: "value", name: cm.currency + " / month" }],
       series: [
-        { name: "mesh components", type: "bar", color: "#D55E00", data: R.costs.map(x => x.mesh_monthly_usd) },
-        { name: "all components", type: "bar", color: "#56B4E9", data: R.costs.map(x => x.all_monthly_usd) },
+        { name: "mesh components vCPU", type: "bar", color: "#D55E00", data: R.costs.map(x => x.mesh_vcpu) },
+        { name: "all components vCPU", type: "bar", color: "#56B4E9", data: R.costs.map(x => x.vcpu) },
+        { name: "overhead " + cm.currency + "/month", type: "line", yAxisIndex: 1, color: "#000000", data: R.costs.map(x => x.per_month) },
       ],
     });
-    table("cost", ["Mesh", "Mesh CPU (cores)", "Mesh RSS (MiB)", "Mesh $/month", "All $/month", "req/s", "$ per million requests"],
-      R.costs.map(x => [x.mesh, fmt(x.mesh_cores), fmt(x.mesh_mem_gib * 1024), "$" + x.mesh_monthly_usd.toFixed(2), "$" + x.all_monthly_usd.toFixed(2),
-        fmt(x.throughput_rps), "$" + x.usd_per_million_requests.toFixed(4)]), [0, 1, 1, 1, 1, 1, 1]);
+    table("cost", ["Mesh", "vCPU", "Memory (MiB)", "Mesh vCPU", "Mesh memory (MiB)", "req/s", "Extra vCPU", "Extra GiB", "Instances (bound by)",
+      cm.currency + "/month", cm.currency + " per million requests"],
+      R.costs.map(x => [x.mesh, fmt(x.vcpu), fmt(x.mem_mib), fmt(x.mesh_vcpu), fmt(x.mesh_mem_mib), fmt(x.throughput_rps), fmt(x.extra_vcpu, 3),
+        fmt(x.extra_mem_gib, 3), fmt(x.instance_equivalents, 3) + " (" + (x.bound_by || "—") + ")", x.per_month.toFixed(2), x.per_million_requests.toFixed(4)]),
+      [0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]);
   } else empty("cost", "No resource samples, so no cost.");
 
   if (R.checks && R.checks.length) {
