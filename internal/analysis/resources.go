@@ -2,6 +2,9 @@ package analysis
 
 import (
 	"sort"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/sampler"
 
 	"github.com/meshmark/meshmark/internal/results"
 )
@@ -75,8 +78,14 @@ func Resources(groups []*Group) []ResourceUsage {
 						a.cores += (last.CPUUserSeconds + last.CPUSysSeconds - first.CPUUserSeconds - first.CPUSysSeconds) / secs
 					}
 					var peak float64
+					times := make([]time.Time, len(ss))
+					for i, s := range ss {
+						times[i] = s.T
+					}
+					window := sampler.PeakWindow(times)
 					for i := 1; i < len(ss); i++ {
-						if secs := ss[i].T.Sub(ss[i-1].T).Seconds(); secs > 0 {
+						if gap := ss[i].T.Sub(ss[i-1].T); gap > 0 && gap >= window {
+							secs := gap.Seconds()
 							rate := (ss[i].CPUUserSeconds + ss[i].CPUSysSeconds - ss[i-1].CPUUserSeconds - ss[i-1].CPUSysSeconds) / secs
 							peak = max(peak, rate)
 						}

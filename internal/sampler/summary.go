@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -93,6 +94,22 @@ func (s *Summary) Group(by Dimension, key string) *Group {
 // flagged as a possible bottleneck.
 const LoadGenSaturationShare = 0.8
 
+// PeakWindow is the shortest gap between two samples that a peak CPU rate may be taken
+// over: half the median gap. CPU time moves in 10 ms ticks, so over a gap of a few
+// milliseconds (a closing sample taken right after a regular one) one tick would read as
+// several cores.
+func PeakWindow(times []time.Time) time.Duration {
+	if len(times) < 2 {
+		return 0
+	}
+	gaps := make([]time.Duration, 0, len(times)-1)
+	for i := 1; i < len(times); i++ {
+		gaps = append(gaps, times[i].Sub(times[i-1]))
+	}
+	slices.Sort(gaps)
+	return gaps[len(gaps)/2] / 2
+}
+
 type procKey struct {
 	pid   int
 	start uint64
@@ -122,6 +139,11 @@ func Summarize(rounds []Round, opt SummaryOptions) (Summary, error) {
 			rounds[0].Time.Format(time.RFC3339), rounds[len(rounds)-1].Time.Format(time.RFC3339))
 	}
 	span := win[len(win)-1].Time.Sub(win[0].Time).Seconds()
+	times := make([]time.Time, len(win))
+	for i, r := range win {
+		times[i] = r.Time
+	}
+	peakWindow := PeakWindow(times)
 	sum := Summary{Start: win[0].Time, End: win[len(win)-1].Time, Rounds: len(win)}
 
 	type acc struct {
@@ -224,8 +246,8 @@ func Summarize(rounds []Round, opt SummaryOptions) (Summary, error) {
 		}
 		for i, c := range a.cpuPerInterval {
 			g.CPUSeconds += c
-			if d := win[i+1].Time.Sub(win[i].Time).Seconds(); d > 0 {
-				g.PeakVCPU = max(g.PeakVCPU, c/d)
+			if d := win[i+1].Time.Sub(win[i].Time); d > 0 && d >= peakWindow {
+				g.PeakVCPU = max(g.PeakVCPU, c/d.Seconds())
 			}
 		}
 		g.AvgVCPU = g.CPUSeconds / span
