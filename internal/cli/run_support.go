@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 
+	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/metrics"
 	"github.com/meshmark/meshmark/internal/report"
 	"github.com/meshmark/meshmark/internal/results"
@@ -22,5 +23,5 @@ func serveMetrics(_ context.Context, addr string) (runner.Observer, func(), erro
 
 // writeReports writes the run's reports into dir/<run id>/, HTML first.
 func writeReports(ctx context.Context, run *results.Run, dir string) ([]string, error) {
-	return report.Write(ctx, run, analyze(run), filepath.Join(dir, "meshmark-"+run.ID), report.Options{})
+	return report.Write(ctx, run, analyze(run, analysis.Options{}), filepath.Join(dir, "meshmark-"+run.ID), report.Options{})
 }

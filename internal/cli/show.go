@@ -28,7 +28,7 @@ func init() {
 				if err != nil {
 					return err
 				}
-				rep := analysis.Analyze(run, analysis.Options{Seed: uint64(run.Seed), Resamples: resamples}, nil)
+				rep := analyze(run, analysis.Options{Resamples: resamples})
 				return analysis.WriteRunSummary(cmd.OutOrStdout(), run, rep)
 			},
 		}
