@@ -14,12 +14,15 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/meshmark
 
-# setup installs system packages, Envoy and the Go tools that are missing.
+# setup installs the system packages, Envoy and Go tools that are missing; SETUP_FOR
+# narrows it to what a target needs (run, test, bench).
+SETUP_FOR ?= run,test
 setup: build
-	$(BIN) setup
+	$(BIN) setup --for $(SETUP_FOR)
 
+demo: SETUP_FOR = run
 demo: setup
-	$(BIN) demo
+	$(BIN) demo --report-dir results
 
 vet:
 	$(GO) vet ./...
@@ -36,9 +39,11 @@ test: setup lint
 	$(GO) test -p 1 -count=1 -timeout 45m ./...
 	$(BIN) clean
 
+bench: SETUP_FOR = run,test,bench
 bench: setup
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem ./...
 
+bench-load: SETUP_FOR = run,test,bench
 bench-load: setup
 	scripts/bench-load.sh
 
