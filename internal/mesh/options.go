@@ -42,7 +42,10 @@ type Options struct {
 	// RequestID makes the proxy generate x-request-id on every request.
 	RequestID bool
 	// AccessLog writes one line per request to the proxy's log (Istio's default: off).
-	AccessLog       bool
+	AccessLog bool
+	// Retries keeps the proxy's default retry policy (Istio: 2 retries on connect
+	// failure, refused stream and 503), which can hide errors from the load generator.
+	Retries         bool
 	CircuitBreakers CircuitBreakers
 	// MeshClients enrolls client pods (the load generator) too. Auto means: only when
 	// mTLS is strict, because an unmeshed client cannot reach a strict service.
@@ -69,6 +72,7 @@ func DefaultOptions() Options {
 		Telemetry:       true,
 		RequestID:       true,
 		AccessLog:       false,
+		Retries:         true,
 		CircuitBreakers: CircuitBreakersUnlimited,
 		MeshClients:     Auto,
 		TrustDomain:     "cluster.local",
@@ -82,6 +86,7 @@ var optionKeys = map[string]string{
 	"telemetry":        "on | off",
 	"request_id":       "on | off",
 	"access_log":       "on | off",
+	"retries":          "on | off (Istio retries failed requests twice)",
 	"circuit_breakers": "off or unlimited (every limit 2^32-1, as Istio) | default or proxy-default (Envoy's own limits, 1024)",
 	"mesh_clients":     "auto | on | off",
 	"trust_domain":     "SPIFFE trust domain, e.g. cluster.local",
@@ -107,6 +112,7 @@ func OptionDocs() []OptionDoc {
 		"telemetry":        onOff(d.Telemetry),
 		"request_id":       onOff(d.RequestID),
 		"access_log":       onOff(d.AccessLog),
+		"retries":          onOff(d.Retries),
 		"circuit_breakers": string(d.CircuitBreakers),
 		"mesh_clients":     string(d.MeshClients) + " (on exactly when mtls is strict)",
 		"trust_domain":     d.TrustDomain,
@@ -171,7 +177,7 @@ func ParseOptions(raw map[string]any) (Options, error) {
 				return o, bad("%d out of range", n)
 			}
 			o.Concurrency = int(n)
-		case "telemetry", "request_id", "access_log":
+		case "telemetry", "request_id", "access_log", "retries":
 			b, err := boolean(v)
 			if err != nil {
 				return o, bad("%v", err)
@@ -181,6 +187,8 @@ func ParseOptions(raw map[string]any) (Options, error) {
 				o.Telemetry = b
 			case "request_id":
 				o.RequestID = b
+			case "retries":
+				o.Retries = b
 			default:
 				o.AccessLog = b
 			}

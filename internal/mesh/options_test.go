@@ -14,7 +14,7 @@ func TestParseOptionsDefaultsMirrorIstio(t *testing.T) {
 	if o != DefaultOptions() {
 		t.Fatalf("ParseOptions(nil) = %+v, want defaults", o)
 	}
-	if o.Concurrency != 2 || !o.Telemetry || !o.RequestID || o.AccessLog || o.CircuitBreakers != CircuitBreakersUnlimited {
+	if o.Concurrency != 2 || !o.Telemetry || !o.RequestID || o.AccessLog || !o.Retries || o.CircuitBreakers != CircuitBreakersUnlimited {
 		t.Errorf("defaults drifted from a stock Istio sidecar: %+v", o)
 	}
 	if o.EffectiveMTLS(MTLSPermissive) != MTLSPermissive || o.ClientsMeshed(MTLSPermissive) || !o.ClientsMeshed(MTLSStrict) {
@@ -25,13 +25,13 @@ func TestParseOptionsDefaultsMirrorIstio(t *testing.T) {
 func TestParseOptionsReadsYAMLShapedValues(t *testing.T) {
 	o, err := ParseOptions(map[string]any{
 		"mtls": "STRICT", "concurrency": 4.0, "telemetry": "off", "request_id": false,
-		"access_log": "on", "circuit_breakers": "proxy-default", "mesh_clients": false,
+		"access_log": "on", "circuit_breakers": "proxy-default", "mesh_clients": false, "retries": "off",
 		"trust_domain": "example.org",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Options{MTLS: MTLSStrict, Concurrency: 4, Telemetry: false, RequestID: false, AccessLog: true,
+	want := Options{MTLS: MTLSStrict, Concurrency: 4, Telemetry: false, RequestID: false, AccessLog: true, Retries: false,
 		CircuitBreakers: CircuitBreakersProxyDefault, MeshClients: Off, TrustDomain: "example.org"}
 	if o != want {
 		t.Fatalf("got %+v\nwant %+v", o, want)

@@ -416,7 +416,7 @@ func (g generator) outboundPortListener(port int, services []topology.Service) (
 func (g generator) serviceRoute(s topology.Service) (*routev3.Route, error) {
 	action := &routev3.RouteAction{
 		Timeout: durationpb.New(0), // Istio disables the route timeout by default
-		RetryPolicy: &routev3.RetryPolicy{ // Istio's default retry policy
+		RetryPolicy: &routev3.RetryPolicy{ // Istio's default retry policy; dropped below when off
 			RetryOn:              "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes",
 			NumRetries:           wrapperspb.UInt32(2),
 			RetriableStatusCodes: []uint32{503},
@@ -426,6 +426,9 @@ func (g generator) serviceRoute(s topology.Service) (*routev3.Route, error) {
 			}},
 			HostSelectionRetryMaxAttempts: 5,
 		},
+	}
+	if !g.opts.Retries {
+		action.RetryPolicy = nil
 	}
 	var weighted []*routev3.WeightedCluster_ClusterWeight
 	if len(s.Versions) > 1 {

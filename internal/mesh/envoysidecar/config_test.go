@@ -25,7 +25,7 @@ func TestGeneratedBootstrapPassesEnvoyValidation(t *testing.T) {
 	}{
 		{"off", mesh.MTLSOff, nil},
 		{"permissive", mesh.MTLSPermissive, nil},
-		{"strict-lean", mesh.MTLSStrict, map[string]any{"telemetry": "off", "request_id": false, "circuit_breakers": "proxy-default", "access_log": true}},
+		{"strict-lean", mesh.MTLSStrict, map[string]any{"telemetry": "off", "request_id": false, "circuit_breakers": "proxy-default", "access_log": true, "retries": "off"}},
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
@@ -55,6 +55,9 @@ func TestGeneratedBootstrapPassesEnvoyValidation(t *testing.T) {
 					if !strings.Contains(s, want) {
 						t.Errorf("config lacks %q", want)
 					}
+				}
+				if got := strings.Contains(s, "retriable-status-codes"); got != opts.Retries {
+					t.Errorf("retry policy present=%v with retries %v", got, opts.Retries)
 				}
 				if got := strings.Contains(s, "4294967295"); got != (opts.CircuitBreakers == mesh.CircuitBreakersUnlimited) {
 					t.Errorf("unlimited circuit breakers present=%v with option %s", got, opts.CircuitBreakers)
