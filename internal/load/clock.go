@@ -2,54 +2,72 @@ package load
 
 import (
 	"context"
-	"runtime"
-	"syscall"
+	"encoding/binary"
+	"os"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// The Go runtime wakes sleeping goroutines with millisecond resolution when it is idle
-// (epoll timeouts are in ms), which would put up to 1 ms of send lag on every open-model
-// request at moderate rates. The scheduler goroutine therefore runs on its own OS thread
-// with a 1 µs timer slack and sleeps with nanosleep(2).
+// The Go runtime's timers wake sleeping goroutines with millisecond resolution when the
+// process is idle (its epoll waits take milliseconds), which would put up to 1 ms of
+// send lag on every open-model request at moderate rates. Sleeping in a syscall instead
+// would hold the processor, and with GOMAXPROCS=1 starve the goroutines that read the
+// responses. The open model's clock therefore waits on a Linux timerfd through the
+// network poller: nanosecond timers, and the processor stays free while it waits.
 
 const (
-	prSetTimerSlack = 29                   // PR_SET_TIMERSLACK
-	sleepChunk      = 5 * time.Millisecond // longest sleep between checks of the context
-	spinMargin      = 50 * time.Microsecond
-	longWait        = 20 * spinMargin
+	spinMargin = 50 * time.Microsecond
+	longWait   = 20 * spinMargin
 )
 
-// preciseClock sleeps with microsecond precision; it must be used from the goroutine
-// that created it, which it pins to a dedicated thread for the rest of its life.
-type preciseClock struct{}
-
-func newPreciseClock() *preciseClock {
-	runtime.LockOSThread() // never unlocked: the thread (and its timer slack) ends with the goroutine
-	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetTimerSlack, 1000, 0)
-	return &preciseClock{}
+// preciseClock sleeps with microsecond precision. One goroutine uses it at a time.
+type preciseClock struct {
+	tfd   *os.File // nil: timerfd unavailable, fall back to the runtime's timers
+	timer *time.Timer
+	buf   [8]byte
+	stop  func() bool
 }
 
-// sleepUntil waits for t; false if ctx ended first. It sleeps in short nanosleeps (the
-// runtime's timers may fire a millisecond or more late on a busy machine), checking ctx
-// between them. After a long wait (low rates) it spins through the last spinMargin,
-// since waking a sleeping thread takes tens of microseconds on a busy machine; spinning
-// costs at most spinMargin/longWait of a core.
+func newPreciseClock(ctx context.Context) *preciseClock {
+	c := &preciseClock{timer: time.NewTimer(time.Hour)}
+	c.timer.Stop()
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		return c
+	}
+	c.tfd = os.NewFile(uintptr(fd), "timerfd")
+	tfd := c.tfd
+	c.stop = context.AfterFunc(ctx, func() { tfd.SetReadDeadline(time.Unix(1, 0)) })
+	return c
+}
+
+// Close releases the timerfd.
+func (c *preciseClock) Close() {
+	if c.stop != nil {
+		c.stop()
+	}
+	if c.tfd != nil {
+		c.tfd.Close()
+	}
+}
+
+// sleepUntil waits for t; false if ctx ended first. After a long wait (low rates) it
+// spins through the last spinMargin, since waking a goroutine takes tens of
+// microseconds on a busy machine; spinning costs at most spinMargin/longWait of a core.
 func (c *preciseClock) sleepUntil(ctx context.Context, t time.Time) bool {
 	d := time.Until(t)
 	long := d >= longWait
 	if long {
 		d -= spinMargin
 	}
-	for d > 0 {
-		if ctx.Err() != nil {
+	if d > 0 {
+		if c.tfd == nil {
+			if !sleepUntil(ctx, c.timer, time.Now().Add(d)) {
+				return false
+			}
+		} else if !c.wait(d) {
 			return false
-		}
-		ts := syscall.NsecToTimespec(int64(min(d, sleepChunk)))
-		for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
-		}
-		d = time.Until(t)
-		if long {
-			d -= spinMargin
 		}
 	}
 	if long {
@@ -57,4 +75,27 @@ func (c *preciseClock) sleepUntil(ctx context.Context, t time.Time) bool {
 		}
 	}
 	return ctx.Err() == nil
+}
+
+// wait arms the timerfd for d and reads it; false when the context's deadline fired.
+func (c *preciseClock) wait(d time.Duration) bool {
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
+	if err := unix.TimerfdSettime(int(c.tfd.Fd()), 0, &spec, nil); err != nil {
+		time.Sleep(d)
+		return true
+	}
+	for {
+		_, err := c.tfd.Read(c.buf[:])
+		if err == nil {
+			_ = binary.NativeEndian.Uint64(c.buf[:]) // expirations; one is all we armed
+			return true
+		}
+		if os.IsTimeout(err) {
+			return false
+		}
+		if err != unix.EAGAIN && err != unix.EINTR {
+			time.Sleep(d)
+			return true
+		}
+	}
 }

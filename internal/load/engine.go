@@ -86,14 +86,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	intervals := e.startIntervals()
 	switch {
 	case c.Open != nil:
-		done := make(chan struct{})
-		go func() { // its own goroutine: the precise clock pins it to a thread
-			defer close(done)
-			// The schedule ends the sending, not the clock: a scheduler running behind
-			// still sends (late, and measured so) what was intended before the end.
-			e.runOpen(ctx, prepared[0])
-		}()
-		<-done
+		// The schedule ends the sending, not the clock: a scheduler running behind
+		// still sends (late, and measured so) what was intended before the end.
+		e.runOpen(ctx, prepared[0])
 	case c.Closed != nil:
 		e.runClosed(soft, prepared[0])
 	default:
@@ -214,6 +209,8 @@ type openWorker struct {
 	s    Session
 	jobs chan int64 // intended offsets for a cold worker
 	job  *openJob   // set under openPool.mu when the scheduler wrote on a warm worker
+	// jobBuf holds the job w.job points to, so that sending allocates nothing.
+	jobBuf openJob
 }
 
 // openJob is a request the scheduler wrote on a warm worker's connection.
@@ -241,7 +238,8 @@ func (e *engine) runOpen(ctx context.Context, p *Prepared) {
 	}
 	pool.mu.Unlock()
 	warm := e.cfg.Warmup
-	clock := newPreciseClock()
+	clock := newPreciseClock(ctx)
+	defer clock.Close()
 	for {
 		off, ok := e.sched.Next()
 		if !ok || (e.cfg.Duration > 0 && off >= e.cfg.Duration) || !e.claim() {
@@ -264,7 +262,8 @@ func (e *engine) runOpen(ctx context.Context, p *Prepared) {
 			ss := w.s.(SplitSession)
 			t := e.begin(intended)
 			err := ss.Send(p, t.sent.Add(e.cfg.Timeout))
-			w.job = &openJob{t: t, err: err}
+			w.jobBuf = openJob{t: t, err: err}
+			w.job = &w.jobBuf
 		} else {
 			var w *openWorker
 			if n := len(pool.cold); n > 0 {

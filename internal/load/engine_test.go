@@ -29,16 +29,18 @@ func startServer(t *testing.T, h http.HandlerFunc) string {
 	return "http://" + ln.Addr().String() + "/"
 }
 
+const testPrSetTimerSlack = 29 // PR_SET_TIMERSLACK
+
 // preciseSleep sleeps d with microsecond precision (time.Sleep may wake up to 1 ms late
 // on an idle runtime), so that the server's delay is what the test says it is.
 func preciseSleep(d time.Duration) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetTimerSlack, 1000, 0)
+	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, testPrSetTimerSlack, 1000, 0)
 	ts := syscall.NsecToTimespec(int64(d))
 	for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
 	}
-	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetTimerSlack, 50000, 0)
+	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, testPrSetTimerSlack, 50000, 0)
 }
 
 func run(t *testing.T, cfg Config) *Result {

@@ -1,0 +1,72 @@
+package load
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"time"
+)
+
+// NewNetHTTPClient returns a Client over the standard library's net/http: slower and
+// allocating, but it speaks TLS and follows every corner of the protocol. Each session
+// has its own transport limited to one connection, like the lean client.
+func NewNetHTTPClient(o ClientOptions) Client { return &netHTTPClient{opts: o} }
+
+type netHTTPClient struct{ opts ClientOptions }
+
+func (c *netHTTPClient) Prepare(r Request) (*Prepared, error) {
+	req, err := http.NewRequest(r.Method, r.URL, nil)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range r.Header {
+		req.Header[k] = v
+	}
+	if h := r.Header.Get("Host"); h != "" {
+		req.Host = h
+	}
+	return &Prepared{Request: r, Encoded: req}, nil
+}
+
+func (c *netHTTPClient) NewSession() Session {
+	t := &http.Transport{
+		DialContext:         c.opts.dial(),
+		DisableKeepAlives:   c.opts.DisableKeepAlive,
+		MaxConnsPerHost:     1,
+		MaxIdleConnsPerHost: 1,
+		DisableCompression:  true,
+	}
+	return &netHTTPSession{client: &http.Client{Transport: t}, transport: t}
+}
+
+type netHTTPSession struct {
+	client    *http.Client
+	transport *http.Transport
+}
+
+func (s *netHTTPSession) Do(ctx context.Context, p *Prepared, deadline time.Time, out *Outcome) error {
+	*out = Outcome{}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	req := p.Encoded.(*http.Request).Clone(ctx)
+	if b := p.Request.Body; len(b) > 0 {
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		req.ContentLength = int64(len(b))
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return err
+	}
+	out.FirstByte = time.Now()
+	out.Status = resp.StatusCode
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	out.BytesIn = n
+	return err
+}
+
+func (s *netHTTPSession) Close() error {
+	s.transport.CloseIdleConnections()
+	return nil
+}
