@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 
+	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/testbed"
 	"github.com/spf13/cobra"
 )
@@ -10,12 +14,14 @@ import (
 func init() {
 	register(func() *cobra.Command {
 		var opts testbed.CleanOptions
+		var db string
 		c := &cobra.Command{
 			Use:   "clean [run-id...]",
 			Short: "Remove what killed runs left behind: processes, network namespaces, /etc/netns entries, run directories",
 			Long: "clean removes the objects of local testbeds whose owner process is dead " +
 				"(namespaces mm-<id>-*, /etc/netns/mm-<id>-*, " + testbed.RunRoot + "/<id>) and the " +
-				"processes still running in them. Runs whose owner lives are left alone unless --all. " +
+				"processes still running in them, and marks stored results runs whose owner died as " +
+				"incomplete. Runs whose owner lives are left alone unless --all. " +
 				"Nothing without the meshmark prefix is touched.",
 			RunE: func(cmd *cobra.Command, args []string) error {
 				opts.Runs = args
@@ -48,13 +54,40 @@ func init() {
 						fmt.Fprintf(out, "  removed %s\n", run.RunDir)
 					}
 				}
-				if !report.Removed() && err == nil {
+				marked, serr := markAbandoned(cmd, db)
+				for _, id := range marked {
+					fmt.Fprintf(out, "results run %s: owner is gone, marked incomplete\n", id)
+				}
+				if !report.Removed() && len(marked) == 0 && err == nil && serr == nil {
 					fmt.Fprintln(out, "nothing to clean")
 				}
-				return err
+				return errors.Join(err, serr)
 			},
 		}
 		c.Flags().BoolVar(&opts.All, "all", false, "also remove runs whose owner process is alive")
+		addDBFlag(c, &db)
 		return c
 	})
+}
+
+// markAbandoned opens the results store, which marks runs whose owner died as
+// incomplete, and returns them. A database that does not exist yet is left uncreated:
+// there is nothing in it to mark.
+func markAbandoned(cmd *cobra.Command, db string) ([]string, error) {
+	path := db
+	if path == "" {
+		var err error
+		if path, err = store.DefaultPath(); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	s, err := store.Open(cmd.Context(), path)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return s.Abandoned(), nil
 }

@@ -185,6 +185,7 @@ func (r *runner) execute(ctx context.Context) error {
 				return err
 			}
 			cur = d
+			r.progress.note(fmt.Sprintf("%s up in %s: %d pods, enrollment %s", t.Mesh.Name, d.took.Round(time.Millisecond), len(d.app.Pods()), d.enrollment.Summary()))
 			if err := r.recordEnrollment(ctx, d, !checked[t.Mesh.Name]); err != nil {
 				return err
 			}

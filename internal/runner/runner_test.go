@@ -3,6 +3,8 @@ package runner
 import (
 	"bufio"
 	"context"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/meshmark/meshmark/internal/analysis"
+	"github.com/meshmark/meshmark/internal/metrics"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/study"
@@ -196,7 +202,8 @@ func TestKilledRunIsIncompleteAndCleanable(t *testing.T) {
 	}
 	db.Close()
 
-	cmd := exec.Command(meshmarkBin, "run", studyPath, "--db", dbPath, "--no-report")
+	metricsAddr := freeLoopbackAddr(t)
+	cmd := exec.Command(meshmarkBin, "run", studyPath, "--db", dbPath, "--no-report", "--metrics-addr", metricsAddr)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -224,15 +231,19 @@ func TestKilledRunIsIncompleteAndCleanable(t *testing.T) {
 	if finished < 2 {
 		t.Fatalf("the run ended before two trials finished")
 	}
+	checkLiveMetrics(t, metricsAddr)
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
 
-	if out, err := exec.Command(meshmarkBin, "clean").CombinedOutput(); err != nil {
+	if out, err := exec.Command(meshmarkBin, "clean", "--db", dbPath).CombinedOutput(); err != nil {
 		t.Fatalf("meshmark clean: %v\n%s", err, out)
 	} else {
 		t.Logf("meshmark clean:\n%s", out)
+		if !strings.Contains(string(out), "marked incomplete") {
+			t.Errorf("meshmark clean did not report marking the killed run incomplete")
+		}
 	}
 	if after := meshmarkNamespaces(t); len(after) > len(before) {
 		t.Errorf("namespaces left after clean: %v (before the run: %v)", after, before)
@@ -268,6 +279,38 @@ func TestKilledRunIsIncompleteAndCleanable(t *testing.T) {
 	}
 	if len(killed.Trials) < 2 {
 		t.Errorf("killed run kept %d trials, want the 2 that finished", len(killed.Trials))
+	}
+}
+
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// checkLiveMetrics scrapes /metrics of a running study and parses it with the
+// Prometheus text parser: it must be valid exposition text carrying the load rate and
+// per-component CPU.
+func checkLiveMetrics(t *testing.T, addr string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics during the run: %v", err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("/metrics is not valid exposition text: %v", err)
+	}
+	for _, name := range []string{metrics.NameAchievedRPS, metrics.NameCPUSeconds, metrics.NameLatency} {
+		if f, ok := families[name]; !ok || len(f.GetMetric()) == 0 {
+			t.Errorf("/metrics has no %s series during the run", name)
+		}
 	}
 }
 

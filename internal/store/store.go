@@ -58,6 +58,8 @@ type Store struct {
 	db   *sql.DB
 	path string
 	self owner
+	// abandoned are the runs Open found with a dead owner and marked incomplete.
+	abandoned []string
 }
 
 // Open opens (creating if needed) the database at path, migrates it to the current
@@ -90,12 +92,15 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("results database %s: %w", path, err)
 	}
-	if _, err := s.MarkAbandoned(ctx); err != nil {
+	if s.abandoned, err = s.MarkAbandoned(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("results database %s: %w", path, err)
 	}
 	return s, nil
 }
+
+// Abandoned lists the runs Open marked incomplete because their owner had died.
+func (s *Store) Abandoned() []string { return s.abandoned }
 
 // Path is the database file.
 func (s *Store) Path() string { return s.path }
@@ -422,7 +427,7 @@ func (s *Store) FinishRun(ctx context.Context, runID string, status results.Stat
 }
 
 // MarkAbandoned marks every running run whose owner process is gone as incomplete and
-// returns their ids. Open calls it; `meshmark clean` should too.
+// returns their ids. Open calls it (see Abandoned).
 func (s *Store) MarkAbandoned(ctx context.Context) ([]string, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT id, owner_pid, owner_host, owner_boot, owner_start FROM runs WHERE status = ?`, string(results.StatusRunning))
 	if err != nil {
