@@ -509,7 +509,7 @@ func bucketEdges(lo, hi int64) []int64 {
 				edges = edges[:0]
 			}
 			edges = append(edges, e)
-			if e > hi {
+			if e > hi || dec > math.MaxInt64/50 {
 				return edges
 			}
 		}
