@@ -68,6 +68,9 @@ func TestHTMLInChromium(t *testing.T) {
 
 	checks, requests, problems, png := renderInChromium(t, page)
 	fileURL := (&url.URL{Scheme: "file", Path: page}).String()
+	if len(requests) == 0 {
+		t.Error("saw no request at all, not even the page: the network check is blind")
+	}
 	for _, r := range requests {
 		if r != fileURL {
 			t.Errorf("the page made a request other than itself: %s", r)
@@ -138,6 +141,23 @@ func TestHTMLEmptySectionsSayNoData(t *testing.T) {
 		if _, ok := wantEmpty[c.ID]; ok && c.Charts != 0 {
 			t.Errorf("section %s draws %d charts without data", c.ID, c.Charts)
 		}
+	}
+}
+
+// TestChromiumHarnessSeesFetchesAndErrors proves the checks above can fail: a page
+// that fetches an image and logs an error must be caught by both.
+func TestChromiumHarnessSeesFetchesAndErrors(t *testing.T) {
+	page := filepath.Join(t.TempDir(), "bad.html")
+	html := `<!DOCTYPE html><html><body data-rendered="true"><img src="http://127.0.0.1:9/x.png"><script>console.error("boom")</script></body></html>`
+	if err := os.WriteFile(page, []byte(html), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, requests, problems, _ := renderInChromium(t, page)
+	if !strings.Contains(strings.Join(requests, " "), "127.0.0.1:9/x.png") {
+		t.Errorf("the image fetch was not seen: %v", requests)
+	}
+	if !strings.Contains(strings.Join(problems, " "), "boom") {
+		t.Errorf("console.error was not seen: %v", problems)
 	}
 }
 
