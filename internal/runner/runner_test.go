@@ -21,6 +21,7 @@ import (
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/study"
+	"github.com/meshmark/meshmark/internal/substrate"
 )
 
 // meshmarkBin is the real meshmark binary, built once: the workload pods run it, and
@@ -327,4 +328,67 @@ func meshmarkNamespaces(t *testing.T) []string {
 		}
 	}
 	return ns
+}
+
+const cpuStudy = `apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: runner-sidecar-cpu}
+spec:
+  substrate:
+    local: {nodes: 2, loadgenNode: 1}
+  workload: {graph: bookinfo}
+  meshes:
+    - {name: none, profile: none}
+    - {name: sidecar, profile: envoy-sidecar, options: {mtls: off}}
+  experiments:
+    - {name: low, kind: fixed-rate, rate: 150, connections: 8, duration: 8s, warmup: 1s}
+    - {name: high, kind: fixed-rate, rate: 300, connections: 8, duration: 8s, warmup: 1s}
+  repeats: 1
+`
+
+// Sidecar CPU is measured per component: it is above zero, twice the rate costs about
+// twice the sidecar CPU, and the baseline has no sidecar rows at all.
+func TestSidecarCPUScalesWithRate(t *testing.T) {
+	needRoot(t)
+	st := parseStudy(t, cpuStudy)
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "results.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	run, err := Run(context.Background(), st, Options{Store: db, ServiceBinary: meshmarkBin, Progress: testWriter{t}})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	rep := analysis.Analyze(run, analysis.Options{Seed: 1}, nil)
+	cores := map[string]float64{}
+	for _, u := range rep.Resources {
+		t.Logf("%s %s %s/%s: %d procs, %.3f cores, %.3f per 1000 rps, peak RSS %.0f MiB",
+			u.Mesh, u.Experiment, u.Component, u.Role, u.Processes, u.CPUCores, u.CoresPer1000RPS, float64(u.RSSPeak)/(1<<20))
+		if u.Role != string(substrate.RoleSidecar) {
+			continue
+		}
+		if u.Mesh == "none" {
+			t.Errorf("baseline has a sidecar row: %+v", u)
+		}
+		cores[u.Experiment] += u.CPUCores
+	}
+	low, high := cores["low"], cores["high"]
+	if low <= 0 || high <= 0 {
+		t.Fatalf("sidecar CPU low %.4f, high %.4f cores: want both above zero", low, high)
+	}
+	if ratio := high / low; ratio < 1.6 || ratio > 2.4 {
+		t.Errorf("sidecar CPU at 2× the rate is %.2f× (%.3f → %.3f cores), want 1.6–2.4×", ratio, low, high)
+	} else {
+		t.Logf("sidecar CPU at 2× the rate: %.2f× (%.3f → %.3f cores)", ratio, low, high)
+	}
+	for _, tr := range run.Trials {
+		var gen bool
+		for _, s := range tr.Result.Resources {
+			gen = gen || s.Role == string(substrate.RoleLoadGen)
+		}
+		if !gen {
+			t.Errorf("trial %s/%s: the load generator's own CPU is not recorded", tr.Mesh, tr.Experiment)
+		}
+	}
 }
