@@ -436,6 +436,24 @@ func capacityRows(an *analysis.Report) (SLOInfo, []CapacityRow) {
 		}
 		out = append(out, r)
 	}
+	// A closed-loop capacity experiment at one connection count has no sweep, but its
+	// throughput is the capacity measured.
+	swept := map[[2]string]bool{}
+	for _, c := range an.Capacity {
+		swept[[2]string{c.Mesh, c.Experiment}] = true
+	}
+	for _, g := range an.Groups {
+		if g.Kind != results.KindCapacity || swept[[2]string{g.Mesh, g.Experiment}] {
+			continue
+		}
+		x, name := float64(g.Params.Connections), "connections"
+		if g.Params.Users > 0 {
+			x, name = float64(g.Params.Users), "users"
+		}
+		out = append(out, CapacityRow{Mesh: g.Mesh, Experiment: g.Experiment, XName: name, Found: true, MaxX: x, MaxThroughput: g.Throughput,
+			Limit: "closed-loop maximum (" + g.Label + ")", KneeRule: "no sweep, no knee",
+			Points: []CapacityPoint{{X: x, Throughput: g.Throughput, P50Ms: float64(g.P50) / 1000, P99Ms: float64(g.P99) / 1000, ErrorRate: g.ErrorRate, Meets: true}}})
+	}
 	return info, out
 }
 
@@ -673,15 +691,18 @@ func resourceRows(run *results.Run) []ResourceRow {
 			}
 			a.samples += len(ss)
 			var memSum, pssSum float64
+			from := 0
 			for j, s := range ss {
 				memSum += float64(s.RSSBytes)
 				pssSum += float64(s.PSSBytes)
 				a.peakMem = max(a.peakMem, s.RSSBytes)
-				if j > 0 {
-					dt := s.T.Sub(ss[j-1].T).Seconds()
-					if dt > 0 {
-						a.peakCores = math.Max(a.peakCores, (cpu(s)-cpu(ss[j-1]))/dt)
-					}
+				// Peak CPU is measured over at least peakWindow: two samples a millisecond
+				// apart would turn one scheduler tick into dozens of "cores".
+				for from+1 < j && s.T.Sub(ss[from+1].T) >= peakWindow {
+					from++
+				}
+				if dt := s.T.Sub(ss[from].T); dt >= peakWindow {
+					a.peakCores = math.Max(a.peakCores, (cpu(s)-cpu(ss[from]))/dt.Seconds())
 				}
 			}
 			a.avgMem = append(a.avgMem, memSum/float64(len(ss)))
@@ -691,6 +712,30 @@ func resourceRows(run *results.Run) []ResourceRow {
 			}
 		}
 	}
+	// Mesh by mesh in the run's order, the mesh's own components first.
+	meshes := meshOrder(run)
+	rank := func(k key) int {
+		if meshRoles[k.role] {
+			return 0
+		}
+		if k.role == "load-generator" {
+			return 2
+		}
+		return 1
+	}
+	sort.SliceStable(order, func(i, j int) bool {
+		a, b := order[i], order[j]
+		if mi, mj := indexOf(meshes, a.mesh), indexOf(meshes, b.mesh); mi != mj {
+			return mi < mj
+		}
+		if ri, rj := rank(a), rank(b); ri != rj {
+			return ri < rj
+		}
+		if a.component != b.component {
+			return a.component < b.component
+		}
+		return a.pod < b.pod
+	})
 	var out []ResourceRow
 	for _, k := range order {
 		a := by[k]
@@ -700,6 +745,9 @@ func resourceRows(run *results.Run) []ResourceRow {
 	}
 	return out
 }
+
+// peakWindow is the shortest span peak CPU is averaged over.
+const peakWindow = time.Second
 
 func cpu(s results.ResourceSample) float64 { return s.CPUUserSeconds + s.CPUSysSeconds }
 

@@ -120,6 +120,7 @@
       R.capacity.map(c => [c.experiment, c.mesh, c.found ? fmt(c.max_x) + " " + c.x_name : "none", fmt(c.max_throughput),
         c.has_knee ? fmt(c.knee_x) + " " + c.x_name : "none", c.limit || "—"]), [0, 0, 1, 1, 1, 0]);
     for (const [exp, caps] of Object.entries(byExp)) {
+      if (!caps.some(cap => cap.points.length >= 2)) continue; // one point is no curve
       const c = chart("capacity", 420);
       const series = [];
       caps.forEach((cap, i) => {
