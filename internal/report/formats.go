@@ -221,6 +221,7 @@ func renderMarkdown(w io.Writer, s *Summary) error {
 		m.table([]string{"Experiment", "Mesh", "Capacity", "req/s at capacity", "Knee", "Limited by"}, rows)
 	}
 	if m.section(titleResources, len(s.Resources) == 0, "No resource samples were recorded in this run.") {
+		m.printf("From experiments: %s.\n\n", strings.Join(s.ResourcesFrom, ", "))
 		var rows [][]string
 		for _, r := range s.Resources {
 			rows = append(rows, []string{r.Mesh, r.Component, r.Role, orDash(r.Pod), sig(r.AvgCores), sig(r.PeakCores), sig(r.AvgMemMiB), sig(r.PeakMemMiB)})

@@ -56,20 +56,22 @@ type Summary struct {
 	Confidence   float64   `json:"confidence"`
 	Resamples    int       `json:"resamples"`
 
-	Meshes      []MeshInfo        `json:"meshes"`
-	Groups      []GroupRow        `json:"groups"`
-	Verdicts    []VerdictRow      `json:"verdicts"`
-	Comparisons []ComparisonRow   `json:"comparisons"`
-	SLO         SLOInfo           `json:"slo"`
-	Capacity    []CapacityRow     `json:"capacity"`
-	Spectra     []Spectrum        `json:"spectra"`
-	Heatmaps    []Heatmap         `json:"heatmaps"`
-	TimeSeries  []TimeSeries      `json:"time_series"`
-	Resources   []ResourceRow     `json:"resources"`
-	CostModel   CostModel         `json:"cost_model"`
-	Costs       []CostRow         `json:"costs"`
-	Checks      []CheckRow        `json:"checks"`
-	Provenance  ProvenanceSummary `json:"provenance"`
+	Meshes      []MeshInfo      `json:"meshes"`
+	Groups      []GroupRow      `json:"groups"`
+	Verdicts    []VerdictRow    `json:"verdicts"`
+	Comparisons []ComparisonRow `json:"comparisons"`
+	SLO         SLOInfo         `json:"slo"`
+	Capacity    []CapacityRow   `json:"capacity"`
+	Spectra     []Spectrum      `json:"spectra"`
+	Heatmaps    []Heatmap       `json:"heatmaps"`
+	TimeSeries  []TimeSeries    `json:"time_series"`
+	Resources   []ResourceRow   `json:"resources"`
+	// ResourcesFrom names the experiments Resources and Costs are computed from.
+	ResourcesFrom []string          `json:"resources_from"`
+	CostModel     CostModel         `json:"cost_model"`
+	Costs         []CostRow         `json:"costs"`
+	Checks        []CheckRow        `json:"checks"`
+	Provenance    ProvenanceSummary `json:"provenance"`
 }
 
 // MeshInfo is one mesh under test.
@@ -336,7 +338,18 @@ func Summarize(run *results.Run, an *analysis.Report, opts Options) *Summary {
 	s.Heatmaps = heatmaps(an.Groups)
 	s.TimeSeries = timeSeries(run)
 	s.Resources = resourceRows(run)
-	s.CostModel, s.Costs = costRows(s.Resources, s.Groups, meshOrder(run), an.Baseline, prices, instance)
+	use := resourceExperiments(run)
+	for e := range use {
+		s.ResourcesFrom = append(s.ResourcesFrom, e)
+	}
+	sort.Strings(s.ResourcesFrom)
+	var loadGroups []GroupRow
+	for _, g := range s.Groups {
+		if use[g.Experiment] {
+			loadGroups = append(loadGroups, g)
+		}
+	}
+	s.CostModel, s.Costs = costRows(s.Resources, loadGroups, meshOrder(run), an.Baseline, prices, instance)
 	s.Checks = checkRows(run, an.Groups)
 	s.Provenance = provenance(run)
 	return s
@@ -657,6 +670,26 @@ func timeSeries(run *results.Run) []TimeSeries {
 	return out
 }
 
+// resourceExperiments picks the experiments resources are reported from: those run
+// at a fixed load when there are any (a closed-loop capacity trial runs every mesh at
+// a different rate, so its CPU says nothing comparable), else every experiment.
+func resourceExperiments(run *results.Run) map[string]bool {
+	fixed, all := map[string]bool{}, map[string]bool{}
+	for _, t := range run.Trials {
+		if len(t.Result.Resources) == 0 {
+			continue
+		}
+		all[t.Experiment] = true
+		if t.Kind != results.KindCapacity && t.Kind != results.KindConnections {
+			fixed[t.Experiment] = true
+		}
+	}
+	if len(fixed) > 0 {
+		return fixed
+	}
+	return all
+}
+
 // resourceRows differentiates the cumulative CPU counters of every component within
 // each trial, then pools trials: average of the trial averages, peak of the peaks.
 func resourceRows(run *results.Run) []ResourceRow {
@@ -669,8 +702,12 @@ func resourceRows(run *results.Run) []ResourceRow {
 	}
 	var order []key
 	by := map[key]*acc{}
+	use := resourceExperiments(run)
 	for i := range run.Trials {
 		t := &run.Trials[i]
+		if !use[t.Experiment] {
+			continue
+		}
 		per := map[key][]results.ResourceSample{}
 		var korder []key
 		for _, s := range t.Result.Resources {

@@ -196,6 +196,8 @@
 
   // Resources per component.
   if (R.resources && R.resources.length) {
+    body("resources").append(el("p", {}, "From experiments: " + (R.resources_from || []).join(", ") +
+      " (fixed-load experiments when the run has any: at saturation every mesh runs at a different rate)."));
     const names = R.resources.map(r => r.mesh + " · " + r.component + (r.pod ? " (" + r.pod + ")" : ""));
     const bars = (title, avgKey, peakKey, unit) => {
       const c = chart("resources", Math.max(260, 24 * names.length + 90));
