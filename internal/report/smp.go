@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/results"
 )
 
@@ -312,7 +313,7 @@ func BuildSMP(run *results.Run, s *Summary, opts Options) SMPDocument {
 			"meshmark.cpu": orNone(run.Provenance.CPUModel, "unknown cpu"), "meshmark.host": orNone(run.Provenance.Hostname, "unknown host")}}
 	env.KubernetesVersion = run.Provenance.Components["kubernetes"]
 	if env.KubernetesVersion == "" {
-		env.KubernetesVersion = "none: local substrate (Linux " + orNone(run.Provenance.Kernel, "kernel") + ", no Kubernetes)"
+		env.KubernetesVersion = "none: local substrate, no Kubernetes (kernel " + orNone(run.Provenance.Kernel, "unknown") + ")"
 	}
 	nodes := map[string]bool{}
 	for _, r := range run.Trials {
@@ -330,8 +331,8 @@ func BuildSMP(run *results.Run, s *Summary, opts Options) SMPDocument {
 		env.Node = append(env.Node, SMPNode{Type: nodeType, Cores: int32(run.Provenance.Cores), MemMB: run.Provenance.MemoryBytes / 1e6})
 	}
 	env.IndividualWorkloads = workloads(s)
-	host := firstURL
-	if u, err := url.Parse(firstURL); err == nil && u.Host != "" {
+	host := "none: the runner recorded no target URL (params.extra.url)"
+	if u, err := url.Parse(firstURL); err == nil && u.Scheme == "http" && u.Host != "" {
 		host = u.Hostname()
 	}
 	env.TrafficMetadata = SMPTraffic{LoadBalanceName: "none: the load generator calls the service address directly", LoadBalanceIP: host,
@@ -435,10 +436,25 @@ func meshConfig(run *results.Run, s *Summary, m results.Mesh, version string) SM
 		cp.Services = int32(len(services))
 	}
 	mc.MeshPolicyEnabled = m.Options["authorization"] != "" && m.Options["authorization"] != "off"
-	mc.MeshTelemetryEnabled = m.Options["telemetry"] == "on"
-	mc.MTLSEnabled = m.Options["mtls"] == "permissive" || m.Options["mtls"] == "strict"
-	if n, err := strconv.Atoi(m.Options["concurrency"]); err == nil {
-		mc.ProxyConcurrency = int32(n)
+	// The mesh's effective options: what the study set, with the mesh package's defaults
+	// for the rest; the mTLS mode the equivalence check recorded wins over both.
+	if m.Profile != "none" {
+		raw := map[string]any{}
+		for k, v := range m.Options {
+			if n, err := strconv.Atoi(v); err == nil {
+				raw[k] = n
+			} else {
+				raw[k] = v
+			}
+		}
+		if o, err := mesh.ParseOptions(raw); err == nil {
+			mc.MeshTelemetryEnabled = o.Telemetry
+			mc.ProxyConcurrency = int32(o.Concurrency)
+			mc.MTLSEnabled = o.MTLS == mesh.MTLSPermissive || o.MTLS == mesh.MTLSStrict
+		}
+	}
+	if e.MTLS != "" {
+		mc.MTLSEnabled = e.MTLS == string(mesh.MTLSPermissive) || e.MTLS == string(mesh.MTLSStrict)
 	}
 	comps := run.Provenance.Components
 	mc.MeshBuild = orNone(comps[m.Profile], "meshmark "+version+" profile "+m.Profile)
