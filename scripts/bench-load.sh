@@ -73,7 +73,7 @@ mm_n=$(jq '.completed' "$work/meshmark.json")
 run wrk wrk -t1 -c "$conns" -d "${secs}s" "$url"
 wrk_n=$(awk '/requests in/ {print $1}' "$work/wrk.out")
 run fortio fortio load -quiet -qps 0 -c "$conns" -t "${secs}s" "$url"
-fortio_n=$(sed -n 's/.*Ended after .* : \([0-9]*\) calls.*/\1/p' "$work/fortio.out")
+fortio_n=$(sed -n 's/.*All done \([0-9]*\) calls.*/\1/p' "$work/fortio.out")
 
 printf '%-10s %12s %12s %14s %16s\n' tool requests req/s cpu_us/req req_per_cpu_s
 row() {

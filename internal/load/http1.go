@@ -136,6 +136,7 @@ type http1Session struct {
 	// interrupt unblocks the connection when the run's context ends.
 	ctx       context.Context
 	interrupt func() bool
+	armed     time.Time // the connection's current deadline; zero: none known
 }
 
 func (s *http1Session) Close() error {
@@ -159,7 +160,7 @@ func (s *http1Session) connect(ctx context.Context, addr string, deadline time.T
 	if err != nil {
 		return err
 	}
-	s.conn, s.addr, s.used = conn, addr, false
+	s.conn, s.addr, s.used, s.armed = conn, addr, false, time.Time{}
 	s.watch(ctx)
 	if s.br == nil {
 		s.br = bufio.NewReaderSize(conn, s.c.opts.ReadBufferSize)
@@ -178,6 +179,21 @@ func (s *http1Session) watch(ctx context.Context) {
 	conn := s.conn
 	s.ctx = ctx
 	s.interrupt = context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+}
+
+// arm makes the connection time out no earlier than deadline and no later than a tenth
+// of the remaining time after it. Re-arming a deadline costs two runtime timer updates,
+// so a connection re-arms only every tenth of the timeout, not per request.
+func (s *http1Session) arm(deadline time.Time) error {
+	if !s.armed.IsZero() && !s.armed.Before(deadline) {
+		return nil
+	}
+	at := deadline.Add(time.Until(deadline) / 10)
+	if err := s.conn.SetDeadline(at); err != nil {
+		return err
+	}
+	s.armed = at
+	return nil
 }
 
 // Do implements Session.
@@ -216,7 +232,7 @@ func (s *http1Session) Do(ctx context.Context, p *Prepared, deadline time.Time, 
 }
 
 func (s *http1Session) roundTrip(hr *http1Request, deadline time.Time, out *Outcome) error {
-	if err := s.conn.SetDeadline(deadline); err != nil {
+	if err := s.arm(deadline); err != nil {
 		return err
 	}
 	if _, err := s.conn.Write(hr.wire); err != nil {
@@ -468,18 +484,20 @@ func (s *http1Session) Idle(ctx context.Context) {
 		s.watch(ctx)
 	}
 	s.conn.SetDeadline(time.Time{})
+	s.armed = time.Time{}
 }
 
 // Send implements SplitSession. It only touches the connection, which is safe while
 // Await blocks reading it.
 func (s *http1Session) Send(p *Prepared, deadline time.Time) error {
 	hr := p.Encoded.(*http1Request)
-	err := s.conn.SetDeadline(deadline)
+	err := s.arm(deadline)
 	if err == nil {
 		_, err = s.conn.Write(hr.wire)
 	}
 	if err != nil {
 		s.conn.SetDeadline(time.Unix(1, 0)) // no response will come: wake Await
+		s.armed = time.Unix(1, 0)
 	}
 	return err
 }
