@@ -120,7 +120,10 @@
       R.capacity.map(c => [c.experiment, c.mesh, c.found ? fmt(c.max_x) + " " + c.x_name : "none", fmt(c.max_throughput),
         c.has_knee ? fmt(c.knee_x) + " " + c.x_name : "none", c.limit || "—"]), [0, 0, 1, 1, 1, 0]);
     for (const [exp, caps] of Object.entries(byExp)) {
-      if (!caps.some(cap => cap.points.length >= 2)) continue; // one point is no curve
+      if (!caps.some(cap => cap.points.length >= 2)) { // one point is no curve
+        body("capacity").append(el("p", { class: "empty" }, exp + " measured one load level per mesh, so there is no curve to draw; its numbers are in the table."));
+        continue;
+      }
       const c = chart("capacity", 420);
       const series = [];
       caps.forEach((cap, i) => {
