@@ -262,17 +262,17 @@ func TestClosedNeverExceedsConnections(t *testing.T) {
 	}
 
 	// with a rate limit the closed model sends no faster than asked
-	s = inflightServer{}
-	url = startServer(t, s.handle)
+	var limited inflightServer
+	url = startServer(t, limited.handle)
 	res = run(t, Config{
 		Request:  Request{URL: url},
 		Closed:   &ClosedModel{Connections: conns, Rate: 100},
 		Duration: 2 * time.Second,
 	})
-	if n := s.total.Load(); n < 190 || n > 201 {
-		t.Errorf("rate-limited closed run sent %d in 2 s at 100/s", n)
+	if n := limited.total.Load(); n < 190 || n > 201 || res.Completed != n || res.Errors.Total() != 0 {
+		t.Errorf("rate-limited closed run: server saw %d, completed %d, errors %+v; want about 200 in 2 s at 100/s", n, res.Completed, res.Errors)
 	}
-	if p := s.peak.Load(); p > conns {
+	if p := limited.peak.Load(); p > conns {
 		t.Errorf("server saw %d in flight, want at most %d", p, conns)
 	}
 }
