@@ -208,11 +208,17 @@ func TestStallsShowInCorrectedLatency(t *testing.T) {
 func TestPoissonRealSending(t *testing.T) {
 	var served atomic.Int64
 	url := startServer(t, func(w http.ResponseWriter, r *http.Request) { served.Add(1) })
+	var progress []Progress
 	res := run(t, Config{
 		Request:  Request{URL: url},
 		Open:     &OpenModel{Schedule: ScheduleSpec{Arrival: Poisson, Rate: 500, Seed: 42}},
 		Duration: 2 * time.Second,
+		Interval: 500 * time.Millisecond,
+		Progress: func(p Progress) { progress = append(progress, p) },
 	})
+	if len(progress) < 4 || progress[0].Total != 2*time.Second || progress[1].Interval.AchievedRate < 300 {
+		t.Errorf("progress over 2 s at 500 ms intervals: %d calls, first %+v", len(progress), progress[0])
+	}
 	if res.Completed != res.Sent || res.Sent != served.Load() || res.Errors.Total() != 0 {
 		t.Fatalf("sent %d, completed %d, served %d, errors %+v", res.Sent, res.Completed, served.Load(), res.Errors)
 	}
