@@ -48,7 +48,7 @@ func init() {
 				if err != nil {
 					return err
 				}
-				an := analysis.Analyze(run, analysis.Options{Seed: uint64(run.Seed)}, nil)
+				an := analyze(run, analysis.Options{})
 				opts := report.Options{MeshmarkVersion: Version}
 				if dir != "" {
 					paths, err := report.Write(cmd.Context(), run, an, dir, opts)

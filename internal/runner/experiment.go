@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"sort"
@@ -193,7 +194,9 @@ func (r *runner) rateOf(e *study.Experiment, mesh string) (float64, bool, error)
 	if err != nil {
 		return 0, false, fmt.Errorf("experiment %s: %w", e.Name, err)
 	}
-	return v, true, nil
+	// Whole requests per second: a rate like 428.125 suggests a precision capacity
+	// measurements do not have.
+	return max(1, math.Round(v)), true, nil
 }
 
 func median(vs []float64) float64 {

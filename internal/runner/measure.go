@@ -34,6 +34,10 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 	e := t.Experiment
 	params.KeepAlive = !cfg.DisableKeepAlive
 	params.Path = string(study.PathInternal)
+	if params.Extra == nil {
+		params.Extra = map[string]string{}
+	}
+	params.Extra["url"], params.Extra["method"], params.Extra["protocol"] = cfg.Request.URL, cfg.Request.Method, "HTTP/1.1"
 	label := fmt.Sprintf("%s %s", e.Name, describe(params))
 	r.progress.begin(t, label, cfg.Duration)
 	cfg.Progress = func(p load.Progress) {
