@@ -161,6 +161,8 @@ func Items() []Item {
 			Find: systemBin("haproxy"), VersionArgs: []string{"-v"}, Install: apt("haproxy")},
 		{Name: "nginx", Purpose: "alternative proxy profiles and the load-engine benchmark target", Need: NeedTest,
 			Find: systemBin("nginx"), VersionArgs: []string{"-v"}, Install: apt("nginx")},
+		{Name: "curl", Purpose: "probes from inside pods in the testbed tests", Need: NeedTest,
+			Find: systemBin("curl"), VersionArgs: []string{"--version"}, Install: apt("curl")},
 		{Name: "chromium", Purpose: "headless check of the HTML report", Need: NeedTest,
 			Find: systemBin("chromium"), VersionArgs: []string{"--version"}, Install: apt("chromium")},
 		{Name: "staticcheck", Purpose: "lint", Need: NeedTest,
