@@ -181,19 +181,25 @@ var versionWord = regexp.MustCompile(`\S*\d+\.\d+\S*`)
 // versionOf picks the version from a tool's --version output: tools disagree on where
 // they print it (Envoy starts with a blank line, Debian's chromium wrapper may print a
 // shell warning first), so take the first line that has a dotted number in it, and only
-// its last versioned word when that line is long.
+// its first versioned word that is not a path when that line is long.
 func versionOf(out string) string {
 	for _, line := range strings.Split(out, "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.Contains(line, "unexpected operator") {
 			continue
 		}
-		words := versionWord.FindAllString(line, -1)
-		if len(words) == 0 {
+		var word string
+		for _, w := range versionWord.FindAllString(line, -1) {
+			if !strings.HasPrefix(w, "/") { // the binary's own path, e.g. .../python3.11/...
+				word = w
+				break
+			}
+		}
+		if word == "" {
 			continue
 		}
 		if len(line) > 60 {
-			return words[len(words)-1] // after the binary's own path
+			return word
 		}
 		return line
 	}

@@ -13,6 +13,7 @@ func TestVersionOf(t *testing.T) {
 		"/usr/bin/chromium: 9: [: 25276502016: unexpected operator\nChromium 156.0.8078.79 built on Debian\n":                          "Chromium 156.0.8078.79 built on Debian",
 		"nginx version: nginx/1.22.1\n": "nginx version: nginx/1.22.1",
 		"no digits here\n":              "",
+		"curl 7.88.1 (x86_64-pc-linux-gnu) libcurl/7.88.1 OpenSSL/3.0.17 zlib/1.2.13 brotli/1.0.9 OpenLDAP/2.5.13\n": "7.88.1",
 	}
 	for in, want := range cases {
 		if got := versionOf(in); got != want {
