@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
 	"errors"
 	"os"
 	"path/filepath"
@@ -61,8 +62,9 @@ func TestValidateCommand(t *testing.T) {
 	if !errors.As(err, &ee) || ee.code != 2 {
 		t.Fatalf("invalid study: want exit code 2, got %v", err)
 	}
+	rateLine := 1 + bytes.Count(doc[:bytes.Index(doc, []byte("rate: \"75%"))], []byte("\n"))
 	lines := strings.Split(strings.TrimSpace(errOut), "\n")
-	if len(lines) != 2 || !strings.Contains(lines[0], "bad.yaml:38:13: spec.experiments[1].rate:") ||
+	if len(lines) != 2 || !strings.Contains(lines[0], fmt.Sprintf("bad.yaml:%d:13: spec.experiments[1].rate:", rateLine)) ||
 		!strings.Contains(lines[1], `spec.order: "interleave": expected interleaved or sequential (did you mean "interleaved"?)`) {
 		t.Errorf("every problem, one per line, with position:\n%s", errOut)
 	}
