@@ -90,7 +90,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		// still sends (late, and measured so) what was intended before the end.
 		e.runOpen(ctx, prepared[0])
 	case c.Closed != nil:
-		e.runClosed(soft, prepared[0])
+		if !e.runClosedEpoll(soft, prepared[0]) {
+			e.runClosed(soft, prepared[0])
+		}
 	default:
 		e.runUsers(soft, prepared)
 	}

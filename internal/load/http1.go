@@ -263,6 +263,8 @@ type ResponseInfo struct {
 	Status    int
 	BodyBytes int64
 	Close     bool // the connection cannot carry another request
+	// UntilClose: the body had no length and ran to the end of the input.
+	UntilClose bool
 }
 
 // Errors from ReadResponse.
@@ -338,7 +340,7 @@ func ReadResponse(br *bufio.Reader, noBody bool) (ResponseInfo, error) {
 			}
 			return r, err
 		default: // body runs until the server closes the connection
-			r.Close = true
+			r.Close, r.UntilClose = true, true
 			for {
 				n, err := br.Discard(br.Size())
 				r.BodyBytes += int64(n)

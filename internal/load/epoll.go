@@ -1,0 +1,300 @@
+package load
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The closed model at full speed is where the generator's own CPU cost decides the
+// result. Goroutine-per-connection costs a read(2) that returns EAGAIN, a park and a
+// wake-up per request; runClosedEpoll instead drives every connection from one
+// goroutine with its own level-triggered epoll set, as wrk does: one write, one read
+// and a share of one epoll_wait per request.
+
+const (
+	epollMaxRequest = 16 << 10 // larger requests take the goroutine path
+	epollMaxBuffer  = 64 << 20 // a response that does not fit is an error
+	epollTick       = 10 * time.Millisecond
+)
+
+type epollConn struct {
+	idx     int
+	conn    net.Conn
+	fd      int
+	buf     []byte
+	n       int
+	rd      bytes.Reader
+	br      *bufio.Reader
+	t       timing
+	out     Outcome
+	busy    bool // a request is in flight
+	used    bool // the connection carried a response
+	retried bool
+	fresh   bool // connected before its first request started
+}
+
+// runClosedEpoll runs the closed model when it can (built-in client, keep-alive, no
+// rate limit, connections with file descriptors); false means it did not start and the
+// goroutine path must run.
+func (e *engine) runClosedEpoll(ctx context.Context, p *Prepared) bool {
+	hr, ok := p.Encoded.(*http1Request)
+	if e.cfg.Client != nil || e.cfg.DisableKeepAlive || e.cfg.Closed.Rate > 0 || !ok || len(hr.wire) > epollMaxRequest {
+		return false
+	}
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(epfd)
+	l := &epollLoop{e: e, hr: hr, epfd: epfd, dial: ClientOptions{Dial: e.cfg.Dial}.dial()}
+	l.conns = make([]*epollConn, e.cfg.Closed.Connections)
+	for i := range l.conns {
+		l.conns[i] = &epollConn{idx: i, fd: -1, buf: make([]byte, 16<<10)}
+		l.conns[i].br = bufio.NewReaderSize(&l.conns[i].rd, 16<<10)
+	}
+	// The first connection decides: if it gives no file descriptor, use goroutines.
+	first := l.conns[0]
+	if err := l.connect(first); err != nil && errors.Is(err, errNoFD) {
+		return false
+	}
+	first.fresh = first.conn != nil
+	l.run(ctx)
+	return true
+}
+
+var errNoFD = errors.New("connection has no file descriptor")
+
+type epollLoop struct {
+	e      *engine
+	hr     *http1Request
+	epfd   int
+	dial   DialFunc
+	conns  []*epollConn
+	active int
+}
+
+func (l *epollLoop) connect(c *epollConn) error {
+	ctx, cancel := context.WithTimeout(l.e.hard, l.e.cfg.Timeout)
+	conn, err := l.dial(ctx, "tcp", l.hr.addr)
+	cancel()
+	if err != nil {
+		return err
+	}
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		conn.Close()
+		return errNoFD
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		conn.Close()
+		return errNoFD
+	}
+	fd := -1
+	raw.Control(func(f uintptr) { fd = int(f) })
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(c.idx)}
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		conn.Close()
+		return err
+	}
+	c.conn, c.fd, c.n, c.used = conn, fd, 0, false
+	c.out.Dialed = true
+	return nil
+}
+
+func (l *epollLoop) disconnect(c *epollConn) {
+	if c.conn == nil {
+		return
+	}
+	unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+	c.conn.Close()
+	c.conn, c.fd, c.n = nil, -1, 0
+}
+
+// start sends the next request on c, or retires c when the run is over.
+func (l *epollLoop) start(ctx context.Context, c *epollConn) {
+	for {
+		if ctx.Err() != nil || !l.e.claim() {
+			l.disconnect(c)
+			l.active--
+			return
+		}
+		c.t = l.e.begin(time.Now())
+		c.out, c.busy, c.retried = Outcome{Dialed: c.fresh}, true, false
+		c.fresh = false
+		if l.send(c) {
+			return
+		}
+		// dial or write failed: recorded; the loop goes on with the next request
+	}
+}
+
+// send writes the request on c (connecting first if needed); false if it failed, in
+// which case the failure has been recorded.
+func (l *epollLoop) send(c *epollConn) bool {
+	if c.conn == nil {
+		if err := l.connect(c); err != nil {
+			l.fail(c, err)
+			return false
+		}
+	}
+	wire := l.hr.wire
+	for len(wire) > 0 {
+		n, err := unix.Write(c.fd, wire)
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue // a send buffer full of a small request is momentary
+		}
+		if err != nil {
+			if l.retry(c, err) {
+				return true
+			}
+			l.fail(c, &net.OpError{Op: "write", Net: "tcp", Err: err})
+			return false
+		}
+		wire = wire[n:]
+	}
+	return true
+}
+
+// retry resends on a new connection when a kept-alive one turned out closed before any
+// byte of the response; true if it did.
+func (l *epollLoop) retry(c *epollConn, err error) bool {
+	if !c.used || c.retried || c.n > 0 || !l.hr.idempot || l.e.hard.Err() != nil || Classify(err) != KindReset {
+		return false
+	}
+	l.disconnect(c)
+	c.retried = true
+	if err := l.connect(c); err != nil {
+		l.fail(c, err)
+		return true // recorded; the caller must not record again
+	}
+	return l.send(c) || true
+}
+
+func (l *epollLoop) fail(c *epollConn, err error) {
+	l.disconnect(c)
+	c.busy = false
+	l.e.finish(&c.t, &c.out, err)
+}
+
+func (l *epollLoop) run(ctx context.Context) {
+	l.active = len(l.conns)
+	for _, c := range l.conns {
+		l.start(ctx, c)
+	}
+	events := make([]unix.EpollEvent, len(l.conns))
+	lastCheck := time.Now()
+	for l.active > 0 {
+		n, err := unix.EpollWait(l.epfd, events, int(epollTick/time.Millisecond))
+		if err != nil && err != unix.EINTR {
+			for _, c := range l.conns {
+				if c.busy {
+					l.fail(c, err)
+				}
+			}
+			return
+		}
+		for i := 0; i < n; i++ {
+			c := l.conns[events[i].Fd]
+			if c.conn != nil {
+				l.readable(ctx, c)
+			}
+		}
+		if now := time.Now(); now.Sub(lastCheck) >= epollTick || l.e.hard.Err() != nil {
+			lastCheck = now
+			l.expire(ctx, now)
+		}
+	}
+}
+
+// expire fails requests past their deadline (and all of them once the run is cut off).
+func (l *epollLoop) expire(ctx context.Context, now time.Time) {
+	cut := l.e.hard.Err() != nil
+	for _, c := range l.conns {
+		if !c.busy || (!cut && now.Before(c.t.sent.Add(l.e.cfg.Timeout))) {
+			continue
+		}
+		l.fail(c, os.ErrDeadlineExceeded)
+		if cut {
+			l.active--
+			continue
+		}
+		l.start(ctx, c)
+	}
+}
+
+func (l *epollLoop) readable(ctx context.Context, c *epollConn) {
+	if c.n == len(c.buf) {
+		if len(c.buf) >= epollMaxBuffer {
+			l.fail(c, errors.New("response larger than 64 MiB"))
+			l.start(ctx, c)
+			return
+		}
+		c.buf = append(c.buf, make([]byte, len(c.buf))...)
+	}
+	m, err := unix.Read(c.fd, c.buf[c.n:])
+	if err == unix.EAGAIN || err == unix.EINTR {
+		return
+	}
+	if !c.busy { // data or EOF on an idle connection: it is of no use any more
+		l.disconnect(c)
+		return
+	}
+	if err != nil || m == 0 {
+		if err == nil {
+			err = io.EOF
+		} else {
+			err = &net.OpError{Op: "read", Net: "tcp", Err: err}
+		}
+		if c.n > 0 && err == io.EOF && l.parse(ctx, c, true) {
+			return // a body delimited by the end of the connection
+		}
+		if l.retry(c, err) {
+			return
+		}
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		l.fail(c, err)
+		l.start(ctx, c)
+		return
+	}
+	if c.n == 0 {
+		c.out.FirstByte = time.Now()
+	}
+	c.n += m
+	l.parse(ctx, c, false)
+}
+
+// parse completes the request on c if its whole response is in the buffer.
+func (l *epollLoop) parse(ctx context.Context, c *epollConn, atEOF bool) bool {
+	c.rd.Reset(c.buf[:c.n])
+	c.br.Reset(&c.rd)
+	resp, err := ReadResponse(c.br, l.hr.noBody)
+	if err == io.ErrUnexpectedEOF || err == io.EOF || (err == nil && resp.UntilClose && !atEOF) {
+		return false // not all here yet
+	}
+	if err != nil {
+		l.fail(c, err)
+		l.start(ctx, c)
+		return true
+	}
+	c.out.Status, c.out.BytesIn = resp.Status, resp.BodyBytes
+	c.used, c.busy = true, false
+	l.e.finish(&c.t, &c.out, nil)
+	if rest := c.rd.Len() + c.br.Buffered(); rest > 0 || resp.Close {
+		l.disconnect(c) // extra bytes we did not ask for, or the server is closing
+	}
+	c.n = 0
+	l.start(ctx, c)
+	return true
+}
