@@ -17,7 +17,7 @@ import (
 // network poller: nanosecond timers, and the processor stays free while it waits.
 
 const (
-	spinMargin = 50 * time.Microsecond
+	spinMargin = 150 * time.Microsecond
 	longWait   = 20 * spinMargin
 )
 
@@ -53,8 +53,8 @@ func (c *preciseClock) Close() {
 }
 
 // sleepUntil waits for t; false if ctx ended first. After a long wait (low rates) it
-// spins through the last spinMargin, since waking a goroutine takes tens of
-// microseconds on a busy machine; spinning costs at most spinMargin/longWait of a core.
+// spins through the last spinMargin, since waking a parked goroutine takes up to about
+// 100 µs (idle CPUs sleep deeply); spinning costs at most spinMargin/longWait of a core.
 func (c *preciseClock) sleepUntil(ctx context.Context, t time.Time) bool {
 	d := time.Until(t)
 	long := d >= longWait

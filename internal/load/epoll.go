@@ -28,8 +28,8 @@ const (
 
 type epollConn struct {
 	idx     int
-	conn    net.Conn
-	fd      int
+	open    bool
+	fd      int // our own descriptor of the socket
 	buf     []byte
 	n       int
 	rd      bytes.Reader
@@ -66,7 +66,7 @@ func (e *engine) runClosedEpoll(ctx context.Context, p *Prepared) bool {
 	if err := l.connect(first); err != nil && errors.Is(err, errNoFD) {
 		return false
 	}
-	first.fresh = first.conn != nil
+	first.fresh = first.open
 	l.run(ctx)
 	return true
 }
@@ -99,25 +99,33 @@ func (l *epollLoop) connect(c *epollConn) error {
 		conn.Close()
 		return errNoFD
 	}
-	fd := -1
-	raw.Control(func(f uintptr) { fd = int(f) })
+	// Take the socket out of the runtime's poller (closing the Conn deregisters it;
+	// the duplicate keeps the socket open): otherwise every packet would also wake the
+	// runtime's epoll, often a whole thread blocked in it.
+	fd, dupErr := -1, error(nil)
+	raw.Control(func(f uintptr) { fd, dupErr = unix.Dup(int(f)) })
+	conn.Close()
+	if dupErr != nil {
+		return dupErr
+	}
+	unix.CloseOnExec(fd)
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(c.idx)}
 	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-		conn.Close()
+		unix.Close(fd)
 		return err
 	}
-	c.conn, c.fd, c.n, c.used = conn, fd, 0, false
+	c.open, c.fd, c.n, c.used = true, fd, 0, false
 	c.out.Dialed = true
 	return nil
 }
 
 func (l *epollLoop) disconnect(c *epollConn) {
-	if c.conn == nil {
+	if !c.open {
 		return
 	}
 	unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
-	c.conn.Close()
-	c.conn, c.fd, c.n = nil, -1, 0
+	unix.Close(c.fd)
+	c.open, c.fd, c.n = false, -1, 0
 }
 
 // start sends the next request on c, or retires c when the run is over.
@@ -141,7 +149,7 @@ func (l *epollLoop) start(ctx context.Context, c *epollConn) {
 // send writes the request on c (connecting first if needed); false if it failed, in
 // which case the failure has been recorded.
 func (l *epollLoop) send(c *epollConn) bool {
-	if c.conn == nil {
+	if !c.open {
 		if err := l.connect(c); err != nil {
 			l.fail(c, err)
 			return false
@@ -205,7 +213,7 @@ func (l *epollLoop) run(ctx context.Context) {
 		}
 		for i := 0; i < n; i++ {
 			c := l.conns[events[i].Fd]
-			if c.conn != nil {
+			if c.open {
 				l.readable(ctx, c)
 			}
 		}
