@@ -32,6 +32,8 @@ type deployment struct {
 	client     topology.Pod
 	entry      workload.Entrypoint
 	took       time.Duration
+	// phases says where bring-up time went, for the progress line.
+	phases []string
 }
 
 // bringUp creates a testbed, installs the mesh before the workload starts (interception
@@ -39,6 +41,12 @@ type deployment struct {
 // is set up as claimed.
 func (r *runner) bringUp(ctx context.Context, m *study.Mesh) (d *deployment, err error) {
 	start := time.Now()
+	last := start
+	phase := func(name string) {
+		now := time.Now()
+		d.phases = append(d.phases, fmt.Sprintf("%s %s", name, now.Sub(last).Round(time.Millisecond)))
+		last = now
+	}
 	profile, err := mesh.New(m.Profile, m.Options)
 	if err != nil {
 		return nil, fmt.Errorf("mesh %s: %w", m.Name, err)
@@ -49,6 +57,7 @@ func (r *runner) bringUp(ctx context.Context, m *study.Mesh) (d *deployment, err
 		return nil, err
 	}
 	d = &deployment{mesh: m, tb: tb, profile: profile, entry: r.graph.Entrypoint()}
+	phase("testbed")
 	defer func() {
 		if err != nil {
 			d.close()
@@ -71,12 +80,15 @@ func (r *runner) bringUp(ctx context.Context, m *study.Mesh) (d *deployment, err
 		return d, errors.New("testbed deployed no client pod for the load generator")
 	}
 	d.client = d.app.Clients[0]
+	phase("pods")
 	if err := profile.Install(ctx, tb, &d.app); err != nil {
 		return d, fmt.Errorf("mesh %s: install: %w", m.Name, err)
 	}
+	phase("mesh")
 	if err := r.startWorkload(ctx, d); err != nil {
 		return d, err
 	}
+	phase("workload")
 	if err := r.pin(d); err != nil {
 		return d, err
 	}
@@ -84,6 +96,7 @@ func (r *runner) bringUp(ctx context.Context, m *study.Mesh) (d *deployment, err
 	if err != nil {
 		return d, fmt.Errorf("mesh %s: enrollment check: %w", m.Name, err)
 	}
+	phase("check")
 	d.took = time.Since(start)
 	return d, nil
 }
@@ -212,14 +225,11 @@ func (r *runner) logDir(mesh string) string {
 	return filepath.Join(r.opts.LogDir, strings.ReplaceAll(mesh, "/", "_"))
 }
 
+// close tears the whole testbed down. The profile's Uninstall is not needed: deleting
+// the pods removes its processes and rules with them.
 func (d *deployment) close() {
 	if d == nil || d.tb == nil {
 		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if d.profile != nil {
-		_ = d.profile.Uninstall(ctx, d.tb)
 	}
 	_ = d.tb.Close()
 }

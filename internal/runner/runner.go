@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/meshmark/meshmark/internal/results"
@@ -169,7 +170,7 @@ func (r *runner) createRun(ctx context.Context) error {
 // for a fresh bring-up.
 func (r *runner) execute(ctx context.Context) error {
 	var cur *deployment
-	defer func() { cur.close() }()
+	defer func() { r.tearDown(cur) }()
 	checked := map[string]bool{}
 	for i := range r.plan {
 		t := &r.plan[i]
@@ -177,7 +178,7 @@ func (r *runner) execute(ctx context.Context) error {
 			return err
 		}
 		if t.BringUp || cur == nil || cur.mesh.Name != t.Mesh.Name {
-			cur.close()
+			r.tearDown(cur)
 			cur = nil
 			r.progress.phase(fmt.Sprintf("bring-up %s (repeat %d)", t.Mesh.Name, t.Repeat+1))
 			d, err := r.bringUp(ctx, t.Mesh)
@@ -185,7 +186,8 @@ func (r *runner) execute(ctx context.Context) error {
 				return err
 			}
 			cur = d
-			r.progress.note(fmt.Sprintf("%s up in %s: %d pods, enrollment %s", t.Mesh.Name, d.took.Round(time.Millisecond), len(d.app.Pods()), d.enrollment.Summary()))
+			r.progress.note(fmt.Sprintf("%s up in %s (%s): %d pods, enrollment %s", t.Mesh.Name, d.took.Round(time.Millisecond),
+				strings.Join(d.phases, ", "), len(d.app.Pods()), d.enrollment.Summary()))
 			if err := r.recordEnrollment(ctx, d, !checked[t.Mesh.Name]); err != nil {
 				return err
 			}
@@ -200,6 +202,16 @@ func (r *runner) execute(ctx context.Context) error {
 	}
 	r.progress.done()
 	return nil
+}
+
+// tearDown removes a deployment and says how long that took.
+func (r *runner) tearDown(d *deployment) {
+	if d == nil {
+		return
+	}
+	start := time.Now()
+	d.close()
+	r.progress.note(fmt.Sprintf("%s torn down in %s", d.mesh.Name, time.Since(start).Round(time.Millisecond)))
 }
 
 // recordEnrollment stores the equivalence check with the run; the first bring-up of

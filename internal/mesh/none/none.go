@@ -6,6 +6,7 @@ package none
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/meshmark/meshmark/internal/mesh"
@@ -47,21 +48,39 @@ func (Profile) Check(ctx context.Context, sub substrate.Substrate, app *topology
 	if !ok {
 		return e, fmt.Errorf("app %s has no pods", app.Name)
 	}
+	// Probes are independent; sent together they cost one round trip, not one per pod.
+	type probe struct {
+		pe  mesh.PodEnrollment
+		err error
+	}
+	var probes []*probe
+	var wg sync.WaitGroup
 	for _, s := range app.Services {
 		for _, v := range s.Versions {
 			for _, p := range v.Endpoints {
-				pe := mesh.PodEnrollment{Pod: p.Name, Service: s.Name, MTLSObserved: "plaintext"}
-				r, err := mesh.ProbeHTTP(ctx, sub, from, mesh.Addr(p.IP, p.Port), fmt.Sprintf("%s:%d", s.Name, s.Port), "/")
-				if err != nil {
-					e.Fail("pod %s does not answer directly: %v", p.Name, err)
-					pe.Notes = append(pe.Notes, err.Error())
-				} else {
-					pe.Answered = true
-					pe.Notes = append(pe.Notes, fmt.Sprintf("direct probe from %s: HTTP %d", from.Name, r.Status))
-				}
-				e.Pods = append(e.Pods, pe)
+				pr := &probe{pe: mesh.PodEnrollment{Pod: p.Name, Service: s.Name, MTLSObserved: "plaintext"}}
+				probes = append(probes, pr)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r, err := mesh.ProbeHTTP(ctx, sub, from, mesh.Addr(p.IP, p.Port), fmt.Sprintf("%s:%d", s.Name, s.Port), "/")
+					if err != nil {
+						pr.err = err
+						pr.pe.Notes = append(pr.pe.Notes, err.Error())
+						return
+					}
+					pr.pe.Answered = true
+					pr.pe.Notes = append(pr.pe.Notes, fmt.Sprintf("direct probe from %s: HTTP %d", from.Name, r.Status))
+				}()
 			}
 		}
+	}
+	wg.Wait()
+	for _, pr := range probes {
+		if pr.err != nil {
+			e.Fail("pod %s does not answer directly: %v", pr.pe.Pod, pr.err)
+		}
+		e.Pods = append(e.Pods, pr.pe)
 	}
 	for _, c := range app.Clients {
 		e.Pods = append(e.Pods, mesh.PodEnrollment{Pod: c.Name, MTLSObserved: "none"})
