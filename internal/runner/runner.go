@@ -20,9 +20,7 @@ import (
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/workload"
 
-	// Mesh profiles register themselves.
-	_ "github.com/meshmark/meshmark/internal/mesh/envoysidecar"
-	_ "github.com/meshmark/meshmark/internal/mesh/none"
+	_ "github.com/meshmark/meshmark/internal/mesh/meshes" // every built-in mesh profile
 )
 
 // Options configure a run.
