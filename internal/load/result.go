@@ -2,7 +2,6 @@ package load
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -166,6 +165,3 @@ type Result struct {
 	Warnings      []string      `json:"warnings,omitempty"`
 	Incomplete    bool          `json:"incomplete,omitempty"` // cancelled before the end
 }
-
-// ErrNoResult is returned with an empty result when nothing completed.
-var ErrNoResult = errors.New("load: no request completed")
