@@ -17,7 +17,7 @@ type Config struct {
 	Users  *UsersModel  `json:"users,omitempty"`
 
 	Duration time.Duration // 0: until Count requests (open with steps: until the last step)
-	Count    int64         // stop after this many requests have been sent (0: no limit)
+	Count    int64         // stop after this many requests have been sent after Warmup (0: no limit)
 	Warmup   time.Duration // requests intended before this offset stay out of the totals
 	Timeout  time.Duration // per request, dial included; 0 means 30 s
 	Interval time.Duration // histogram interval; 0 means 1 s

@@ -128,9 +128,13 @@ func (e *engine) prepareAll() ([]*Prepared, error) {
 	return out, nil
 }
 
-// claim reserves one send against Count.
+// claim reserves one send against Count. Sends during the warm-up are free: Count is
+// how many requests are measured, as with oha -n after discarded warm-up runs.
 func (e *engine) claim() bool {
-	return e.cfg.Count == 0 || e.claimed.Add(1) <= e.cfg.Count
+	if e.cfg.Count == 0 || (e.cfg.Warmup > 0 && time.Now().Before(e.rec.warmupEnd)) {
+		return true
+	}
+	return e.claimed.Add(1) <= e.cfg.Count
 }
 
 func (e *engine) send(s Session, p *Prepared, intended time.Time) {

@@ -270,6 +270,17 @@ func TestClosedNeverExceedsConnections(t *testing.T) {
 		t.Errorf("opened %d connections, want %d (keep-alive)", res.Health.Connections, conns)
 	}
 
+	// Count is what gets measured: requests during the warm-up come on top of it.
+	var warm inflightServer
+	url = startServer(t, warm.handle)
+	res = run(t, Config{Request: Request{URL: url}, Closed: &ClosedModel{Connections: conns}, Count: 200, Warmup: 300 * time.Millisecond})
+	if res.Sent != 200 || res.Completed != 200 {
+		t.Errorf("with a warm-up: sent %d, completed %d after it, want 200", res.Sent, res.Completed)
+	}
+	if served := warm.total.Load(); served <= 200 {
+		t.Errorf("server saw %d requests: the warm-up's were counted against Count", served)
+	}
+
 	// with a rate limit the closed model sends no faster than asked
 	var limited inflightServer
 	url = startServer(t, limited.handle)

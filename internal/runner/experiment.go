@@ -258,10 +258,8 @@ func (r *runner) openConfig(d *deployment, e *study.Experiment, rate float64, le
 }
 
 func (r *runner) closedConfig(d *deployment, e *study.Experiment, conns int) load.Config {
+	// With a request count the duration stays as a cap, as the study files promise.
 	cfg := r.baseConfig(d, e, e.Duration.D(), e.Warmup.D())
-	if e.Requests > 0 {
-		cfg.Duration = 0
-	}
 	cfg.Closed = &load.ClosedModel{Connections: conns}
 	return cfg
 }
