@@ -3,6 +3,7 @@ package runner
 import (
 	"bufio"
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -390,5 +391,67 @@ func TestSidecarCPUScalesWithRate(t *testing.T) {
 		if !gen {
 			t.Errorf("trial %s/%s: the load generator's own CPU is not recorded", tr.Mesh, tr.Experiment)
 		}
+	}
+}
+
+// Ctrl-C stops a run gracefully: the finished trials are kept, the run is marked
+// incomplete, the command exits 130 and nothing is left on the host, without `clean`.
+func TestInterruptKeepsFinishedTrials(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "results.db")
+	studyPath := filepath.Join(dir, "interrupt.yaml")
+	if err := os.WriteFile(studyPath, []byte(killStudy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := meshmarkNamespaces(t)
+	cmd := exec.Command(meshmarkBin, "run", studyPath, "--db", dbPath, "--report-dir", dir)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout strings.Builder
+	cmd.Stdout = &stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.AfterFunc(3*time.Minute, func() { cmd.Process.Kill() })
+	defer deadline.Stop()
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		t.Log(sc.Text())
+		if strings.Contains(sc.Text(), " run ") && strings.Contains(sc.Text(), "repeat 1") && strings.Contains(sc.Text(), "sidecar") {
+			break // the first trial (none) finished; interrupt the second mid-load
+		}
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	for sc.Scan() {
+		t.Log(sc.Text())
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("exit after SIGINT: %v, want code 130", err)
+	}
+	if after := meshmarkNamespaces(t); len(after) > len(before) {
+		t.Errorf("namespaces left after an interrupted run: %v", after)
+	}
+	db, err := store.Open(context.Background(), dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	run, err := db.LoadRun(context.Background(), "last")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != results.StatusIncomplete || len(run.Trials) != 1 {
+		t.Errorf("interrupted run: status %s with %d trials, want incomplete with the 1 finished", run.Status, len(run.Trials))
+	}
+	if !strings.Contains(stdout.String(), "report.html") {
+		t.Errorf("no report written for the finished trials; stdout:\n%s", stdout.String())
 	}
 }
