@@ -225,6 +225,9 @@ type TrialResult struct {
 	Generator    GeneratorHealth         `json:"generator"`
 	Resources    []ResourceSample        `json:"resources,omitempty"`
 	ProxyStats   []ProxyStats            `json:"proxy_stats,omitempty"`
+	// Network is one reading per pod interface per sampling round (cumulative
+	// counters, see NetSample).
+	Network []NetSample `json:"network,omitempty"`
 	// Flags are machine-readable warnings such as FlagGeneratorBehind.
 	Flags []string `json:"flags,omitempty"`
 }
@@ -278,6 +281,25 @@ type ResourceSample struct {
 	Threads        int64     `json:"threads"`
 	VoluntaryCtx   int64     `json:"voluntary_ctx_switches"`
 	InvoluntaryCtx int64     `json:"involuntary_ctx_switches"`
+}
+
+// NetSample is one reading of one network interface of one pod (its network
+// namespace) at time T. Counters are cumulative since the interface was created
+// (/proc/net/dev); the analysis differentiates them. They are int64 like the other
+// counters of the model (and SQLite's INTEGER); the sampler's uint64 values never come
+// near 2^63.
+type NetSample struct {
+	Pod       string    `json:"pod"`
+	Node      string    `json:"node,omitempty"`
+	Mesh      string    `json:"mesh,omitempty"`
+	Interface string    `json:"interface"`
+	T         time.Time `json:"t"`
+	RxBytes   int64     `json:"rx_bytes"`
+	TxBytes   int64     `json:"tx_bytes"`
+	RxPackets int64     `json:"rx_packets"`
+	TxPackets int64     `json:"tx_packets"`
+	RxDropped int64     `json:"rx_dropped"`
+	TxDropped int64     `json:"tx_dropped"`
 }
 
 // ProxyStats is one snapshot of a proxy's own statistics (Envoy /stats?format=json,

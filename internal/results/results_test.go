@@ -3,6 +3,7 @@ package results
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -25,7 +26,11 @@ func TestJSONRoundTripKeepsHistogramsLossless(t *testing.T) {
 		Result: TrialResult{Requests: 20000, Errors: 3, Latency: lat, ServiceTime: svc,
 			Intervals:   []Interval{{Start: start, Duration: time.Second, Count: 2000, Histogram: ivh, P50: ivh.ValueAtQuantile(50)}},
 			StatusCodes: map[int]int64{200: 19997, 503: 3},
-			Generator:   GeneratorHealth{SendLag: lag, LateSends: 4}}}
+			Generator:   GeneratorHealth{SendLag: lag, LateSends: 4},
+			Network: []NetSample{
+				{Pod: "productpage-0", Node: "n1", Mesh: "sidecar", Interface: "eth0", T: start, RxBytes: 1 << 40, TxBytes: 7,
+					RxPackets: 3, TxPackets: 4, RxDropped: 5, TxDropped: 6},
+				{Pod: "productpage-0", Interface: "lo", T: start.Add(time.Second), RxBytes: 9}}}}
 	b, err := json.Marshal(in)
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +58,9 @@ func TestJSONRoundTripKeepsHistogramsLossless(t *testing.T) {
 	}
 	if out.Result.StatusCodes[503] != 3 || out.Result.Generator.LateSends != 4 || out.Result.Intervals[0].Count != 2000 {
 		t.Errorf("scalar fields lost: %+v", out.Result)
+	}
+	if !reflect.DeepEqual(out.Result.Network, in.Result.Network) {
+		t.Errorf("network samples differ after round trip:\n got %+v\nwant %+v", out.Result.Network, in.Result.Network)
 	}
 	if got := out.Throughput(); got < 1999 || got > 2000 {
 		t.Errorf("throughput %v, want 1999.7", got)
