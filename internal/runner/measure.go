@@ -89,6 +89,10 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 	trial.End = trial.Start.Add(res.Elapsed)
 	trial.Result.Resources = resourceSamples(smp.Rounds())
 	trial.Result.ProxyStats = proxyStats(before, after, t.Mesh.Name)
+	if msg := bypassed(d, before, after, res); msg != "" {
+		trial.Result.Flags = append(trial.Result.Flags, FlagProxyBypassed)
+		r.progress.note(fmt.Sprintf("warning: %s in %s on %s; this trial is flagged", msg, label, t.Mesh.Name))
+	}
 
 	sum, serr := sampler.Summarize(smp.Rounds(), sampler.SummaryOptions{
 		Start: trial.Start, End: trial.End,
@@ -254,6 +258,36 @@ func snapshot(ctx context.Context, d *deployment, pods []topology.Pod) []proxySn
 	}
 	wg.Wait()
 	return out
+}
+
+// FlagProxyBypassed marks a trial in which the entry service's sidecars saw fewer
+// requests than the load generator completed: some traffic did not cross the mesh.
+const FlagProxyBypassed = "proxy-bypassed"
+
+// bypassed proves, from the proxies' own counters, that every measured request entered
+// the application through a sidecar of the entry service. The counters also include
+// warm-up requests, so they may exceed the measured count, never fall short of it.
+func bypassed(d *deployment, before, after []proxySnapshot, res *load.Result) string {
+	entry := map[string]bool{}
+	for _, p := range d.app.Pods() {
+		entry[p.Name] = p.Service == d.entry.Service
+	}
+	var inbound uint64
+	var proxies int
+	for i := range after {
+		if !entry[after[i].pod] || i >= len(before) || before[i].err != nil || after[i].err != nil {
+			continue
+		}
+		proxies++
+		inbound += telemetry.InboundRequests(telemetry.Compare(before[i].snap, after[i].snap))
+	}
+	if proxies == 0 || res.Completed == 0 {
+		return ""
+	}
+	if int64(inbound) < res.Completed-res.Errors.Total() {
+		return fmt.Sprintf("the %s sidecars counted %d inbound requests for %d answered", d.entry.Service, inbound, res.Completed-res.Errors.Total())
+	}
+	return ""
 }
 
 // proxyStats stores, per proxy, the counter differences over the trial.

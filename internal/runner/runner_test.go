@@ -151,6 +151,13 @@ func TestAAInconclusiveAndSidecarWorse(t *testing.T) {
 	if proxied == 0 {
 		t.Error("no proxy statistics stored for the sidecar mesh")
 	}
+	for _, tr := range stored.Trials {
+		for _, f := range tr.Result.Flags {
+			if f == FlagProxyBypassed {
+				t.Errorf("trial %s repeat %d: the entry sidecars counted fewer requests than were answered", tr.Mesh, tr.Repeat)
+			}
+		}
+	}
 }
 
 type testWriter struct{ t *testing.T }
