@@ -12,7 +12,7 @@ import (
 )
 
 // LoadRun reads a whole run (meshes, configs, every trial with its histograms,
-// intervals, samples and proxy stats). ref is resolved like ResolveRun.
+// intervals, resource and network samples and proxy stats). ref is resolved like ResolveRun.
 func (s *Store) LoadRun(ctx context.Context, ref string) (*results.Run, error) {
 	id, err := s.ResolveRun(ctx, ref)
 	if err != nil {
@@ -142,7 +142,10 @@ func (s *Store) loadTrials(ctx context.Context, run *results.Run) error {
 	if err := s.loadResources(ctx, run, byID); err != nil {
 		return err
 	}
-	return s.loadProxyStats(ctx, run, byID)
+	if err := s.loadProxyStats(ctx, run, byID); err != nil {
+		return err
+	}
+	return s.loadNetwork(ctx, run, byID)
 }
 
 func (s *Store) loadIntervals(ctx context.Context, run *results.Run, byID map[int64]int) error {
@@ -209,6 +212,28 @@ func (s *Store) loadProxyStats(ctx context.Context, run *results.Run, byID map[i
 		ps.T, ps.Stats = fromNano(ts), json.RawMessage(stats)
 		t := &run.Trials[byID[tid]]
 		t.Result.ProxyStats = append(t.Result.ProxyStats, ps)
+	}
+	return rows.Err()
+}
+
+func (s *Store) loadNetwork(ctx context.Context, run *results.Run, byID map[int64]int) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT n.trial_id, n.pod, n.node, n.mesh, n.interface, n.t_ns, n.rx_bytes, n.tx_bytes,
+		n.rx_packets, n.tx_packets, n.rx_dropped, n.tx_dropped FROM net_samples n JOIN trials t ON t.id = n.trial_id
+		WHERE t.run_id = ? ORDER BY n.trial_id, n.seq`, run.ID)
+	if err != nil {
+		return fmt.Errorf("load run %s network samples: %w", run.ID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var tid, ts int64
+		var ns results.NetSample
+		if err := rows.Scan(&tid, &ns.Pod, &ns.Node, &ns.Mesh, &ns.Interface, &ts, &ns.RxBytes, &ns.TxBytes,
+			&ns.RxPackets, &ns.TxPackets, &ns.RxDropped, &ns.TxDropped); err != nil {
+			return fmt.Errorf("load run %s network samples: %w", run.ID, err)
+		}
+		ns.T = fromNano(ts)
+		t := &run.Trials[byID[tid]]
+		t.Result.Network = append(t.Result.Network, ns)
 	}
 	return rows.Err()
 }

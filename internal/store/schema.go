@@ -115,4 +115,23 @@ CREATE TABLE proxy_stats (
 	PRIMARY KEY (trial_id, seq)
 );
 `,
+	// 2: network counters per pod interface (results.NetSample).
+	`
+CREATE TABLE net_samples (
+	trial_id   INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+	seq        INTEGER NOT NULL,
+	pod        TEXT NOT NULL,
+	node       TEXT NOT NULL DEFAULT '',
+	mesh       TEXT NOT NULL DEFAULT '',
+	interface  TEXT NOT NULL,
+	t_ns       INTEGER NOT NULL,
+	rx_bytes   INTEGER NOT NULL,
+	tx_bytes   INTEGER NOT NULL,
+	rx_packets INTEGER NOT NULL,
+	tx_packets INTEGER NOT NULL,
+	rx_dropped INTEGER NOT NULL,
+	tx_dropped INTEGER NOT NULL,
+	PRIMARY KEY (trial_id, seq)
+);
+`,
 }

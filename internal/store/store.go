@@ -402,6 +402,13 @@ func (s *Store) AddTrial(ctx context.Context, runID string, trial *results.Trial
 			return fmt.Errorf("run %s: trial proxy stats %d: %w", runID, i, err)
 		}
 	}
+	for i, ns := range r.Network {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO net_samples VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+			id, i, ns.Pod, ns.Node, ns.Mesh, ns.Interface, unixNano(ns.T), ns.RxBytes, ns.TxBytes,
+			ns.RxPackets, ns.TxPackets, ns.RxDropped, ns.TxDropped); err != nil {
+			return fmt.Errorf("run %s: trial network sample %d: %w", runID, i, err)
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("run %s: add trial: %w", runID, err)
 	}

@@ -2,7 +2,9 @@ package store
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -76,7 +78,13 @@ func syntheticTrial(rng *rand.Rand, mesh string, repeat, n int, start time.Time)
 				T: start.Add(time.Second), CPUUserSeconds: 1.25, CPUSysSeconds: 0.5, RSSBytes: 50 << 20, PSSBytes: 40 << 20, Threads: 9,
 				VoluntaryCtx: 100, InvoluntaryCtx: 7}},
 			ProxyStats: []results.ProxyStats{{Component: "envoy", Pod: "productpage-0", Mesh: mesh, T: start.Add(5 * time.Second),
-				Stats: json.RawMessage(`{"stats":[{"name":"http.inbound.downstream_rq_total","value":5000}]}`)}}}}
+				Stats: json.RawMessage(`{"stats":[{"name":"http.inbound.downstream_rq_total","value":5000}]}`)}},
+			Network: []results.NetSample{
+				{Pod: "productpage-0", Node: "node-1", Mesh: mesh, Interface: "eth0", T: start, RxBytes: 1 << 33, TxBytes: 12345,
+					RxPackets: 100, TxPackets: 90, RxDropped: 1, TxDropped: 2},
+				{Pod: "productpage-0", Node: "node-1", Mesh: mesh, Interface: "eth0", T: start.Add(5 * time.Second), RxBytes: 1<<33 + 500000,
+					TxBytes: 912345, RxPackets: 600, TxPackets: 590, RxDropped: 1, TxDropped: 3},
+				{Pod: "productpage-0", Node: "node-1", Mesh: mesh, Interface: "lo", T: start.Add(5 * time.Second)}}}}
 }
 
 var quantiles = []float64{0, 1, 10, 50, 75, 90, 99, 99.9, 99.99, 100}
@@ -175,6 +183,22 @@ func TestRoundTripIsLossless(t *testing.T) {
 		if len(g.Result.ProxyStats) != 1 || string(g.Result.ProxyStats[0].Stats) != string(w.Result.ProxyStats[0].Stats) {
 			t.Errorf("trial %d proxy stats: %+v", i, g.Result.ProxyStats)
 		}
+		if !reflect.DeepEqual(g.Result.Network, w.Result.Network) {
+			t.Errorf("trial %d network samples:\n got %+v\nwant %+v", i, g.Result.Network, w.Result.Network)
+		}
+	}
+	var exp bytes.Buffer
+	if err := WriteJSON(&exp, got); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadJSON(&exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range got.Trials {
+		if len(back.Trials[i].Result.Network) != 3 || !reflect.DeepEqual(back.Trials[i].Result.Network, got.Trials[i].Result.Network) {
+			t.Errorf("trial %d network samples lost in the JSON export: %+v", i, back.Trials[i].Result.Network)
+		}
 	}
 	list, err := s2.ListRuns(ctx)
 	if err != nil {
@@ -232,6 +256,96 @@ func TestTrialsOnlyGoIntoRunningRuns(t *testing.T) {
 	if err := s.FinishRun(ctx, r.ID, results.StatusRunning, ""); err == nil {
 		t.Error("FinishRun accepted status running")
 	}
+}
+
+// TestVersion1DatabaseMigrates writes a run with the schema of version 1 (the
+// migrations are append-only, so migrations[:1] is exactly what that release created),
+// reopens it with this build and checks the run survived and network samples can be
+// written and read.
+func TestVersion1DatabaseMigrates(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "results.db")
+	all := migrations
+	migrations = all[:1]
+	s, err := Open(ctx, path)
+	if err != nil {
+		migrations = all
+		t.Fatal(err)
+	}
+	old := sampleRun()
+	rng := rand.New(rand.NewPCG(3, 3))
+	start := time.Date(2026, 11, 20, 4, 0, 0, 0, time.UTC)
+	tr := syntheticTrial(rng, "sidecar", 0, 500, start)
+	tr.Result.Network = nil // version 1 had nowhere to keep them
+	err = s.CreateRun(ctx, old)
+	if err == nil {
+		err = s.AddTrial(ctx, old.ID, tr)
+	}
+	if err == nil {
+		err = s.FinishRun(ctx, old.ID, results.StatusComplete, "")
+	}
+	s.Close()
+	migrations = all
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, path, `SELECT COUNT(*) FROM sqlite_master WHERE name = 'net_samples'`); n != 0 {
+		t.Fatalf("the version 1 database already has net_samples")
+	}
+
+	s, err = Open(ctx, path)
+	if err != nil {
+		t.Fatalf("opening a version 1 database: %v", err)
+	}
+	defer s.Close()
+	var v int
+	if err := s.db.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&v); err != nil || v != 2 || SchemaVersion() != 2 {
+		t.Fatalf("schema version %d (%v) after migration, want 2", v, err)
+	}
+	got, err := s.LoadRun(ctx, old.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Trials) != 1 || got.Trials[0].Result.Requests != 500 || len(got.Trials[0].Result.Resources) != 1 || got.Trials[0].Result.Network != nil {
+		t.Fatalf("version 1 run after migration: %+v", got.Trials)
+	}
+	fresh := sampleRun()
+	tr = syntheticTrial(rng, "sidecar", 0, 500, start.Add(time.Hour))
+	if err := s.CreateRun(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddTrial(ctx, fresh.ID, tr); err != nil {
+		t.Fatalf("adding a trial with network samples after migration: %v", err)
+	}
+	back, err := s.LoadRun(ctx, fresh.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back.Trials[0].Result.Network, tr.Result.Network) {
+		t.Errorf("network samples after migration:\n got %+v\nwant %+v", back.Trials[0].Result.Network, tr.Result.Network)
+	}
+	// Deleting a run cascades to its network samples.
+	if err := s.DeleteRun(ctx, fresh.ID); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM net_samples`).Scan(&left); err != nil || left != 0 {
+		t.Errorf("%d network samples left after deleting their run (%v)", left, err)
+	}
+}
+
+func countRows(t *testing.T, path, query string) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(query).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func TestNewerSchemaIsRefused(t *testing.T) {
