@@ -255,6 +255,8 @@ type Report struct {
 	Capacity    []Capacity   `json:"capacity,omitempty"`
 	// Resources is CPU and memory per mesh, point, component and role.
 	Resources []ResourceUsage `json:"resources,omitempty"`
+	// Network is bytes and packets per second per mesh, point, pod and interface.
+	Network []NetworkUsage `json:"network,omitempty"`
 }
 
 // Group returns the group for a key, or nil.
@@ -372,6 +374,7 @@ func Analyze(run *results.Run, opts Options, slo *SLO) *Report {
 	}
 	rep.Capacity = CapacityAll(rep.Groups, s)
 	rep.Resources = Resources(rep.Groups)
+	rep.Network = Network(rep.Groups)
 	return rep
 }
 

@@ -1,8 +1,10 @@
 package analysis
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -297,5 +299,81 @@ func TestResourcesFromCumulativeSamples(t *testing.T) {
 	}
 	if math.Abs(got.CoresPer1000RPS-0.6875/0.1) > 1e-6 {
 		t.Errorf("cores per 1000 rps %v", got.CoresPer1000RPS)
+	}
+}
+
+func TestNetworkRatesByHand(t *testing.T) {
+	run := synthRun(8, 2, 1000, 0)
+	type pt struct {
+		s                                    int // seconds after the trial start
+		rx, tx, rxPkt, txPkt, rxDrop, txDrop int64
+	}
+	add := func(tr *results.Trial, pod, iface string, pts ...pt) {
+		for _, p := range pts {
+			tr.Result.Network = append(tr.Result.Network, results.NetSample{Pod: pod, Node: "n1", Mesh: tr.Mesh, Interface: iface,
+				T: tr.Start.Add(time.Duration(p.s) * time.Second), RxBytes: p.rx, TxBytes: p.tx, RxPackets: p.rxPkt, TxPackets: p.txPkt,
+				RxDropped: p.rxDrop, TxDropped: p.txDrop})
+		}
+	}
+	for i := range run.Trials {
+		tr := &run.Trials[i]
+		if tr.Mesh != "sidecar" {
+			continue
+		}
+		if tr.Repeat == 0 {
+			// Out of order on purpose: the analysis sorts by time.
+			add(tr, "a-0", "eth0", pt{s: 10, rx: 21000, tx: 10500, rxPkt: 110, txPkt: 60, rxDrop: 3}, pt{s: 0, rx: 1000, tx: 500, rxPkt: 10, txPkt: 10, rxDrop: 1},
+				pt{s: 5, rx: 9000, tx: 5000, rxPkt: 50, txPkt: 30, rxDrop: 2})
+			add(tr, "c-0", "eth0", pt{s: 0}, pt{s: 10, rx: 1000, tx: 2000})
+			add(tr, "b-0", "lo", pt{s: 0, rx: 100, tx: 100}, pt{s: 10, rx: 5100, tx: 5100})
+		} else {
+			add(tr, "a-0", "eth0", pt{s: 0}, pt{s: 10, rx: 40000, tx: 30000, rxPkt: 300, txPkt: 200, rxDrop: 1, txDrop: 4})
+			add(tr, "c-0", "eth0", pt{s: 0, rx: 5000, tx: 5000}, pt{s: 10, rx: 10, tx: 10}) // counters reset: skipped
+			add(tr, "b-0", "lo", pt{s: 0, rx: 7}, pt{s: 10, rx: 7})
+		}
+		add(tr, "a-0", "lo", pt{s: 0, rx: 42, tx: 42}, pt{s: 10, rx: 42, tx: 42}) // never moved: left out
+		add(tr, "d-0", "eth0", pt{s: 3, rx: 99})                                  // one sample: no rate
+	}
+	rep := Analyze(run, Options{Seed: 1, Metrics: []Metric{P50}}, nil)
+	got := map[string]NetworkUsage{}
+	var order []string
+	for _, u := range rep.Network {
+		if u.Mesh != "sidecar" || u.Experiment != "fixed" {
+			t.Errorf("row for a group without network samples: %+v", u)
+		}
+		got[u.Pod+"/"+u.Interface] = u
+		order = append(order, u.Pod+"/"+u.Interface)
+	}
+	if want := []string{"a-0/eth0", "b-0/lo", "c-0/eth0"}; fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("rows %v, want %v", order, want)
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	// a-0 eth0: repeat 0 moves 20000 B in, 10000 B out, 100 and 50 packets in 10 s;
+	// repeat 1 40000, 30000, 300, 200. Means: 3000 and 2000 B/s, 20 and 12.5 pkt/s.
+	a := got["a-0/eth0"]
+	if a.Trials != 2 || !near(a.RxBytesPerSec, 3000) || !near(a.TxBytesPerSec, 2000) || !near(a.RxPacketsPerSec, 20) ||
+		!near(a.TxPacketsPerSec, 12.5) || a.RxDropped != 3 || a.TxDropped != 4 || a.Node != "n1" || a.Label != "fixed 100 rps" {
+		t.Errorf("a-0 eth0 = %+v, want 2 trials, 3000/2000 B/s, 20/12.5 pkt/s, 3/4 dropped", a)
+	}
+	// b-0 lo carried 5000 B each way in repeat 0 and nothing in repeat 1: (500+0)/2.
+	if b := got["b-0/lo"]; b.Trials != 2 || !near(b.RxBytesPerSec, 250) || !near(b.TxBytesPerSec, 250) {
+		t.Errorf("b-0 lo = %+v, want 250 B/s each way over 2 trials", b)
+	}
+	// c-0 counters went backwards in repeat 1: only repeat 0 counts (1000 B, 2000 B in 10 s).
+	if c := got["c-0/eth0"]; c.Trials != 1 || !near(c.RxBytesPerSec, 100) || !near(c.TxBytesPerSec, 200) {
+		t.Errorf("c-0 eth0 = %+v, want 100/200 B/s from one trial", c)
+	}
+	var buf strings.Builder
+	if err := WriteRunSummary(&buf, run, rep); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"network per pod interface", "2.9KiB/s", "2.0KiB/s", "250B/s", "3/4"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("run summary lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "d-0") {
+		t.Errorf("run summary shows an interface with a single sample:\n%s", out)
 	}
 }

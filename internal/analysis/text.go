@@ -65,7 +65,7 @@ func pct(e Estimate) string {
 
 // WriteRunSummary prints what `meshmark show` shows: the run, its meshes, a
 // percentile table per mesh and point, the comparisons with the baseline, the
-// verdict table and capacity.
+// verdict table, resources, network per pod interface and capacity.
 func WriteRunSummary(w io.Writer, run *results.Run, rep *Report) error {
 	p := run.Provenance
 	fmt.Fprintf(w, "run %s  study %s  %s", run.ID, run.Study, run.Status)
@@ -171,6 +171,16 @@ func WriteRunSummary(w io.Writer, run *results.Run, rep *Report) error {
 		}
 		tw.Flush()
 	}
+	if len(rep.Network) > 0 {
+		fmt.Fprintln(w, "\nnetwork per pod interface (rates mean over repeats, drops summed; lo only when it carried traffic):")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "POINT\tMESH\tPOD\tIFACE\tRX\tTX\tRX PKT/S\tTX PKT/S\tDROPPED RX/TX\t")
+		for _, u := range rep.Network {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%d/%d\t\n", u.Label, u.Mesh, u.Pod, u.Interface,
+				byteRate(u.RxBytesPerSec), byteRate(u.TxBytesPerSec), u.RxPacketsPerSec, u.TxPacketsPerSec, u.RxDropped, u.TxDropped)
+		}
+		tw.Flush()
+	}
 	for i, c := range rep.Capacity {
 		if i == 0 {
 			fmt.Fprintln(w)
@@ -207,6 +217,19 @@ func WriteComparisons(w io.Writer, cs []Comparison) error {
 			pct(c.Pct), floor, c.Verdict)
 	}
 	return tw.Flush()
+}
+
+// byteRate renders bytes per second with a binary unit.
+func byteRate(b float64) string {
+	switch {
+	case b < 1<<10:
+		return fmt.Sprintf("%.0fB/s", b)
+	case b < 1<<20:
+		return fmt.Sprintf("%.1fKiB/s", b/(1<<10))
+	case b < 1<<30:
+		return fmt.Sprintf("%.1fMiB/s", b/(1<<20))
+	}
+	return fmt.Sprintf("%.2fGiB/s", b/(1<<30))
 }
 
 func mib(b float64) string { return fmt.Sprintf("%.1fMiB", b/(1<<20)) }
