@@ -160,10 +160,14 @@ const (
 	titleResults     = "Pooled results"
 	titleCapacity    = "Capacity under the SLO"
 	titleResources   = "Resources per component"
+	titleNetwork     = "Network per pod"
 	titleCost        = "Cost per mesh"
 	titleChecks      = "Checks"
 	titleProvenance  = "Provenance"
 )
+
+// networkHeader is the header of the network table (Markdown and HTML).
+var networkHeader = []string{"Mesh", "Pod", "Interface", "Rx KiB/s", "Tx KiB/s", "Rx pkt/s", "Tx pkt/s", "Dropped rx / tx"}
 
 func renderMarkdown(w io.Writer, s *Summary) error {
 	m := &mdWriter{w: bufio.NewWriter(w)}
@@ -227,6 +231,19 @@ func renderMarkdown(w io.Writer, s *Summary) error {
 			rows = append(rows, []string{r.Mesh, r.Component, r.Role, orDash(r.Pod), sig(r.AvgCores), sig(r.PeakCores), sig(r.AvgMemMiB), sig(r.PeakMemMiB)})
 		}
 		m.table([]string{"Mesh", "Component", "Role", "Pod", "CPU avg (cores)", "CPU peak (cores)", "RSS avg (MiB)", "RSS peak (MiB)"}, rows)
+	}
+	m.printf("### %s\n\n", titleNetwork)
+	if len(s.Network) == 0 {
+		m.printf("_No network counters were recorded in this run._\n\n")
+	} else {
+		m.printf("From experiments: %s. Rates are the mean over repeats, drops are summed; loopback (lo) is listed only where it carried traffic.\n\n",
+			strings.Join(s.NetworkFrom, ", "))
+		var rows [][]string
+		for _, r := range s.Network {
+			rows = append(rows, []string{r.Mesh, r.Pod, r.Interface, sig(r.RxBytesPerSec / (1 << 10)), sig(r.TxBytesPerSec / (1 << 10)),
+				sig(r.RxPacketsPerSec), sig(r.TxPacketsPerSec), fmt.Sprintf("%d / %d", r.RxDropped, r.TxDropped)})
+		}
+		m.table(networkHeader, rows)
 	}
 	if m.section(titleCost, len(s.Costs) == 0, "No resource samples, so no cost.") {
 		cm := s.CostModel

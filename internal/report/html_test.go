@@ -40,6 +40,8 @@ type sectionCheck struct {
 	Charts    int    `json:"charts"`    // charts whose canvas/svg has a non-zero size
 	DataRows  int    `json:"dataRows"`  // rows in tbody of tables
 	EmptyNote string `json:"emptyNote"` // the "no data" sentence, if any
+	// NetworkRows are the rows of the "Network per pod" table (resources section).
+	NetworkRows int `json:"networkRows"`
 }
 
 const inspectSections = `Array.from(document.querySelectorAll('section[data-section]')).map(s => {
@@ -51,7 +53,8 @@ const inspectSections = `Array.from(document.querySelectorAll('section[data-sect
   let rows = 0;
   s.querySelectorAll('table tbody tr').forEach(() => rows++);
   const e = s.querySelector('.empty');
-  return {id: s.dataset.section, charts: charts, dataRows: rows, emptyNote: e ? e.textContent : ''};
+  const net = s.querySelectorAll('table[data-table="network"] tbody tr').length;
+  return {id: s.dataset.section, charts: charts, dataRows: rows, emptyNote: e ? e.textContent : '', networkRows: net};
 })`
 
 // TestHTMLInChromium opens the report in real headless Chromium and checks that it
@@ -93,6 +96,9 @@ func TestHTMLInChromium(t *testing.T) {
 		if n, ok := wantRows[c.ID]; ok && c.DataRows < n {
 			t.Errorf("section %s: %d table rows, want at least %d", c.ID, c.DataRows, n)
 		}
+		if c.ID == "resources" && c.NetworkRows != 13 {
+			t.Errorf("section resources: network table has %d rows, want 13", c.NetworkRows)
+		}
 		if c.Charts == 0 && c.DataRows == 0 {
 			t.Errorf("section %s shows neither a chart nor a table row", c.ID)
 		}
@@ -119,7 +125,7 @@ func TestHTMLEmptySectionsSayNoData(t *testing.T) {
 	var keep = run.Trials[:0]
 	for _, tr := range run.Trials {
 		if tr.Experiment == "fixed" && tr.Mesh == "baseline" {
-			tr.Result.Resources, tr.Result.Intervals = nil, nil
+			tr.Result.Resources, tr.Result.Intervals, tr.Result.Network = nil, nil, nil
 			keep = append(keep, tr)
 		}
 	}

@@ -106,6 +106,34 @@ func TestSummaryNumbers(t *testing.T) {
 			}
 		}
 	}
+	// Network: productpage's eth0 moves 1200 B in and 6200 B out per request without a
+	// mesh, 200 and 300 B more with a sidecar, whose lo carries 5200 B each way; the
+	// mean served rate over the eight points is 775 rps for both (no drops below
+	// 1530 rps). Idle loopback is left out.
+	net := map[string]NetworkRow{}
+	for _, r := range s.Network {
+		net[r.Mesh+"/"+r.Pod+"/"+r.Interface] = r
+	}
+	if len(s.Network) != 3+5+5 {
+		t.Errorf("network rows = %d, want 13 (3 eth0 per mesh, 2 busy lo per sidecar mesh): %+v", len(s.Network), s.Network)
+	}
+	near := func(got, want float64) bool { return math.Abs(got-want) <= 1e-9*want }
+	for _, c := range []struct {
+		key    string
+		rx, tx float64
+	}{{"baseline/productpage-0/eth0", 1200 * 775, 6200 * 775}, {"sidecar/productpage-0/eth0", 1400 * 775, 6500 * 775},
+		{"sidecar/productpage-0/lo", 5200 * 775, 5200 * 775}, {"sidecar/reviews-0/lo", 800 * 775, 800 * 775}} {
+		r, ok := net[c.key]
+		if !ok || !near(r.RxBytesPerSec, c.rx) || !near(r.TxBytesPerSec, c.tx) || r.Trials != 24 || !near(r.RxPacketsPerSec, 4*775) {
+			t.Errorf("network %s = %+v, want rx %v tx %v B/s over 24 trials", c.key, r, c.rx, c.tx)
+		}
+	}
+	if _, ok := net["baseline/productpage-0/lo"]; ok {
+		t.Error("idle loopback of the baseline is listed")
+	}
+	if strings.Join(s.NetworkFrom, ",") != "fixed,sweep" {
+		t.Errorf("network from %v", s.NetworkFrom)
+	}
 	costs := map[string]CostRow{}
 	for _, c := range s.Costs {
 		costs[c.Mesh] = c
@@ -147,6 +175,9 @@ func TestJSONHasNoNaNAndReadsBack(t *testing.T) {
 	var back Summary
 	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
 		t.Fatal(err)
+	}
+	if len(back.Network) != 13 || back.Network[0].RxBytesPerSec <= 0 || back.Network[0].Interface == "" {
+		t.Errorf("JSON summary network rows: %+v", back.Network)
 	}
 	if len(back.Groups) != 24 || len(back.Comparisons) == 0 || back.RunID != run.ID {
 		t.Fatalf("JSON summary lost data: %d groups, %d comparisons", len(back.Groups), len(back.Comparisons))
@@ -246,6 +277,7 @@ func TestMarkdownTables(t *testing.T) {
 		titleResources:   {"Mesh", "Component", "Role", "Pod", "CPU avg (cores)", "CPU peak (cores)", "RSS avg (MiB)", "RSS peak (MiB)"},
 		titleCost: {"Mesh", "vCPU", "Memory (MiB)", "Mesh vCPU", "Mesh memory (MiB)", "req/s", "Extra vCPU", "Extra GiB",
 			"Instances (bound by)", "USD/month", "USD per million requests"},
+		titleNetwork:    {"Mesh", "Pod", "Interface", "Rx KiB/s", "Tx KiB/s", "Rx pkt/s", "Tx pkt/s", "Dropped rx / tx"},
 		titleChecks:     {"Mesh", "Check", "Result", "Detail"},
 		titleProvenance: {"Item", "Value"},
 	}
@@ -269,6 +301,15 @@ func TestMarkdownTables(t *testing.T) {
 	if n := len(tables[titleComparisons][0]) - 1; n != 2*8*6 {
 		t.Errorf("comparison rows = %d, want 96", n)
 	}
+	if n := len(tables[titleNetwork][0]) - 1; n != 13 {
+		t.Errorf("network rows = %d, want 13", n)
+	}
+	for _, row := range tables[titleNetwork][0][1:] {
+		// 1200 B × 775 rps / 1024 = 908.2 KiB/s.
+		if row[0] == "baseline" && row[1] == "productpage-0" && (row[2] != "eth0" || row[3] != "908.2" || row[7] != "0 / 0") {
+			t.Errorf("baseline productpage network row %q, want eth0 908.2 KiB/s in, no drops", row)
+		}
+	}
 	for _, row := range tables[titleCapacity][0][1:] {
 		if row[0] == "sweep" && row[1] == "sidecar-mtls" && row[2] != "1200 rps" {
 			t.Errorf("capacity row %q, want 1200 rps", row)
@@ -282,7 +323,7 @@ func TestMarkdownSaysWhenSectionsAreEmpty(t *testing.T) {
 	var trials []results.Trial
 	for _, tr := range run.Trials {
 		if tr.Experiment == "fixed" && tr.Mesh == "baseline" {
-			tr.Result.Resources = nil
+			tr.Result.Resources, tr.Result.Network = nil, nil
 			trials = append(trials, tr)
 		}
 	}
@@ -292,7 +333,7 @@ func TestMarkdownSaysWhenSectionsAreEmpty(t *testing.T) {
 	if err := Render(&buf, Markdown, run, nil, Options{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"nothing to rank", "no capacity was searched", "No resource samples were recorded", "no equivalence check stored"} {
+	for _, want := range []string{"nothing to rank", "no capacity was searched", "No resource samples were recorded", "No network counters were recorded", "no equivalence check stored"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("markdown lacks %q", want)
 		}

@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -42,6 +43,9 @@ func TestReportFromStore(t *testing.T) {
 	if len(got.Groups) != len(want.Groups) || len(got.Resources) != len(want.Resources) || len(got.Checks) != len(want.Checks) {
 		t.Fatalf("stored run reports %d groups, %d resources, %d checks; in memory %d, %d, %d",
 			len(got.Groups), len(got.Resources), len(got.Checks), len(want.Groups), len(want.Resources), len(want.Checks))
+	}
+	if len(got.Network) == 0 || fmt.Sprint(got.Network) != fmt.Sprint(want.Network) {
+		t.Errorf("network rows differ after the store:\n got %+v\nwant %+v", got.Network, want.Network)
 	}
 	for i := range want.Groups {
 		if got.Groups[i].P99Ms != want.Groups[i].P99Ms || got.Groups[i].Requests != want.Groups[i].Requests {

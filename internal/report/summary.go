@@ -72,6 +72,11 @@ type Summary struct {
 	Costs         []CostRow         `json:"costs"`
 	Checks        []CheckRow        `json:"checks"`
 	Provenance    ProvenanceSummary `json:"provenance"`
+
+	// Network is bytes and packets per second per pod interface, per mesh, from the
+	// experiments NetworkFrom names (chosen like ResourcesFrom).
+	Network     []NetworkRow `json:"network"`
+	NetworkFrom []string     `json:"network_from"`
 }
 
 // MeshInfo is one mesh under test.
@@ -238,6 +243,23 @@ type ResourceRow struct {
 	Samples    int     `json:"samples"`
 }
 
+// NetworkRow is one interface of one pod of one mesh: rates in bytes and packets per
+// second, the mean of the trials' rates (analysis.NetworkUsage pooled over the points
+// of the NetworkFrom experiments, weighted by their trials); drops are summed.
+type NetworkRow struct {
+	Mesh            string  `json:"mesh"`
+	Pod             string  `json:"pod"`
+	Node            string  `json:"node,omitempty"`
+	Interface       string  `json:"interface"`
+	RxBytesPerSec   float64 `json:"rx_bytes_per_s"`
+	TxBytesPerSec   float64 `json:"tx_bytes_per_s"`
+	RxPacketsPerSec float64 `json:"rx_packets_per_s"`
+	TxPacketsPerSec float64 `json:"tx_packets_per_s"`
+	RxDropped       int64   `json:"rx_dropped"`
+	TxDropped       int64   `json:"tx_dropped"`
+	Trials          int     `json:"trials"`
+}
+
 // CostModel is the instance type the overhead is priced on (see internal/cost).
 type CostModel struct {
 	Instance      string  `json:"instance"`
@@ -343,6 +365,12 @@ func Summarize(run *results.Run, an *analysis.Report, opts Options) *Summary {
 		s.ResourcesFrom = append(s.ResourcesFrom, e)
 	}
 	sort.Strings(s.ResourcesFrom)
+	netUse := networkExperiments(run)
+	s.Network = networkRows(an.Network, netUse, meshOrder(run))
+	for e := range netUse {
+		s.NetworkFrom = append(s.NetworkFrom, e)
+	}
+	sort.Strings(s.NetworkFrom)
 	var loadGroups []GroupRow
 	for _, g := range s.Groups {
 		if use[g.Experiment] {
@@ -674,9 +702,20 @@ func timeSeries(run *results.Run) []TimeSeries {
 // at a fixed load when there are any (a closed-loop capacity trial runs every mesh at
 // a different rate, so its CPU says nothing comparable), else every experiment.
 func resourceExperiments(run *results.Run) map[string]bool {
+	return experimentsWith(run, func(t *results.Trial) bool { return len(t.Result.Resources) > 0 })
+}
+
+// networkExperiments picks the experiments network rows are reported from, by the
+// same rule as resourceExperiments.
+func networkExperiments(run *results.Run) map[string]bool {
+	return experimentsWith(run, func(t *results.Trial) bool { return len(t.Result.Network) > 0 })
+}
+
+func experimentsWith(run *results.Run, has func(*results.Trial) bool) map[string]bool {
 	fixed, all := map[string]bool{}, map[string]bool{}
-	for _, t := range run.Trials {
-		if len(t.Result.Resources) == 0 {
+	for i := range run.Trials {
+		t := &run.Trials[i]
+		if !has(t) {
 			continue
 		}
 		all[t.Experiment] = true
@@ -779,6 +818,58 @@ func resourceRows(run *results.Run) []ResourceRow {
 		out = append(out, ResourceRow{Mesh: k.mesh, Component: k.component, Role: k.role, Pod: k.pod,
 			AvgCores: mean(a.avgCores), PeakCores: a.peakCores, AvgMemMiB: mean(a.avgMem) / (1 << 20), AvgPSSMiB: mean(a.avgPSS) / (1 << 20),
 			PeakMemMiB: float64(a.peakMem) / (1 << 20), Samples: a.samples})
+	}
+	return out
+}
+
+// networkRows pools the analysis's per-point network rows of the chosen experiments
+// into one row per mesh, pod, node and interface: rates weighted by trials (so the
+// mean of every trial's rate), drops summed. Meshes in the run's order, then pod,
+// node, interface.
+func networkRows(usage []analysis.NetworkUsage, use map[string]bool, meshes []string) []NetworkRow {
+	type key struct{ mesh, pod, node, iface string }
+	by := map[key]*NetworkRow{}
+	var order []key
+	for _, u := range usage {
+		if !use[u.Experiment] || u.Trials == 0 {
+			continue
+		}
+		k := key{u.Mesh, u.Pod, u.Node, u.Interface}
+		r := by[k]
+		if r == nil {
+			r = &NetworkRow{Mesh: u.Mesh, Pod: u.Pod, Node: u.Node, Interface: u.Interface}
+			by[k] = r
+			order = append(order, k)
+		}
+		n := float64(u.Trials)
+		r.RxBytesPerSec += u.RxBytesPerSec * n
+		r.TxBytesPerSec += u.TxBytesPerSec * n
+		r.RxPacketsPerSec += u.RxPacketsPerSec * n
+		r.TxPacketsPerSec += u.TxPacketsPerSec * n
+		r.RxDropped += u.RxDropped
+		r.TxDropped += u.TxDropped
+		r.Trials += u.Trials
+	}
+	sort.SliceStable(order, func(i, j int) bool {
+		a, b := order[i], order[j]
+		if mi, mj := indexOf(meshes, a.mesh), indexOf(meshes, b.mesh); mi != mj {
+			return mi < mj
+		}
+		if a.pod != b.pod {
+			return a.pod < b.pod
+		}
+		if a.node != b.node {
+			return a.node < b.node
+		}
+		return a.iface < b.iface
+	})
+	out := make([]NetworkRow, 0, len(order))
+	for _, k := range order {
+		r := *by[k]
+		n := float64(r.Trials)
+		r.RxBytesPerSec, r.TxBytesPerSec = r.RxBytesPerSec/n, r.TxBytesPerSec/n
+		r.RxPacketsPerSec, r.TxPacketsPerSec = r.RxPacketsPerSec/n, r.TxPacketsPerSec/n
+		out = append(out, r)
 	}
 	return out
 }

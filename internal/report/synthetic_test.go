@@ -35,7 +35,7 @@ var synthMeshes = []synthMesh{
 // syntheticRun builds a realistic run in memory: three meshes, three interleaved
 // repeats, a fixed-rate experiment and a 7-step sweep, latencies drawn from
 // log-normal distributions that queue up as the rate nears each mesh's capacity,
-// per-second interval histograms, resource samples and equivalence checks.
+// per-second interval histograms, resource and network samples and equivalence checks.
 func syntheticRun(t testing.TB) *results.Run {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(7, 11))
@@ -171,6 +171,34 @@ func synthTrial(rng *rand.Rand, m synthMesh, rep int, exp, kind string, step int
 			res.Resources = append(res.Resources, results.ResourceSample{Component: c.name, Role: c.role, Pod: c.pod, Node: "n1", Mesh: m.label,
 				T: start.Add(time.Duration(s) * time.Second), CPUUserSeconds: cpu * 0.7, CPUSysSeconds: cpu * 0.3,
 				RSSBytes: int64((c.rssMiB + 4*rng.Float64()) * (1 << 20)), Threads: 4})
+		}
+	}
+	// Network: each request moves a fixed number of bytes over each pod's eth0, so
+	// rates are exactly served × bytes per request. Sidecars add mTLS framing on eth0
+	// and the proxy↔app hop on lo; without a proxy lo stays idle (and is left out).
+	type link struct {
+		pod, iface string
+		rx, tx     float64 // bytes per request served
+	}
+	links := []link{{"client", "eth0", 5000, 300}, {"productpage-0", "eth0", 300 + 900, 5000 + 1200}, {"reviews-0", "eth0", 250, 800},
+		{"productpage-0", "lo", 0, 0}}
+	if m.proxies {
+		links[1].rx, links[1].tx = links[1].rx+200, links[1].tx+300
+		links[3] = link{"productpage-0", "lo", 5200, 5200}
+		links = append(links, link{"reviews-0", "lo", 800, 800})
+	}
+	pkts := func(bytes float64) int64 { // packets per request: 4 when the link carries anything
+		if bytes > 0 {
+			return 4
+		}
+		return 0
+	}
+	for _, l := range links {
+		for s := 0; s <= seconds; s++ {
+			n := int64(served) * int64(s)
+			res.Network = append(res.Network, results.NetSample{Pod: l.pod, Node: "n1", Mesh: m.label, Interface: l.iface,
+				T: start.Add(time.Duration(s) * time.Second), RxBytes: 1e6 + n*int64(l.rx), TxBytes: 2e6 + n*int64(l.tx),
+				RxPackets: 100 + n*pkts(l.rx), TxPackets: 100 + n*pkts(l.tx)})
 		}
 	}
 	return tr

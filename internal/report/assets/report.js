@@ -225,6 +225,19 @@
       [0, 0, 0, 0, 1, 1, 1, 1, 1]);
   } else empty("resources", "No resource samples were recorded in this run.");
 
+  // Network per pod interface (inside the resources section).
+  if (R.network && R.network.length) {
+    body("resources").append(el("h3", {}, "Network per pod"));
+    body("resources").append(el("p", {}, "From experiments: " + (R.network_from || []).join(", ") +
+      ". Rates are the mean over repeats, drops are summed; loopback (lo) is listed only where it carried traffic."));
+    table("resources", ["Mesh", "Pod", "Interface", "Rx KiB/s", "Tx KiB/s", "Rx pkt/s", "Tx pkt/s", "Dropped rx / tx"],
+      R.network.map(n => [n.mesh, n.pod, n.interface, fmt(n.rx_bytes_per_s / 1024), fmt(n.tx_bytes_per_s / 1024),
+        fmt(n.rx_packets_per_s), fmt(n.tx_packets_per_s), n.rx_dropped + " / " + n.tx_dropped]),
+      [0, 0, 0, 1, 1, 1, 1, 1]).setAttribute("data-table", "network");
+  } else if (R.resources && R.resources.length) {
+    body("resources").append(el("p", {}, "No network counters were recorded in this run."));
+  }
+
   if (R.costs && R.costs.length) {
     const cm = R.cost_model;
     body("cost").append(el("p", {}, "Usage is every measured component but the load generator, at the load measured. The overhead over the baseline is priced on " +
