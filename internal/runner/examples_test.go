@@ -1,13 +1,10 @@
 package runner
 
 import (
-	"context"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/meshmark/meshmark/internal/results"
-	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/study"
 )
 
@@ -30,18 +27,7 @@ func TestExamplesRun(t *testing.T) {
 				t.Fatal(err)
 			}
 			shrink(st)
-			db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "results.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			run, err := Run(context.Background(), st, Options{Store: db, ServiceBinary: meshmarkBin, Progress: testWriter{t}})
-			if err != nil {
-				t.Fatalf("run: %v", err)
-			}
-			if run.Status != results.StatusComplete {
-				t.Fatalf("status %s: %s", run.Status, run.StatusReason)
-			}
+			run, _ := runStudy(t, st)
 			seen := map[string]bool{}
 			for _, tr := range run.Trials {
 				seen[tr.Mesh+"/"+tr.Experiment] = true

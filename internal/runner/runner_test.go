@@ -93,19 +93,7 @@ spec:
 
 func TestAAInconclusiveAndSidecarWorse(t *testing.T) {
 	needRoot(t)
-	st := parseStudy(t, comparisonStudy)
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "results.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	run, err := Run(context.Background(), st, Options{Store: db, ServiceBinary: meshmarkBin, Progress: testWriter{t}})
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	if run.Status != results.StatusComplete {
-		t.Fatalf("run status %s (%s)", run.Status, run.StatusReason)
-	}
+	run, db := runStudy(t, parseStudy(t, comparisonStudy))
 	if len(run.Trials) != 12 {
 		t.Fatalf("stored %d trials, want 3 meshes × 4 repeats", len(run.Trials))
 	}
@@ -158,6 +146,25 @@ func TestAAInconclusiveAndSidecarWorse(t *testing.T) {
 			}
 		}
 	}
+}
+
+// runStudy runs a study into a fresh store, requires it to complete, and returns the
+// run and the store (closed when the test ends).
+func runStudy(t *testing.T, st *study.Study) (*results.Run, *store.Store) {
+	t.Helper()
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "results.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	run, err := Run(context.Background(), st, Options{Store: db, ServiceBinary: meshmarkBin, Progress: testWriter{t}})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if run.Status != results.StatusComplete {
+		t.Fatalf("run status %s (%s)", run.Status, run.StatusReason)
+	}
+	return run, db
 }
 
 type testWriter struct{ t *testing.T }
@@ -351,23 +358,15 @@ spec:
   experiments:
     - {name: low, kind: fixed-rate, rate: 150, connections: 8, duration: 8s, warmup: 1s}
     - {name: high, kind: fixed-rate, rate: 300, connections: 8, duration: 8s, warmup: 1s}
-  repeats: 1
+  repeats: 2
+  order: interleaved
 `
 
 // Sidecar CPU is measured per component: it is above zero, twice the rate costs about
 // twice the sidecar CPU, and the baseline has no sidecar rows at all.
 func TestSidecarCPUScalesWithRate(t *testing.T) {
 	needRoot(t)
-	st := parseStudy(t, cpuStudy)
-	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "results.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	run, err := Run(context.Background(), st, Options{Store: db, ServiceBinary: meshmarkBin, Progress: testWriter{t}})
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
+	run, _ := runStudy(t, parseStudy(t, cpuStudy))
 	rep := analysis.Analyze(run, analysis.Options{Seed: 1}, nil)
 	cores := map[string]float64{}
 	for _, u := range rep.Resources {
