@@ -50,12 +50,13 @@ func (e *engine) runClosedEpoll(ctx context.Context, p *Prepared) bool {
 	if e.cfg.Client != nil || e.cfg.DisableKeepAlive || e.cfg.Closed.Rate > 0 || !ok || len(hr.wire) > epollMaxRequest {
 		return false
 	}
-	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	set, err := newEpollSet(epollTick)
 	if err != nil {
 		return false
 	}
-	defer unix.Close(epfd)
-	l := &epollLoop{e: e, hr: hr, epfd: epfd, dial: ClientOptions{Dial: e.cfg.Dial}.dial()}
+	defer set.Close()
+	l := &epollLoop{e: e, hr: hr, set: set, dial: ClientOptions{Dial: e.cfg.Dial}.dial()}
+	l.next = func(c *epollConn) { l.start(ctx, c) }
 	l.conns = make([]*epollConn, e.cfg.Closed.Connections)
 	for i := range l.conns {
 		l.conns[i] = &epollConn{idx: i, fd: -1, buf: make([]byte, 16<<10)}
@@ -76,10 +77,12 @@ var errNoFD = errors.New("connection has no file descriptor")
 type epollLoop struct {
 	e      *engine
 	hr     *http1Request
-	epfd   int
+	set    *epollSet
 	dial   DialFunc
 	conns  []*epollConn
 	active int
+	// next is called after a request on c was recorded, to go on with c.
+	next func(c *epollConn)
 }
 
 func (l *epollLoop) connect(c *epollConn) error {
@@ -109,8 +112,7 @@ func (l *epollLoop) connect(c *epollConn) error {
 		return dupErr
 	}
 	unix.CloseOnExec(fd)
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(c.idx)}
-	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+	if err := l.set.add(fd, int32(c.idx)); err != nil {
 		unix.Close(fd)
 		return err
 	}
@@ -123,7 +125,7 @@ func (l *epollLoop) disconnect(c *epollConn) {
 	if !c.open {
 		return
 	}
-	unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+	l.set.del(c.fd)
 	unix.Close(c.fd)
 	c.open, c.fd, c.n = false, -1, 0
 }
@@ -157,13 +159,13 @@ func (l *epollLoop) send(c *epollConn) bool {
 	}
 	wire := l.hr.wire
 	for len(wire) > 0 {
-		n, err := unix.Write(c.fd, wire)
+		n, err := rawWrite(c.fd, wire)
 		if err == unix.EINTR || err == unix.EAGAIN {
 			continue // a send buffer full of a small request is momentary
 		}
 		if err != nil {
 			if l.retry(c, err) {
-				return true
+				return c.busy
 			}
 			l.fail(c, &net.OpError{Op: "write", Net: "tcp", Err: err})
 			return false
@@ -174,7 +176,8 @@ func (l *epollLoop) send(c *epollConn) bool {
 }
 
 // retry resends on a new connection when a kept-alive one turned out closed before any
-// byte of the response; true if it did.
+// byte of the response; true if it took care of err: then the request is either in
+// flight again (c.busy) or recorded as failed.
 func (l *epollLoop) retry(c *epollConn, err error) bool {
 	if !c.used || c.retried || c.n > 0 || !l.hr.idempot || l.e.hard.Err() != nil || Classify(err) != KindReset {
 		return false
@@ -185,7 +188,8 @@ func (l *epollLoop) retry(c *epollConn, err error) bool {
 		l.fail(c, err)
 		return true // recorded; the caller must not record again
 	}
-	return l.send(c) || true
+	l.send(c)
+	return true
 }
 
 func (l *epollLoop) fail(c *epollConn, err error) {
@@ -199,10 +203,10 @@ func (l *epollLoop) run(ctx context.Context) {
 	for _, c := range l.conns {
 		l.start(ctx, c)
 	}
-	events := make([]unix.EpollEvent, len(l.conns))
+	events := make([]unix.EpollEvent, len(l.conns)+2)
 	lastCheck := time.Now()
 	for l.active > 0 {
-		n, err := unix.EpollWait(l.epfd, events, int(epollTick/time.Millisecond))
+		n, err := l.set.wait(events)
 		if err != nil && err != unix.EINTR {
 			for _, c := range l.conns {
 				if c.busy {
@@ -212,9 +216,12 @@ func (l *epollLoop) run(ctx context.Context) {
 			return
 		}
 		for i := 0; i < n; i++ {
+			if events[i].Fd < 0 {
+				continue // the tick: checked below
+			}
 			c := l.conns[events[i].Fd]
 			if c.open {
-				l.readable(ctx, c)
+				l.readable(c)
 			}
 		}
 		if now := time.Now(); now.Sub(lastCheck) >= epollTick || l.e.hard.Err() != nil {
@@ -240,16 +247,16 @@ func (l *epollLoop) expire(ctx context.Context, now time.Time) {
 	}
 }
 
-func (l *epollLoop) readable(ctx context.Context, c *epollConn) {
+func (l *epollLoop) readable(c *epollConn) {
 	if c.n == len(c.buf) {
 		if len(c.buf) >= epollMaxBuffer {
 			l.fail(c, errors.New("response larger than 64 MiB"))
-			l.start(ctx, c)
+			l.next(c)
 			return
 		}
 		c.buf = append(c.buf, make([]byte, len(c.buf))...)
 	}
-	m, err := unix.Read(c.fd, c.buf[c.n:])
+	m, err := rawRead(c.fd, c.buf[c.n:])
 	if err == unix.EAGAIN || err == unix.EINTR {
 		return
 	}
@@ -263,28 +270,31 @@ func (l *epollLoop) readable(ctx context.Context, c *epollConn) {
 		} else {
 			err = &net.OpError{Op: "read", Net: "tcp", Err: err}
 		}
-		if c.n > 0 && err == io.EOF && l.parse(ctx, c, true) {
+		if c.n > 0 && err == io.EOF && l.parse(c, true) {
 			return // a body delimited by the end of the connection
 		}
 		if l.retry(c, err) {
+			if !c.busy {
+				l.next(c)
+			}
 			return
 		}
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
 		l.fail(c, err)
-		l.start(ctx, c)
+		l.next(c)
 		return
 	}
 	if c.n == 0 {
 		c.out.FirstByte = time.Now()
 	}
 	c.n += m
-	l.parse(ctx, c, false)
+	l.parse(c, false)
 }
 
 // parse completes the request on c if its whole response is in the buffer.
-func (l *epollLoop) parse(ctx context.Context, c *epollConn, atEOF bool) bool {
+func (l *epollLoop) parse(c *epollConn, atEOF bool) bool {
 	c.rd.Reset(c.buf[:c.n])
 	c.br.Reset(&c.rd)
 	resp, err := ReadResponse(c.br, l.hr.noBody)
@@ -293,7 +303,7 @@ func (l *epollLoop) parse(ctx context.Context, c *epollConn, atEOF bool) bool {
 	}
 	if err != nil {
 		l.fail(c, err)
-		l.start(ctx, c)
+		l.next(c)
 		return true
 	}
 	c.out.Status, c.out.BytesIn = resp.Status, resp.BodyBytes
@@ -303,6 +313,6 @@ func (l *epollLoop) parse(ctx context.Context, c *epollConn, atEOF bool) bool {
 		l.disconnect(c) // extra bytes we did not ask for, or the server is closing
 	}
 	c.n = 0
-	l.start(ctx, c)
+	l.next(c)
 	return true
 }

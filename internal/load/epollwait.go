@@ -1,0 +1,148 @@
+package load
+
+import (
+	"os"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// How the epoll loops wait. A blocking epoll_wait made as an ordinary syscall leaves the
+// processor in the syscall state; with GOMAXPROCS=1 (a generator pinned to one core)
+// sysmon then retakes it from every wait longer than its 20 µs tick and keeps polling at
+// that tick: strace showed one nanosleep of sysmon per request, each a context switch on
+// the generator's only core. Instead the loop's epoll descriptor is itself registered
+// with the runtime's poller: the loop parks like any goroutine reading a socket, the
+// processor goes idle (and sysmon to sleep), and the runtime's epoll wakes it when the
+// loop's set has events. Everything the loop does on its own descriptors cannot block
+// (sockets and timerfds are non-blocking, epoll_wait has a zero timeout), so it uses raw
+// syscalls, which skip the scheduler's bookkeeping and do not wake sysmon either.
+
+// Event tags for the timerfds in a loop's set; connections are tagged by their index.
+const (
+	tagTick  = -1 // periodic: deadlines and the end of the run are checked every tick
+	tagSched = -2 // one-shot: the open model's next intended send
+)
+
+type epollSet struct {
+	fd    int
+	file  *os.File        // owns fd; nil when the runtime's poller would not take it
+	rc    syscall.RawConn // waits on fd through the runtime's poller
+	tick  int             // timerfd, or -1
+	sched int             // the open loop's one-shot timerfd, or -1
+}
+
+// newEpollSet creates an epoll set with a timerfd ticking every tick.
+func newEpollSet(tick time.Duration) (*epollSet, error) {
+	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	s := &epollSet{fd: fd, tick: -1, sched: -1}
+	if t, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC); err == nil {
+		spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(tick)), Interval: unix.NsecToTimespec(int64(tick))}
+		if unix.TimerfdSettime(t, 0, &spec, nil) != nil || s.add(t, tagTick) != nil {
+			unix.Close(t)
+		} else {
+			s.tick = t
+		}
+	}
+	// os.NewFile registers a non-blocking descriptor with the runtime's poller.
+	if s.tick >= 0 && unix.SetNonblock(fd, true) == nil {
+		f := os.NewFile(uintptr(fd), "epoll")
+		if rc, err := f.SyscallConn(); err == nil {
+			s.file, s.rc = f, rc
+		} else {
+			f.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s *epollSet) add(fd int, tag int32) error {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: tag}
+	return unix.EpollCtl(s.fd, unix.EPOLL_CTL_ADD, fd, &ev)
+}
+
+func (s *epollSet) del(fd int) {
+	unix.EpollCtl(s.fd, unix.EPOLL_CTL_DEL, fd, nil)
+}
+
+func (s *epollSet) Close() {
+	if s.tick >= 0 {
+		unix.Close(s.tick)
+	}
+	if s.sched >= 0 {
+		unix.Close(s.sched)
+	}
+	if s.file != nil {
+		s.file.Close()
+	} else {
+		unix.Close(s.fd)
+	}
+}
+
+// wait returns at least one event, waiting at most about one tick. Timerfd events are
+// consumed here but still returned, tagged.
+func (s *epollSet) wait(events []unix.EpollEvent) (int, error) {
+	var n int
+	var err error
+	if s.rc == nil {
+		n, err = unix.EpollWait(s.fd, events, int(epollTick/time.Millisecond))
+	} else {
+		rerr := s.rc.Read(func(uintptr) bool {
+			n, err = rawEpollWait(s.fd, events)
+			return n > 0 || (err != nil && err != unix.EINTR)
+		})
+		if err == nil && rerr != nil {
+			// the runtime's poller refused the descriptor after all: block in epoll_wait
+			s.rc = nil
+			return s.wait(events)
+		}
+	}
+	for i := 0; i < n; i++ {
+		if events[i].Fd < 0 {
+			var b [8]byte
+			fd := s.tick
+			if events[i].Fd == tagSched {
+				fd = s.sched
+			}
+			rawRead(fd, b[:])
+		}
+	}
+	return n, err
+}
+
+func rawEpollWait(epfd int, events []unix.EpollEvent) (int, error) {
+	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
+// rawRead and rawWrite are read(2) and write(2) on non-blocking descriptors.
+func rawRead(fd int, b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	r, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
+
+func rawWrite(fd int, b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	r, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(r), nil
+}
