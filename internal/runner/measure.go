@@ -88,6 +88,7 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 	}
 	trial.End = trial.Start.Add(res.Elapsed)
 	trial.Result.Resources = resourceSamples(smp.Rounds())
+	trial.Result.Network = netSamples(smp.Rounds())
 	trial.Result.ProxyStats = proxyStats(before, after, t.Mesh.Name)
 	if msg := bypassed(d, before, after, res); msg != "" {
 		trial.Result.Flags = append(trial.Result.Flags, FlagProxyBypassed)
@@ -209,6 +210,18 @@ func resourceSamples(rounds []sampler.Round) []results.ResourceSample {
 				VoluntaryCtx:   int64(p.VoluntaryCtxSwitches),
 				InvoluntaryCtx: int64(p.InvoluntaryCtxSwitches),
 			})
+		}
+	}
+	return out
+}
+
+func netSamples(rounds []sampler.Round) []results.NetSample {
+	var out []results.NetSample
+	for _, rd := range rounds {
+		for _, n := range rd.Nets {
+			out = append(out, results.NetSample{Pod: n.Pod, Node: n.Node, Mesh: n.Mesh, Interface: n.Interface, T: rd.Time,
+				RxBytes: int64(n.RxBytes), TxBytes: int64(n.TxBytes), RxPackets: int64(n.RxPackets), TxPackets: int64(n.TxPackets),
+				RxDropped: int64(n.RxDropped), TxDropped: int64(n.TxDropped)})
 		}
 	}
 	return out
