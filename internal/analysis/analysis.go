@@ -193,6 +193,7 @@ type Group struct {
 	Throughput      float64 `json:"throughput"`
 	ErrorRate       float64 `json:"error_rate"`
 	GeneratorBehind int     `json:"generator_behind"` // trials whose generator fell behind
+	ProxyBypassed   int     `json:"proxy_bypassed"`   // trials in which traffic went around the mesh
 	// Outliers are ids of trials outside Tukey's fences on trial p99 (kept, not removed).
 	Outliers []int64 `json:"outliers,omitempty"`
 	// MixedParams is set when the repeats of this step ran with different load
@@ -322,6 +323,9 @@ func fillGroup(g *Group) {
 		g.TrialIDs = append(g.TrialIDs, t.ID)
 		if t.Result.Generator.Behind || t.Result.HasFlag(results.FlagGeneratorBehind) {
 			g.GeneratorBehind++
+		}
+		if t.Result.HasFlag(results.FlagProxyBypassed) {
+			g.ProxyBypassed++
 		}
 		p, q := t.Params, g.Params
 		if p.RequestedRate != q.RequestedRate || p.Connections != q.Connections || p.Users != q.Users {

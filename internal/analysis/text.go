@@ -122,6 +122,9 @@ func WriteRunSummary(w io.Writer, run *results.Run, rep *Report) error {
 	fmt.Fprintln(tw, "POINT\tMESH\tREPEATS\tREQUESTS\tERRORS\tTHROUGHPUT\tP50\tP90\tP99\tP99.9\tMAX\tNOTES\t")
 	for _, g := range rep.Groups {
 		var notes []string
+		if g.ProxyBypassed > 0 {
+			notes = append(notes, fmt.Sprintf("traffic bypassed the mesh in %d", g.ProxyBypassed))
+		}
 		if g.GeneratorBehind > 0 {
 			notes = append(notes, fmt.Sprintf("generator behind in %d", g.GeneratorBehind))
 		}

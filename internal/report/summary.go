@@ -984,16 +984,21 @@ func checkRows(run *results.Run, groups []*analysis.Group) []CheckRow {
 				out = append(out, enrollmentChecks(m, e)...)
 			}
 		}
-		total, behind := 0, 0
+		total, behind, bypassed := 0, 0, 0
 		for _, g := range groups {
 			if g.Mesh == m.Label {
 				total += g.Repeats
 				behind += g.GeneratorBehind
+				bypassed += g.ProxyBypassed
 			}
 		}
 		if total > 0 {
 			out = append(out, CheckRow{Mesh: m.Label, Check: "load generator kept up", Pass: behind == 0,
 				Detail: fmt.Sprintf("%d of %d trials fell behind their schedule", behind, total)})
+		}
+		if total > 0 && m.Profile != "none" {
+			out = append(out, CheckRow{Mesh: m.Label, Check: "every request crossed the entry sidecars", Pass: bypassed == 0,
+				Detail: fmt.Sprintf("in %d of %d trials the sidecars counted fewer requests than were answered", bypassed, total)})
 		}
 	}
 	return out

@@ -235,7 +235,10 @@ type TrialResult struct {
 // Flags the runner or analysis may attach to a trial.
 const (
 	FlagGeneratorBehind = "generator-behind"
-	FlagOutlier         = "outlier"
+	// FlagProxyBypassed: the entry service's sidecars counted fewer requests than were
+	// answered, so some traffic did not cross the mesh.
+	FlagProxyBypassed = "proxy-bypassed"
+	FlagOutlier       = "outlier"
 )
 
 // Interval is one second (or other fixed slice) of a trial.

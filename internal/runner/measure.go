@@ -91,7 +91,7 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 	trial.Result.Network = netSamples(smp.Rounds())
 	trial.Result.ProxyStats = proxyStats(before, after, t.Mesh.Name)
 	if msg := bypassed(d, before, after, res); msg != "" {
-		trial.Result.Flags = append(trial.Result.Flags, FlagProxyBypassed)
+		trial.Result.Flags = append(trial.Result.Flags, results.FlagProxyBypassed)
 		r.progress.note(fmt.Sprintf("warning: %s in %s on %s; this trial is flagged", msg, label, t.Mesh.Name))
 	}
 
@@ -272,10 +272,6 @@ func snapshot(ctx context.Context, d *deployment, pods []topology.Pod) []proxySn
 	wg.Wait()
 	return out
 }
-
-// FlagProxyBypassed marks a trial in which the entry service's sidecars saw fewer
-// requests than the load generator completed: some traffic did not cross the mesh.
-const FlagProxyBypassed = "proxy-bypassed"
 
 // bypassed proves, from the proxies' own counters, that every measured request entered
 // the application through a sidecar of the entry service. The counters also include

@@ -141,7 +141,7 @@ func TestAAInconclusiveAndSidecarWorse(t *testing.T) {
 	}
 	for _, tr := range stored.Trials {
 		for _, f := range tr.Result.Flags {
-			if f == FlagProxyBypassed {
+			if f == results.FlagProxyBypassed {
 				t.Errorf("trial %s repeat %d: the entry sidecars counted fewer requests than were answered", tr.Mesh, tr.Repeat)
 			}
 		}
