@@ -63,14 +63,16 @@ func (Profile) Check(ctx context.Context, sub substrate.Substrate, app *topology
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					start := time.Now()
 					r, err := mesh.ProbeHTTP(ctx, sub, from, mesh.Addr(p.IP, p.Port), fmt.Sprintf("%s:%d", s.Name, s.Port), "/")
+					took := time.Since(start).Round(time.Millisecond)
 					if err != nil {
 						pr.err = err
 						pr.pe.Notes = append(pr.pe.Notes, err.Error())
 						return
 					}
 					pr.pe.Answered = true
-					pr.pe.Notes = append(pr.pe.Notes, fmt.Sprintf("direct probe from %s: HTTP %d", from.Name, r.Status))
+					pr.pe.Notes = append(pr.pe.Notes, fmt.Sprintf("direct probe from %s: HTTP %d in %s", from.Name, r.Status, took))
 				}()
 			}
 		}
