@@ -170,6 +170,9 @@ func (tb *Testbed) Deploy(ctx context.Context, spec AppSpec) (topology.App, erro
 	for i := range app.Services {
 		app.Services[i].VIP = vips[i]
 	}
+	if err := tb.WaitForwarding(ctx); err != nil {
+		return app, err
+	}
 	return app, nil
 }
 

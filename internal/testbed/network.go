@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -321,4 +322,55 @@ func (tb *Testbed) createPodNetwork(spec PodSpec) (*pod, error) {
 		return fail(err)
 	}
 	return p, nil
+}
+
+// WaitForwarding returns once every bridge port of the fabric and of every node is
+// forwarding. The kernel reports a new veth's carrier through linkwatch, which batches
+// such events for up to a second; until then the bridge keeps the port disabled and
+// silently drops what it should flood, so the first connection across it would stall
+// for a SYN retransmit (1 s) inside someone's measurement.
+func (tb *Testbed) WaitForwarding(ctx context.Context) error {
+	tb.mu.Lock()
+	all := []*netNS{tb.fabric}
+	for _, n := range tb.nodes {
+		all = append(all, n.ns)
+	}
+	tb.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for _, ns := range all {
+		for {
+			pending, err := ns.portsNotForwarding()
+			if err != nil {
+				return err
+			}
+			if len(pending) == 0 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("testbed: %s: bridge ports %v not forwarding: %w", ns.name, pending, ctx.Err())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// portsNotForwarding lists the bridge ports in the namespace whose carrier is not up yet.
+func (ns *netNS) portsNotForwarding() ([]string, error) {
+	ns.nlMu.Lock()
+	defer ns.nlMu.Unlock()
+	links, err := ns.nl.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("testbed: %s: list links: %w", ns.name, err)
+	}
+	var pending []string
+	for _, l := range links {
+		a := l.Attrs()
+		if a.MasterIndex != 0 && a.OperState != netlink.OperUp {
+			pending = append(pending, a.Name)
+		}
+	}
+	return pending, nil
 }
