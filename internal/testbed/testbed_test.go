@@ -785,6 +785,12 @@ func TestDeployBookinfo(t *testing.T) {
 	if app.Name != "bookinfo" || app.Namespace != "books" || len(app.Services) != 4 || len(app.Clients) != 1 {
 		t.Fatalf("app = %+v", app)
 	}
+	// Deploy returns with every bridge port forwarding, so no first packet is lost.
+	for _, ns := range append([]*netNS{tb.fabric}, tb.nodes[0].ns, tb.nodes[1].ns, tb.nodes[2].ns) {
+		if pending, err := ns.portsNotForwarding(); err != nil || len(pending) > 0 {
+			t.Errorf("%s: ports %v not forwarding after Deploy (%v)", ns.name, pending, err)
+		}
+	}
 	reviews := app.Service("reviews")
 	if reviews == nil || len(reviews.Versions) != 3 || reviews.Versions[1].Name != "v2" || reviews.Versions[1].Weight != 33 {
 		t.Fatalf("reviews = %+v", reviews)
