@@ -19,8 +19,12 @@ if ! command -v fortio >/dev/null; then
   echo "bench-load: installing fortio into .tools/bin" >&2
   GOBIN="$repo/.tools/bin" go install fortio.org/fortio@v1.66.5
 fi
-mm=${MESHMARK_BIN:-$repo/bin/meshmark}
-if ! "$mm" load --help >/dev/null 2>&1; then
+# Build from the tree being measured unless a binary is given: an existing bin/meshmark
+# may be older than the code, and the table would describe the old code.
+if [ -n "${MESHMARK_BIN:-}" ]; then
+  mm=$MESHMARK_BIN
+else
+  mm=$repo/bin/meshmark
   go build -o "$mm" ./cmd/meshmark
 fi
 
