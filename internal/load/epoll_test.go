@@ -86,8 +86,10 @@ func TestClosedPathsAgree(t *testing.T) {
 					if res.Health.Connections != count {
 						t.Errorf("%s: %d connections for %d responses that each closed theirs", path, res.Health.Connections, count)
 					}
-				} else if res.Health.Connections != wantConns {
-					t.Errorf("%s: %d connections, want %d", path, res.Health.Connections, wantConns)
+				} else if res.Health.Connections < 1 || res.Health.Connections > wantConns {
+					// Keep-alive: never more than one connection per worker. Fewer is
+					// allowed: on a busy machine a worker may start after the count ran out.
+					t.Errorf("%s: %d connections, want 1..%d", path, res.Health.Connections, wantConns)
 				}
 			}
 		})
