@@ -478,3 +478,62 @@ func TestInterruptKeepsFinishedTrials(t *testing.T) {
 		t.Errorf("no report written for the finished trials; stdout:\n%s", stdout.String())
 	}
 }
+
+const searchStudy = `apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: runner-capacity-search}
+spec:
+  substrate:
+    local: {nodes: 2, loadgenNode: 1}
+  workload: {graph: bookinfo}
+  meshes:
+    - {name: none, profile: none}
+  experiments:
+    - name: capacity
+      kind: capacity
+      search: {start: 100, max: 4000, precision: 20%}
+      duration: 1500ms
+      warmup: 500ms
+    - {name: latency, kind: fixed-rate, rate: 75% of lowest capacity, capacityFrom: capacity, duration: 1500ms, warmup: 500ms}
+  repeats: 1
+  slo: {p99: 20ms, errorRate: 0.1%}
+`
+
+// The SLO-bounded capacity search bisects open-loop rates, and a relative rate is
+// resolved from the highest probe that met the SLO.
+func TestCapacitySearchFeedsRelativeRate(t *testing.T) {
+	needRoot(t)
+	run, _ := runStudy(t, parseStudy(t, searchStudy))
+	var best, fixed float64
+	probes := 0
+	for _, tr := range run.Trials {
+		switch tr.Experiment {
+		case "capacity":
+			if tr.Params.Extra["search"] != "probe" {
+				continue // the closed-loop sweep at the default connection count
+			}
+			probes++
+			p99 := results.Duration(tr.Result.Latency.ValueAtQuantile(99))
+			achieved := float64(tr.Result.Requests) / tr.Duration().Seconds()
+			met := tr.Result.Errors*1000 <= tr.Result.Requests && p99 <= 20*time.Millisecond &&
+				achieved >= 0.95*tr.Params.RequestedRate && !tr.Result.Generator.Behind
+			t.Logf("probe %.0f req/s: achieved %.0f, p99 %v, met %v", tr.Params.RequestedRate, achieved, p99, met)
+			if met && tr.Params.RequestedRate > best {
+				best = tr.Params.RequestedRate
+			}
+		case "latency":
+			fixed = tr.Params.RequestedRate
+		}
+	}
+	if probes < 3 {
+		t.Fatalf("%d probes: a bisection from 100 to 4000 at 20%% needs several", probes)
+	}
+	if best == 0 {
+		t.Fatal("no probe met the SLO, not even the start rate")
+	}
+	// The runner's own judgement may differ from this recomputation at the margin
+	// (achieved rate over the window vs. the engine's), so allow one bisection step.
+	if want := 0.75 * best; fixed < 0.75*want || fixed > 1.25*want {
+		t.Errorf("fixed rate %.0f req/s, want 75%% of the best probe %.0f = %.0f", fixed, best, want)
+	}
+}
