@@ -87,8 +87,9 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 		Result:        convert(res, cfg.Warmup),
 	}
 	trial.End = trial.Start.Add(res.Elapsed)
-	trial.Result.Resources = resourceSamples(smp.Rounds())
-	trial.Result.Network = netSamples(smp.Rounds())
+	steady := steadyRounds(smp.Rounds(), trial.Start, trial.End)
+	trial.Result.Resources = resourceSamples(steady)
+	trial.Result.Network = netSamples(steady)
 	trial.Result.ProxyStats = proxyStats(before, after, t.Mesh.Name)
 	if msg := bypassed(d, before, after, res); msg != "" {
 		trial.Result.Flags = append(trial.Result.Flags, results.FlagProxyBypassed)
@@ -213,6 +214,27 @@ func resourceSamples(rounds []sampler.Round) []results.ResourceSample {
 		}
 	}
 	return out
+}
+
+// steadyRounds keeps the sampler rounds that bracket the measured window: the last one
+// at or before its start through the first one at or after its end. Counters are
+// cumulative, so differences over these rounds cover the window and leave the warm-up out.
+func steadyRounds(rounds []sampler.Round, start, end time.Time) []sampler.Round {
+	first, last := 0, len(rounds)-1
+	for i, rd := range rounds {
+		if !rd.Time.After(start) {
+			first = i
+		}
+	}
+	for i := len(rounds) - 1; i >= first; i-- {
+		if !rounds[i].Time.Before(end) {
+			last = i
+		}
+	}
+	if last < first {
+		return nil
+	}
+	return rounds[first : last+1]
 }
 
 func netSamples(rounds []sampler.Round) []results.NetSample {

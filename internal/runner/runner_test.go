@@ -368,6 +368,24 @@ spec:
 // batches up and the ratio would fall under 2 for a reason that is not measurement error.
 func TestSidecarCPUScalesWithRate(t *testing.T) {
 	needRoot(t)
+	// The ratio is a measurement on a shared 2-core machine: a run spoiled by someone
+	// else's burst is measured once more before the test fails.
+	for attempt := 1; ; attempt++ {
+		ratio, low, high := sidecarCPURatio(t)
+		if ratio >= 1.6 && ratio <= 2.4 {
+			t.Logf("sidecar CPU at 2× the rate: %.2f× (%.3f → %.3f cores)", ratio, low, high)
+			return
+		}
+		if attempt == 2 {
+			t.Fatalf("sidecar CPU at 2× the rate is %.2f× (%.3f → %.3f cores), want 1.6–2.4×", ratio, low, high)
+		}
+		t.Logf("attempt %d: sidecar CPU ratio %.2f× outside 1.6–2.4×, measuring again", attempt, ratio)
+	}
+}
+
+// sidecarCPURatio runs the CPU study, checks what must hold in every run, and returns
+// the high/low ratio of sidecar CPU.
+func sidecarCPURatio(t *testing.T) (ratio, low, high float64) {
 	run, _ := runStudy(t, parseStudy(t, cpuStudy))
 	rep := analysis.Analyze(run, analysis.Options{Seed: 1}, nil)
 	cores := map[string]float64{}
@@ -382,14 +400,9 @@ func TestSidecarCPUScalesWithRate(t *testing.T) {
 		}
 		cores[u.Experiment] += u.CPUCores
 	}
-	low, high := cores["low"], cores["high"]
+	low, high = cores["low"], cores["high"]
 	if low <= 0 || high <= 0 {
 		t.Fatalf("sidecar CPU low %.4f, high %.4f cores: want both above zero", low, high)
-	}
-	if ratio := high / low; ratio < 1.6 || ratio > 2.4 {
-		t.Errorf("sidecar CPU at 2× the rate is %.2f× (%.3f → %.3f cores), want 1.6–2.4×", ratio, low, high)
-	} else {
-		t.Logf("sidecar CPU at 2× the rate: %.2f× (%.3f → %.3f cores)", ratio, low, high)
 	}
 	for _, tr := range run.Trials {
 		var gen bool
@@ -415,6 +428,7 @@ func TestSidecarCPUScalesWithRate(t *testing.T) {
 	if !found {
 		t.Error("no network row for productpage's eth0")
 	}
+	return high / low, low, high
 }
 
 // Ctrl-C stops a run gracefully: the finished trials are kept, the run is marked
