@@ -1,0 +1,25 @@
+package runner
+
+import (
+	"testing"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/sampler"
+)
+
+func TestSteadyRoundsTrimWarmup(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	var rounds []sampler.Round
+	for i := 0; i <= 10; i++ {
+		rounds = append(rounds, sampler.Round{Time: t0.Add(time.Duration(i) * time.Second)})
+	}
+	// Measured window 2.5 s .. 7.5 s: keep the rounds at 2 s through 8 s.
+	got := steadyRounds(rounds, t0.Add(2500*time.Millisecond), t0.Add(7500*time.Millisecond))
+	if len(got) != 7 || !got[0].Time.Equal(t0.Add(2*time.Second)) || !got[6].Time.Equal(t0.Add(8*time.Second)) {
+		t.Fatalf("kept %d rounds from %v to %v, want 7 from 2s to 8s", len(got), got[0].Time.Sub(t0), got[len(got)-1].Time.Sub(t0))
+	}
+	// A window past the last round keeps from its start to the end of the samples.
+	if got := steadyRounds(rounds, t0.Add(9500*time.Millisecond), t0.Add(20*time.Second)); len(got) != 2 {
+		t.Errorf("kept %d rounds for a window past the samples, want 2", len(got))
+	}
+}
