@@ -65,8 +65,7 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 	go func() { defer wg.Done(); _ = smp.Run(sctx) }()
 
 	res, err := load.Run(ctx, cfg)
-	_ = smp.SampleOnce(time.Now()) // close the window with a reading at its end
-	stopSampler()
+	stopSampler() // Run takes a last round as it stops, closing the window
 	wg.Wait()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()

@@ -82,9 +82,12 @@ type Config struct {
 
 // Sampler samples targets from /proc. Use New, then Run (or SampleOnce).
 type Sampler struct {
-	cfg    Config
-	reader *procReader
-	names  map[string]string // interned interface names
+	cfg Config
+	// sampling serialises rounds: the reader's buffers and the name table are reused
+	// from round to round, so two rounds at once would corrupt each other.
+	sampling sync.Mutex
+	reader   *procReader
+	names    map[string]string // interned interface names
 
 	mu     sync.Mutex
 	rounds []Round
@@ -119,6 +122,8 @@ func (s *Sampler) Run(ctx context.Context) error {
 // SampleOnce takes one round at time now and stores it. Processes that exited are
 // skipped silently; other read errors are returned.
 func (s *Sampler) SampleOnce(now time.Time) error {
+	s.sampling.Lock()
+	defer s.sampling.Unlock()
 	var targets []Target
 	if s.cfg.Targets != nil {
 		targets = s.cfg.Targets()

@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -306,4 +307,28 @@ func BenchmarkSampleRound50(b *testing.B) {
 	cpu := rusageCPU(&after) - rusageCPU(&before)
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/round")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/1e9*100, "%core@1s")
+}
+
+// Rounds may be requested while Run samples on its own goroutine (a caller closing a
+// window early); they must not share the reader's buffers at the same time.
+func TestConcurrentRoundsAreSafe(t *testing.T) {
+	self := Target{PID: os.Getpid(), Role: "load-generator", Component: "test"}
+	s := New(Config{Interval: time.Millisecond, Targets: func() []Target { return []Target{self} }})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	for ctx.Err() == nil {
+		if err := s.SampleOnce(time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range s.Rounds() {
+		if len(r.Procs) != 1 || r.Procs[0].PID != self.PID || r.Procs[0].Threads == 0 {
+			t.Fatalf("round %v: %+v", r.Time, r.Procs)
+		}
+	}
 }
