@@ -13,36 +13,11 @@ import (
 // startRawServer answers every request with a fixed 1 KiB response, as cheaply as
 // possible, so that benchmarks measure the client.
 func startRawServer(b *testing.B) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
 	resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1024\r\n\r\n" + strings.Repeat("x", 1024))
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					line, err := br.ReadSlice('\n')
-					if err != nil {
-						return
-					}
-					if len(line) <= 2 {
-						if _, err := c.Write(resp); err != nil {
-							return
-						}
-					}
-				}
-			}()
-		}
-	}()
-	return "http://" + ln.Addr().String() + "/"
+	return serveRaw(b, func(c net.Conn) bool {
+		_, err := c.Write(resp)
+		return err == nil
+	})
 }
 
 func benchRoundTrip(b *testing.B, c Client) {

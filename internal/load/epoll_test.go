@@ -1,7 +1,6 @@
 package load
 
 import (
-	"bufio"
 	"net"
 	"strings"
 	"testing"
@@ -11,36 +10,10 @@ import (
 // after every response (as HTTP/1.0 servers and "Connection: close" do).
 func startShapeServer(t *testing.T, resp string, closeAfter bool) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					line, err := br.ReadSlice('\n')
-					if err != nil {
-						return
-					}
-					if len(line) > 2 {
-						continue
-					}
-					if _, err := c.Write([]byte(resp)); err != nil || closeAfter {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return "http://" + ln.Addr().String() + "/"
+	return serveRaw(t, func(c net.Conn) bool {
+		_, err := c.Write([]byte(resp))
+		return err == nil && !closeAfter
+	})
 }
 
 // TestClosedPathsAgree runs the closed model's epoll loop and its goroutine path (the
