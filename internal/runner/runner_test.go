@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -194,12 +195,7 @@ spec:
 // `meshmark clean` removes everything the run left on the host.
 func TestKilledRunIsIncompleteAndCleanable(t *testing.T) {
 	needRoot(t)
-	dir := t.TempDir()
-	dbPath := filepath.Join(dir, "results.db")
-	studyPath := filepath.Join(dir, "kill.yaml")
-	if err := os.WriteFile(studyPath, []byte(killStudy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	studyPath, dbPath := writeStudy(t, killStudy)
 	before := meshmarkNamespaces(t)
 
 	// An earlier, finished run in the same database.
@@ -219,20 +215,9 @@ func TestKilledRunIsIncompleteAndCleanable(t *testing.T) {
 	db.Close()
 
 	metricsAddr := freeLoopbackAddr(t)
-	cmd := exec.Command(meshmarkBin, "run", studyPath, "--db", dbPath, "--no-report", "--metrics-addr", metricsAddr)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, sc := startRun(t, os.Stderr, studyPath, "--db", dbPath, "--no-report", "--metrics-addr", metricsAddr)
 	// Kill it in the middle of its second trial: one trial is committed, one is not.
 	finished := 0
-	sc := bufio.NewScanner(stderr)
-	deadline := time.AfterFunc(3*time.Minute, func() { cmd.Process.Kill() })
-	defer deadline.Stop()
 	for sc.Scan() {
 		line := sc.Text()
 		t.Log(line)
@@ -296,6 +281,37 @@ func TestKilledRunIsIncompleteAndCleanable(t *testing.T) {
 	if len(killed.Trials) < 2 {
 		t.Errorf("killed run kept %d trials, want the 2 that finished", len(killed.Trials))
 	}
+}
+
+// writeStudy puts a study file and the path for its results database in a fresh
+// directory.
+func writeStudy(t *testing.T, yaml string) (studyPath, dbPath string) {
+	t.Helper()
+	dir := t.TempDir()
+	studyPath = filepath.Join(dir, "study.yaml")
+	if err := os.WriteFile(studyPath, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return studyPath, filepath.Join(dir, "results.db")
+}
+
+// startRun starts `meshmark run STUDY args...` as its own process, the way a user runs
+// it, and returns it with a scanner over its progress output. A run still going after
+// three minutes is killed so a stuck test ends.
+func startRun(t *testing.T, stdout io.Writer, studyPath string, args ...string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(meshmarkBin, append([]string{"run", studyPath}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.AfterFunc(3*time.Minute, func() { cmd.Process.Kill() })
+	t.Cleanup(func() { deadline.Stop() })
+	return cmd, bufio.NewScanner(stderr)
 }
 
 func freeLoopbackAddr(t *testing.T) string {
@@ -435,26 +451,10 @@ func sidecarCPURatio(t *testing.T) (ratio, low, high float64) {
 // incomplete, the command exits 130 and nothing is left on the host, without `clean`.
 func TestInterruptKeepsFinishedTrials(t *testing.T) {
 	needRoot(t)
-	dir := t.TempDir()
-	dbPath := filepath.Join(dir, "results.db")
-	studyPath := filepath.Join(dir, "interrupt.yaml")
-	if err := os.WriteFile(studyPath, []byte(killStudy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	studyPath, dbPath := writeStudy(t, killStudy)
 	before := meshmarkNamespaces(t)
-	cmd := exec.Command(meshmarkBin, "run", studyPath, "--db", dbPath, "--report-dir", dir)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stdout strings.Builder
-	cmd.Stdout = &stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.AfterFunc(3*time.Minute, func() { cmd.Process.Kill() })
-	defer deadline.Stop()
-	sc := bufio.NewScanner(stderr)
+	cmd, sc := startRun(t, &stdout, studyPath, "--db", dbPath, "--report-dir", filepath.Dir(studyPath))
 	for sc.Scan() {
 		t.Log(sc.Text())
 		if strings.Contains(sc.Text(), " run ") && strings.Contains(sc.Text(), "repeat 1") && strings.Contains(sc.Text(), "sidecar") {
@@ -468,7 +468,7 @@ func TestInterruptKeepsFinishedTrials(t *testing.T) {
 	for sc.Scan() {
 		t.Log(sc.Text())
 	}
-	err = cmd.Wait()
+	err := cmd.Wait()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
 		t.Errorf("exit after SIGINT: %v, want code 130", err)
