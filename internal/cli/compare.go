@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/meshmark/meshmark/internal/analysis"
-	"github.com/meshmark/meshmark/internal/store"
 	"github.com/spf13/cobra"
 )
 
@@ -45,19 +44,11 @@ func init() {
 					}
 					parsed = append(parsed, p)
 				}
-				s, err := store.Open(cmd.Context(), db)
+				runs, err := loadRuns(cmd.Context(), db, args[0], args[1])
 				if err != nil {
 					return err
 				}
-				defer s.Close()
-				a, err := s.LoadRun(cmd.Context(), args[0])
-				if err != nil {
-					return err
-				}
-				b, err := s.LoadRun(cmd.Context(), args[1])
-				if err != nil {
-					return err
-				}
+				a, b := runs[0], runs[1]
 				if seed == 0 {
 					seed = uint64(a.Seed)
 				}

@@ -25,15 +25,11 @@ func init() {
 				if format != store.FormatJSON && format != store.FormatCSV {
 					return withExitCode(2, fmt.Errorf("--format %q: want json or csv", format))
 				}
-				s, err := store.Open(cmd.Context(), db)
+				runs, err := loadRuns(cmd.Context(), db, args[0])
 				if err != nil {
 					return err
 				}
-				defer s.Close()
-				run, err := s.LoadRun(cmd.Context(), args[0])
-				if err != nil {
-					return err
-				}
+				run := runs[0]
 				if output == "" || output == "-" {
 					return store.WriteExport(cmd.OutOrStdout(), run, format)
 				}

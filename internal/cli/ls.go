@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/spf13/cobra"
 )
@@ -14,6 +16,23 @@ import (
 // $MESHMARK_DB, then the per-user data directory).
 func addDBFlag(c *cobra.Command, path *string) {
 	c.Flags().StringVar(path, "db", "", "results database (default $MESHMARK_DB, else $XDG_DATA_HOME/meshmark/results.db or ~/.local/share/meshmark/results.db)")
+}
+
+// loadRuns opens the results database and loads the runs named by refs (ids, unique id
+// prefixes or "last"); store.ErrNotFound comes back wrapped for a ref that matches none.
+func loadRuns(ctx context.Context, db string, refs ...string) ([]*results.Run, error) {
+	s, err := store.Open(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	runs := make([]*results.Run, len(refs))
+	for i, ref := range refs {
+		if runs[i], err = s.LoadRun(ctx, ref); err != nil {
+			return nil, err
+		}
+	}
+	return runs, nil
 }
 
 func init() {

@@ -31,23 +31,14 @@ func init() {
 				if err != nil {
 					return withExitCode(2, err)
 				}
-				if db == "" {
-					if db, err = store.DefaultPath(); err != nil {
-						return err
-					}
-				}
-				st, err := store.Open(cmd.Context(), db)
-				if err != nil {
-					return err
-				}
-				defer st.Close()
-				run, err := st.LoadRun(cmd.Context(), args[0])
+				runs, err := loadRuns(cmd.Context(), db, args[0])
 				if errors.Is(err, store.ErrNotFound) {
 					return withExitCode(3, err)
 				}
 				if err != nil {
 					return err
 				}
+				run := runs[0]
 				an := analyze(run, analysis.Options{})
 				opts := report.Options{MeshmarkVersion: Version}
 				if dir != "" {

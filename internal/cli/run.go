@@ -77,14 +77,7 @@ func runStudy(cmd *cobra.Command, st *study.Study, f runFlags) error {
 	for _, w := range st.Warnings {
 		fmt.Fprintf(errw, "warning: %s\n", w)
 	}
-	path := f.db
-	if path == "" {
-		var err error
-		if path, err = store.DefaultPath(); err != nil {
-			return err
-		}
-	}
-	s, err := store.Open(ctx, path)
+	s, err := store.Open(ctx, f.db)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"github.com/meshmark/meshmark/internal/analysis"
-	"github.com/meshmark/meshmark/internal/store"
 	"github.com/spf13/cobra"
 )
 
@@ -19,15 +18,11 @@ func init() {
 				"RUN is a run id, a unique prefix of one, or \"last\".",
 			Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				s, err := store.Open(cmd.Context(), db)
+				runs, err := loadRuns(cmd.Context(), db, args[0])
 				if err != nil {
 					return err
 				}
-				defer s.Close()
-				run, err := s.LoadRun(cmd.Context(), args[0])
-				if err != nil {
-					return err
-				}
+				run := runs[0]
 				rep := analyze(run, analysis.Options{Resamples: resamples})
 				return analysis.WriteRunSummary(cmd.OutOrStdout(), run, rep)
 			},
