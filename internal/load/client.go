@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -15,7 +16,8 @@ import (
 // network namespace.
 type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
-// Request is what the engine sends. URL must be absolute (http://host:port/path).
+// Request is what the engine sends. URL must be absolute (http://host:port/path or
+// https://...).
 type Request struct {
 	Method string
 	URL    string
@@ -30,8 +32,8 @@ type Prepared struct {
 	Encoded any
 }
 
-// Client turns requests into sessions' work. Protocols (HTTP/1.1 today, h2c and gRPC
-// later) implement it; the load models only see this interface.
+// Client turns requests into sessions' work. Protocols (HTTP/1.1 with or without TLS
+// today, h2c and gRPC later) implement it; the load models only see this interface.
 type Client interface {
 	Prepare(r Request) (*Prepared, error)
 	// NewSession returns one logical connection, used by one goroutine at a time.
@@ -125,6 +127,10 @@ func Classify(err error) ErrorKind {
 type ClientOptions struct {
 	Dial             DialFunc // nil: a plain net.Dialer
 	DisableKeepAlive bool     // a new connection per request
+	// TLS configures https connections: roots, InsecureSkipVerify, client certificates
+	// (mTLS), ServerName (empty: the URL's host). nil: system roots, no client
+	// certificate. The clients copy it; NextProtos is theirs to set.
+	TLS *tls.Config
 	// ReadBufferSize is the per-connection read buffer; 0 means 16 KiB.
 	ReadBufferSize int
 }

@@ -1,6 +1,7 @@
 package load
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/netip"
@@ -23,8 +24,9 @@ type Config struct {
 	Interval time.Duration // histogram interval; 0 means 1 s
 
 	DisableKeepAlive bool
-	Dial             DialFunc // nil: plain dialing from this network namespace
-	Client           Client   // nil: the built-in HTTP/1.1 client
+	Dial             DialFunc    // nil: plain dialing from this network namespace
+	TLS              *tls.Config // for https targets; see ClientOptions.TLS
+	Client           Client      // nil: the built-in HTTP/1.1 client
 
 	// Progress, when set, is called after every interval from a goroutine of the engine;
 	// it must return quickly.
@@ -198,7 +200,7 @@ func CheckTarget(rawURL string) error {
 		return fmt.Errorf("target %q: %w", rawURL, err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("target %q: want an http:// URL", rawURL)
+		return fmt.Errorf("target %q: want an http:// or https:// URL", rawURL)
 	}
 	host := u.Hostname()
 	if host == "" {

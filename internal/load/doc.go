@@ -1,5 +1,6 @@
 // Package load owns meshmark's load engine: arrival schedules (constant, Poisson, steps,
-// ramps), the three load models (open, closed, users), the HTTP/1.1 client it drives,
+// ramps), the three load models (open, closed, users), the HTTP/1.1 client it drives
+// (plaintext or HTTPS, TLS sessions resumed across reconnections as real clients do),
 // and the measurement of every request into HDR histograms.
 //
 // Latency is measured from each request's intended send time, so a stall of the target

@@ -47,7 +47,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	c := cfg.withDefaults()
 	e := &engine{cfg: c, client: c.Client}
 	if e.client == nil {
-		e.client = NewHTTP1Client(ClientOptions{Dial: c.Dial, DisableKeepAlive: c.DisableKeepAlive})
+		e.client = NewHTTP1Client(ClientOptions{Dial: c.Dial, DisableKeepAlive: c.DisableKeepAlive, TLS: c.TLS})
 	}
 	if c.Open != nil {
 		s, err := NewSchedule(c.Open.Schedule, c.Duration)

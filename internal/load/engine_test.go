@@ -83,6 +83,11 @@ func serveRaw(tb testing.TB, answer func(c net.Conn) bool) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return serveRawOn(tb, ln, "http", answer)
+}
+
+// serveRawOn is serveRaw on ln, whose URLs have scheme.
+func serveRawOn(tb testing.TB, ln net.Listener, scheme string, answer func(c net.Conn) bool) string {
 	tb.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
@@ -106,7 +111,7 @@ func serveRaw(tb testing.TB, answer func(c net.Conn) bool) string {
 			}()
 		}
 	}()
-	return "http://" + ln.Addr().String() + "/"
+	return scheme + "://" + ln.Addr().String() + "/"
 }
 
 // TestFixedDelayMedian: a server that answers in exactly 2 ms must measure as 2 ms

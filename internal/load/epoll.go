@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,12 +43,16 @@ type epollConn struct {
 	fresh   bool // connected before its first request started
 }
 
-// runClosedEpoll runs the closed model when it can (built-in client, keep-alive, no
-// rate limit, connections with file descriptors); false means it did not start and the
-// goroutine path must run.
+// epollRuns counts the runs runClosedEpoll drove, so tests can tell which path ran.
+var epollRuns atomic.Int64
+
+// runClosedEpoll runs the closed model when it can (built-in client, plaintext,
+// keep-alive, no rate limit, connections with file descriptors); false means it did not
+// start and the goroutine path must run. TLS is out: the loop writes the request's
+// bytes and parses what the socket returns.
 func (e *engine) runClosedEpoll(ctx context.Context, p *Prepared) bool {
 	hr, ok := p.Encoded.(*http1Request)
-	if e.cfg.Client != nil || e.cfg.DisableKeepAlive || e.cfg.Closed.Rate > 0 || !ok || len(hr.wire) > epollMaxRequest {
+	if e.cfg.Client != nil || e.cfg.DisableKeepAlive || e.cfg.Closed.Rate > 0 || !ok || hr.tls != nil || len(hr.wire) > epollMaxRequest {
 		return false
 	}
 	set, err := newEpollSet(epollTick)
@@ -68,6 +73,7 @@ func (e *engine) runClosedEpoll(ctx context.Context, p *Prepared) bool {
 		return false
 	}
 	first.fresh = first.open
+	epollRuns.Add(1)
 	l.run(ctx)
 	return true
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -19,23 +21,67 @@ import (
 // once, written with one call, and the response is parsed in place from a per-connection
 // buffer without allocating. It follows RFC 9112 framing (Content-Length, chunked,
 // read-until-close) and retries once on a kept-alive connection the server closed.
+// https URLs go over crypto/tls, configured by o.TLS.
 func NewHTTP1Client(o ClientOptions) Client {
 	if o.ReadBufferSize <= 0 {
 		o.ReadBufferSize = 16 << 10
 	}
-	return &http1Client{opts: o, dial: o.dial()}
+	base := o.TLS.Clone()
+	if base == nil {
+		base = &tls.Config{}
+	}
+	// Every connection of the client resumes the TLS session of an earlier one (a
+	// ticket, in TLS 1.3), as browsers and HTTP libraries do: reconnecting, notably with
+	// DisableKeepAlive, then costs what it costs a real client, not a full handshake.
+	if base.ClientSessionCache == nil {
+		base.ClientSessionCache = tls.NewLRUClientSessionCache(0)
+	}
+	// This client speaks HTTP/1.1 only; a server offered h2 by ALPN could choose it.
+	base.NextProtos = []string{"http/1.1"}
+	return &http1Client{opts: o, dial: o.dial(), tlsBase: base}
 }
 
 type http1Client struct {
-	opts ClientOptions
-	dial DialFunc
+	opts    ClientOptions
+	dial    DialFunc
+	tlsBase *tls.Config
+
+	mu sync.Mutex
+	// tlsByName holds one config per server name, so that requests to the same server
+	// share a connection (sessions compare configs by pointer).
+	tlsByName map[string]*tls.Config
 }
 
 type http1Request struct {
-	addr    string // host:port to dial
+	addr string // host:port to dial
+	// tls is the config of the connection's TLS client (https); nil: plaintext. Such
+	// requests must not take the epoll paths, which write the wire bytes to the socket.
+	tls     *tls.Config
 	wire    []byte // the request exactly as written
 	noBody  bool   // HEAD: the response has no body whatever its headers say
 	idempot bool   // safe to resend after a stale keep-alive connection
+}
+
+// tlsFor returns the config for connections to host. As curl does, the server name
+// (SNI and the name verified) is the URL's host, not a Host header; crypto/tls sends no
+// SNI for an IP address and verifies it against the certificate's IP SANs.
+func (c *http1Client) tlsFor(host string) *tls.Config {
+	name := c.tlsBase.ServerName
+	if name == "" {
+		name = host
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if tc := c.tlsByName[name]; tc != nil {
+		return tc
+	}
+	if c.tlsByName == nil {
+		c.tlsByName = map[string]*tls.Config{}
+	}
+	tc := c.tlsBase.Clone() // the clone shares the session cache
+	tc.ServerName = name
+	c.tlsByName[name] = tc
+	return tc
 }
 
 // Prepare serialises r.
@@ -44,11 +90,17 @@ func (c *http1Client) Prepare(r Request) (*Prepared, error) {
 	if err != nil {
 		return nil, fmt.Errorf("request URL %q: %w", r.URL, err)
 	}
-	if u.Scheme != "http" {
-		return nil, fmt.Errorf("request URL %q: scheme %q not supported by the HTTP/1.1 client (want http)", r.URL, u.Scheme)
-	}
 	if u.Host == "" {
 		return nil, fmt.Errorf("request URL %q: no host", r.URL)
+	}
+	var tc *tls.Config
+	port := "80"
+	switch u.Scheme {
+	case "http":
+	case "https":
+		tc, port = c.tlsFor(u.Hostname()), "443"
+	default:
+		return nil, fmt.Errorf("request URL %q: scheme %q not supported by the HTTP/1.1 client (want http or https)", r.URL, u.Scheme)
 	}
 	method := r.Method
 	if method == "" {
@@ -59,7 +111,7 @@ func (c *http1Client) Prepare(r Request) (*Prepared, error) {
 	}
 	addr := u.Host
 	if u.Port() == "" {
-		addr = net.JoinHostPort(u.Hostname(), "80")
+		addr = net.JoinHostPort(u.Hostname(), port)
 	}
 	target := u.RequestURI()
 	var b bytes.Buffer
@@ -105,6 +157,7 @@ func (c *http1Client) Prepare(r Request) (*Prepared, error) {
 	b.Write(r.Body)
 	hr := &http1Request{
 		addr:    addr,
+		tls:     tc,
 		wire:    b.Bytes(),
 		noBody:  method == "HEAD",
 		idempot: method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "PUT" || method == "DELETE",
@@ -129,10 +182,15 @@ func (c *http1Client) NewSession() Session { return &http1Session{c: c} }
 
 type http1Session struct {
 	c    *http1Client
-	conn net.Conn
+	conn net.Conn // requests go over it: raw, or TLS over raw
+	raw  net.Conn // the TCP connection
 	addr string
+	tls  *tls.Config // conn's TLS config; nil: plaintext
 	br   *bufio.Reader
 	used bool // the connection already carried a response
+	// broken: the connection failed, so Close does not send TLS's close_notify, a write
+	// that could block on it for up to 5 s.
+	broken bool
 	// interrupt unblocks the connection when the run's context ends.
 	ctx       context.Context
 	interrupt func() bool
@@ -147,27 +205,60 @@ func (s *http1Session) Close() error {
 		s.interrupt()
 		s.interrupt, s.ctx = nil, nil
 	}
-	err := s.conn.Close()
-	s.conn = nil
+	var err error
+	if s.broken {
+		err = s.raw.Close()
+	} else {
+		err = s.conn.Close()
+	}
+	s.conn, s.raw = nil, nil
 	return err
 }
 
-func (s *http1Session) connect(ctx context.Context, addr string, deadline time.Time) error {
+// serves reports whether the open connection can carry hr.
+func (s *http1Session) serves(hr *http1Request) bool {
+	return s.conn != nil && s.addr == hr.addr && s.tls == hr.tls
+}
+
+// connect opens a connection for hr; for https the TLS handshake is part of it, bounded
+// by the same deadline as the dial, so that its cost lands on the request that opened
+// the connection. dialed: a TCP connection was opened, even if its handshake failed.
+func (s *http1Session) connect(ctx context.Context, hr *http1Request, deadline time.Time) (dialed bool, err error) {
 	s.Close()
 	dctx, cancel := context.WithDeadline(ctx, deadline)
-	conn, err := s.c.dial(dctx, "tcp", addr)
+	raw, err := s.c.dial(dctx, "tcp", hr.addr)
 	cancel()
 	if err != nil {
-		return err
+		return false, err
 	}
-	s.conn, s.addr, s.used, s.armed = conn, addr, false, time.Time{}
+	conn := raw
+	if hr.tls != nil {
+		conn = tls.Client(raw, hr.tls)
+	}
+	s.conn, s.raw, s.addr, s.tls, s.used, s.broken, s.armed = conn, raw, hr.addr, hr.tls, false, false, time.Time{}
+	if hr.tls != nil {
+		// Set before watch, whose interrupt must win over it.
+		if err := raw.SetDeadline(deadline); err != nil {
+			s.broken = true
+			s.Close()
+			return true, err
+		}
+		s.armed = deadline
+	}
 	s.watch(ctx)
+	if tc, ok := conn.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil {
+			s.broken = true
+			s.Close()
+			return true, fmt.Errorf("TLS handshake: %w", err)
+		}
+	}
 	if s.br == nil {
 		s.br = bufio.NewReaderSize(conn, s.c.opts.ReadBufferSize)
 	} else {
 		s.br.Reset(conn)
 	}
-	return nil
+	return true, nil
 }
 
 // watch makes a blocked read or write return when ctx ends; one registration per
@@ -204,11 +295,12 @@ func (s *http1Session) Do(ctx context.Context, p *Prepared, deadline time.Time, 
 	}
 	*out = Outcome{}
 	for attempt := 0; ; attempt++ {
-		if s.conn == nil || s.addr != hr.addr {
-			if err := s.connect(ctx, hr.addr, deadline); err != nil {
+		if !s.serves(hr) {
+			dialed, err := s.connect(ctx, hr, deadline)
+			out.Dialed = out.Dialed || dialed
+			if err != nil {
 				return err
 			}
-			out.Dialed = true
 		}
 		if s.ctx != ctx {
 			s.watch(ctx)
@@ -221,6 +313,7 @@ func (s *http1Session) Do(ctx context.Context, p *Prepared, deadline time.Time, 
 		if err == nil {
 			return nil
 		}
+		s.broken = true
 		s.Close()
 		// A kept-alive connection the server closed meanwhile fails before any byte of
 		// the response; resending is what every HTTP client does and is not a failure.
@@ -477,7 +570,7 @@ func discardChunked(br *bufio.Reader) (int64, error) {
 // Ready implements SplitSession.
 func (s *http1Session) Ready(p *Prepared) bool {
 	hr, ok := p.Encoded.(*http1Request)
-	return ok && s.conn != nil && s.addr == hr.addr && s.used && !s.c.opts.DisableKeepAlive
+	return ok && s.serves(hr) && s.used && !s.c.opts.DisableKeepAlive
 }
 
 // Idle implements SplitSession.
@@ -500,6 +593,7 @@ func (s *http1Session) Send(p *Prepared, deadline time.Time) error {
 	if err != nil {
 		s.conn.SetDeadline(time.Unix(1, 0)) // no response will come: wake Await
 		s.armed = time.Unix(1, 0)
+		s.broken = true
 	}
 	return err
 }

@@ -3,17 +3,33 @@ package load
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"io"
 	"net/http"
 	"time"
 )
 
 // NewNetHTTPClient returns a Client over the standard library's net/http: slower and
-// allocating, but it speaks TLS and follows every corner of the protocol. Each session
-// has its own transport limited to one connection, like the lean client.
-func NewNetHTTPClient(o ClientOptions) Client { return &netHTTPClient{opts: o} }
+// allocating, but it follows every corner of the protocol. Each session has its own
+// transport limited to one connection, like the lean client.
+func NewNetHTTPClient(o ClientOptions) Client {
+	tc := o.TLS.Clone()
+	if tc == nil {
+		tc = &tls.Config{}
+	}
+	// Shared by every session's transport, so that their connections resume TLS
+	// sessions as the lean client's do.
+	if tc.ClientSessionCache == nil {
+		tc.ClientSessionCache = tls.NewLRUClientSessionCache(0)
+	}
+	tc.NextProtos = nil // HTTP/1.1, as the lean client speaks
+	return &netHTTPClient{opts: o, tls: tc}
+}
 
-type netHTTPClient struct{ opts ClientOptions }
+type netHTTPClient struct {
+	opts ClientOptions
+	tls  *tls.Config
+}
 
 func (c *netHTTPClient) Prepare(r Request) (*Prepared, error) {
 	req, err := http.NewRequest(r.Method, r.URL, nil)
@@ -36,6 +52,7 @@ func (c *netHTTPClient) NewSession() Session {
 		MaxConnsPerHost:     1,
 		MaxIdleConnsPerHost: 1,
 		DisableCompression:  true,
+		TLSClientConfig:     c.tls,
 	}
 	return &netHTTPSession{client: &http.Client{Transport: t}, transport: t}
 }
