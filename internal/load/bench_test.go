@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"net"
 	"strings"
 	"testing"
@@ -12,16 +13,29 @@ import (
 
 // startRawServer answers every request with a fixed 1 KiB response, as cheaply as
 // possible, so that benchmarks measure the client.
-func startRawServer(b *testing.B) string {
-	resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1024\r\n\r\n" + strings.Repeat("x", 1024))
-	return serveRaw(b, func(c net.Conn) bool {
-		_, err := c.Write(resp)
-		return err == nil
-	})
+func startRawServer(b *testing.B) string { return serveRaw(b, answerBench(true)) }
+
+// startRawTLSServer is startRawServer over TLS; it returns a client config that trusts
+// it.
+func startRawTLSServer(b *testing.B, keepAlive bool) (string, *tls.Config) {
+	cert, roots := testCert(b)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	url := serveRawOn(b, tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}}), "https", answerBench(keepAlive))
+	return url, &tls.Config{RootCAs: roots}
 }
 
-func benchRoundTrip(b *testing.B, c Client) {
-	url := startRawServer(b)
+func answerBench(keepAlive bool) func(c net.Conn) bool {
+	resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1024\r\n\r\n" + strings.Repeat("x", 1024))
+	return func(c net.Conn) bool {
+		_, err := c.Write(resp)
+		return err == nil && keepAlive
+	}
+}
+
+func benchRoundTrip(b *testing.B, c Client, url string) {
 	p, err := c.Prepare(Request{Method: "GET", URL: url})
 	if err != nil {
 		b.Fatal(err)
@@ -41,10 +55,28 @@ func benchRoundTrip(b *testing.B, c Client) {
 
 // BenchmarkHTTP1RoundTrip is the hot path of every model: write the prepared request,
 // read and parse the response, over a real loopback connection.
-func BenchmarkHTTP1RoundTrip(b *testing.B) { benchRoundTrip(b, NewHTTP1Client(ClientOptions{})) }
+func BenchmarkHTTP1RoundTrip(b *testing.B) {
+	benchRoundTrip(b, NewHTTP1Client(ClientOptions{}), startRawServer(b))
+}
+
+// BenchmarkHTTPSRoundTrip is the same on a kept-alive TLS connection: the price of
+// encryption on both ends, and whether the hot path still allocates nothing.
+func BenchmarkHTTPSRoundTrip(b *testing.B) {
+	url, tc := startRawTLSServer(b, true)
+	benchRoundTrip(b, NewHTTP1Client(ClientOptions{TLS: tc}), url)
+}
+
+// BenchmarkHTTPSNoKeepAlive is a connection per request with a resumed TLS session:
+// what --no-keepalive over HTTPS costs, the server's half of the handshake included.
+func BenchmarkHTTPSNoKeepAlive(b *testing.B) {
+	url, tc := startRawTLSServer(b, false)
+	benchRoundTrip(b, NewHTTP1Client(ClientOptions{TLS: tc, DisableKeepAlive: true}), url)
+}
 
 // BenchmarkNetHTTPRoundTrip is the same through net/http, for comparison.
-func BenchmarkNetHTTPRoundTrip(b *testing.B) { benchRoundTrip(b, NewNetHTTPClient(ClientOptions{})) }
+func BenchmarkNetHTTPRoundTrip(b *testing.B) {
+	benchRoundTrip(b, NewNetHTTPClient(ClientOptions{}), startRawServer(b))
+}
 
 // BenchmarkReadResponse is response parsing alone.
 func BenchmarkReadResponse(b *testing.B) {
