@@ -2,10 +2,13 @@ package cli
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -38,6 +41,9 @@ type loadFlags struct {
 	format, output     string
 	progress, allowAny bool
 	seed               uint64
+	insecure           bool
+	caCert, cert, key  string
+	serverName         string
 }
 
 func newLoadCommand() *cobra.Command {
@@ -45,19 +51,27 @@ func newLoadCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "load URL",
 		Short: "Drive HTTP load at a URL: open (rate, Poisson, steps, ramp), closed or user model",
-		Long: `Drive HTTP/1.1 load at one URL and report latency measured from each request's
-intended send time (free of coordinated omission), service time, errors and the
-generator's own health.
+		Long: `Drive HTTP/1.1 load, plaintext or HTTPS, at one URL and report latency measured
+from each request's intended send time (free of coordinated omission), service time,
+errors and the generator's own health.
 
 Models: --rate/--poisson/--steps/--ramp select the open model (sends at scheduled times
 whatever responses do); --users selects Locust-like users; otherwise the closed model
 keeps -c connections busy (optionally capped with --limit).
 
+HTTPS: the server's certificate is verified against the system's roots, or --cacert's
+(-k skips verification), for the URL's host name or IP address, which is also the SNI
+as with curl; --servername overrides both. --cert and --key present a client
+certificate to targets that require one (mTLS). A TLS handshake counts in the time of
+the request that opened the connection; connections resume the TLS session of earlier
+ones, so --no-keepalive pays a resumed handshake per request, as a real client would.
+
 Only loopback and 198.18.0.0/15 targets are allowed unless --allow-any-target.`,
 		Example: `  meshmark load http://127.0.0.1:8080/ --rate 1000 -d 30s
   meshmark load http://127.0.0.1:8080/ -c 16 -n 100000 --format json -o run.json
   meshmark load http://198.18.0.10/ --steps 100:1000:100:10s --format csv
-  meshmark load http://127.0.0.1:8080/ --users 50 --spawn-rate 5 --think 1s-10s -d 2m`,
+  meshmark load http://127.0.0.1:8080/ --users 50 --spawn-rate 5 --think 1s-10s -d 2m
+  meshmark load https://127.0.0.1:8443/ --cacert ca.pem --cert client.pem --key client.key`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return withExitCode(2, fmt.Errorf("load: want exactly one URL, got %d arguments", len(args)))
@@ -100,6 +114,11 @@ Only loopback and 198.18.0.0/15 targets are allowed unless --allow-any-target.`,
 	fl.BoolVar(&f.progress, "progress", false, "print a progress line every interval even when stderr is not a terminal")
 	fl.BoolVar(&f.allowAny, "allow-any-target", false, "allow targets outside loopback and 198.18.0.0/15 (only ones you own)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed for Poisson arrivals and user choices")
+	fl.BoolVarP(&f.insecure, "insecure", "k", false, "https: do not verify the server's certificate")
+	fl.StringVar(&f.caCert, "cacert", "", "https: verify the server against the PEM certificates in this file instead of the system's")
+	fl.StringVar(&f.cert, "cert", "", "https: client certificate (PEM), for targets that require one")
+	fl.StringVar(&f.key, "key", "", "https: private key (PEM) of --cert (default: read from the --cert file)")
+	fl.StringVar(&f.serverName, "servername", "", "https: server name to send (SNI) and verify instead of the URL's host")
 	return c
 }
 
@@ -124,6 +143,11 @@ func (f *loadFlags) config(cmd *cobra.Command, url string) (load.Config, error) 
 			return cfg, err
 		}
 	}
+	tc, err := f.tlsConfig(url)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.TLS = tc
 	for _, h := range f.headers {
 		if err := load.ParseHeader(cfg.Request.Header, h); err != nil {
 			return cfg, fmt.Errorf("-H: %w", err)
@@ -195,6 +219,52 @@ func (f *loadFlags) config(cmd *cobra.Command, url string) (load.Config, error) 
 		cfg.Duration = 10 * time.Second
 	}
 	return cfg, cfg.Validate()
+}
+
+// tlsConfig turns the TLS flags into the client's config; nil when none is set.
+func (f *loadFlags) tlsConfig(target string) (*tls.Config, error) {
+	if !f.insecure && f.caCert == "" && f.cert == "" && f.key == "" && f.serverName == "" {
+		return nil, nil
+	}
+	// On a plaintext URL the flags would be silently useless: the user probably meant
+	// https, and a benchmark of the wrong protocol is worse than an error.
+	if u, err := url.Parse(target); err != nil || u.Scheme != "https" {
+		return nil, fmt.Errorf("-k, --cacert, --cert, --key and --servername are for https:// targets, not %q", target)
+	}
+	tc := &tls.Config{InsecureSkipVerify: f.insecure, ServerName: f.serverName}
+	if f.caCert != "" {
+		b, err := os.ReadFile(f.caCert)
+		if err != nil {
+			return nil, fmt.Errorf("--cacert: %w", err)
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("--cacert %s: no PEM certificate in the file", f.caCert)
+		}
+	}
+	if f.key != "" && f.cert == "" {
+		return nil, errors.New("--key needs --cert")
+	}
+	if f.cert != "" {
+		keyFile := f.key
+		if keyFile == "" {
+			keyFile = f.cert // as curl: the key may follow the certificate in one file
+		}
+		certPEM, err := os.ReadFile(f.cert)
+		if err != nil {
+			return nil, fmt.Errorf("--cert: %w", err)
+		}
+		keyPEM, err := os.ReadFile(keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--key: %w", err)
+		}
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("--cert %s, --key %s: %w", f.cert, keyFile, err)
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return tc, nil
 }
 
 func runLoad(cmd *cobra.Command, cfg load.Config, f loadFlags) error {
