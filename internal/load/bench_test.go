@@ -66,6 +66,12 @@ func BenchmarkHTTPSRoundTrip(b *testing.B) {
 	benchRoundTrip(b, NewHTTP1Client(ClientOptions{TLS: tc}), url)
 }
 
+// BenchmarkHTTP1NoKeepAlive is a connection per request without TLS, beside which
+// BenchmarkHTTPSNoKeepAlive shows what the resumed handshake adds.
+func BenchmarkHTTP1NoKeepAlive(b *testing.B) {
+	benchRoundTrip(b, NewHTTP1Client(ClientOptions{DisableKeepAlive: true}), serveRaw(b, answerBench(false)))
+}
+
 // BenchmarkHTTPSNoKeepAlive is a connection per request with a resumed TLS session:
 // what --no-keepalive over HTTPS costs, the server's half of the handshake included.
 func BenchmarkHTTPSNoKeepAlive(b *testing.B) {
