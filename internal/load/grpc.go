@@ -283,8 +283,11 @@ func (s *grpcSession) Do(ctx context.Context, p *Prepared, deadline time.Time, o
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case cctx.Err() != nil:
-		return fmt.Errorf("grpc %s: %w", gr.method, cctx.Err())
+	case cctx.Err() != nil || !time.Now().Before(deadline):
+		// The deadline is checked on the clock too: grpc-go compares it with the clock
+		// when the server gives up on the call as well, which can precede the context's
+		// own timer.
+		return fmt.Errorf("grpc %s: %w", gr.method, context.DeadlineExceeded)
 	case st.Code() == codes.Unavailable && !answered && s.dialErr.Load() != nil:
 		return fmt.Errorf("grpc %s: %w", gr.method, *s.dialErr.Load())
 	case st.Code() == codes.Unavailable && s.conn.Load() != nil && s.conn.Load().err.Load() != nil:
