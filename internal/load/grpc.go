@@ -56,7 +56,8 @@ type grpcRequest struct {
 	userAgent string
 	method    string
 	md        metadata.MD
-	health    bool // the response is a grpc.health.v1.HealthCheckResponse
+	health    bool   // the response is a grpc.health.v1.HealthCheckResponse
+	channel   string // what a ClientConn is made for: target, authority, user agent
 }
 
 func (c *grpcClient) Prepare(r Request) (*Prepared, error) {
@@ -103,6 +104,7 @@ func (c *grpcClient) Prepare(r Request) (*Prepared, error) {
 	if gr.userAgent == "" {
 		gr.userAgent = "meshmark"
 	}
+	gr.channel = gr.target + " " + gr.authority + " " + gr.userAgent
 	return &Prepared{Request: r, Encoded: gr}, nil
 }
 
@@ -120,7 +122,7 @@ func (c *grpcClient) NewSession() Session { return &grpcSession{c: c, base: time
 type grpcSession struct {
 	c    *grpcClient
 	cc   *grpc.ClientConn
-	key  string // target, authority and user agent that cc was made for
+	key  string // grpcRequest.channel of cc
 	base time.Time
 
 	// Written by grpc-go's goroutines while a call is in flight.
@@ -236,7 +238,7 @@ func (s *grpcSession) connect(gr *grpcRequest) error {
 	if err != nil {
 		return err
 	}
-	s.cc, s.key = cc, gr.target+" "+gr.authority+" "+gr.userAgent
+	s.cc, s.key = cc, gr.channel
 	return nil
 }
 
@@ -247,7 +249,7 @@ func (s *grpcSession) Do(ctx context.Context, p *Prepared, deadline time.Time, o
 		return errors.New("grpc: request was not prepared by this client")
 	}
 	*out = Outcome{}
-	if s.cc == nil || s.key != gr.target+" "+gr.authority+" "+gr.userAgent {
+	if s.cc == nil || s.key != gr.channel {
 		if err := s.connect(gr); err != nil {
 			return err
 		}
@@ -268,6 +270,8 @@ func (s *grpcSession) Do(ctx context.Context, p *Prepared, deadline time.Time, o
 	if err == nil {
 		out.Status, out.BytesIn = 200, int64(reply.n)
 		if gr.health && reply.status != 1 { // SERVING
+			// A health check answering anything else failed, whatever its gRPC status:
+			// 503, as an HTTP health endpoint would answer.
 			out.Status = 503
 			out.Detail = fmt.Sprintf("grpc %s answered %s", gr.method, healthStatusName(reply.status))
 		}
