@@ -8,9 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
+	neturl "net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/meshmark/meshmark/internal/load"
@@ -44,16 +45,32 @@ type loadFlags struct {
 	insecure           bool
 	caCert, cert, key  string
 	serverName         string
+	protocol           string
+	grpcMethod         string
 }
 
 func newLoadCommand() *cobra.Command {
 	var f loadFlags
 	c := &cobra.Command{
 		Use:   "load URL",
-		Short: "Drive HTTP load at a URL: open (rate, Poisson, steps, ramp), closed or user model",
-		Long: `Drive HTTP/1.1 load, plaintext or HTTPS, at one URL and report latency measured
-from each request's intended send time (free of coordinated omission), service time,
-errors and the generator's own health.
+		Short: "Drive HTTP or gRPC load at a URL: open (rate, Poisson, steps, ramp), closed or user model",
+		Long: `Drive load at one URL and report latency measured from each request's intended
+send time (free of coordinated omission), service time, errors and the generator's own
+health.
+
+Protocols (--protocol): http1 (default) is HTTP/1.1, plaintext for http:// URLs or
+TLS for https:// ones (-k, --cacert, --cert/--key for mTLS, --servername; sessions are
+resumed across reconnections, as real clients do). h2c is HTTP/2 in cleartext with
+prior knowledge, as h2load and curl --http2-prior-knowledge speak it: each of the -c
+connections carries one request at a time (h2load -c N -m 1). grpc makes unary gRPC
+calls over cleartext HTTP/2, one channel (connection) per -c; the URL is
+http://host:port, --grpc-method names the call (default ` + load.HealthCheckMethod + `,
+the standard health check, which counts as failed unless the server answers SERVING),
+and --body or --body-file is the request message as serialised protobuf, sent as is.
+gRPC statuses are reported as the HTTP statuses that stand for them (OK 200,
+Unavailable 503, Unimplemented 501, NotFound 404, DeadlineExceeded 504, ...); the
+exact code and message of failures appear among the error samples. -H headers are sent
+as gRPC metadata.
 
 Models: --rate/--poisson/--steps/--ramp select the open model (sends at scheduled times
 whatever responses do); --users selects Locust-like users; otherwise the closed model
@@ -71,7 +88,10 @@ Only loopback and 198.18.0.0/15 targets are allowed unless --allow-any-target.`,
   meshmark load http://127.0.0.1:8080/ -c 16 -n 100000 --format json -o run.json
   meshmark load http://198.18.0.10/ --steps 100:1000:100:10s --format csv
   meshmark load http://127.0.0.1:8080/ --users 50 --spawn-rate 5 --think 1s-10s -d 2m
-  meshmark load https://127.0.0.1:8443/ --cacert ca.pem --cert client.pem --key client.key`,
+  meshmark load https://127.0.0.1:8443/ --cacert ca.pem --cert client.pem --key client.key
+  meshmark load http://127.0.0.1:8080/ --protocol h2c -c 16 -d 30s
+  meshmark load http://127.0.0.1:50051 --protocol grpc --rate 500 -d 30s
+  meshmark load http://127.0.0.1:50051 --protocol grpc --grpc-method /echo.Echo/Say --body-file req.bin`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return withExitCode(2, fmt.Errorf("load: want exactly one URL, got %d arguments", len(args)))
@@ -119,6 +139,8 @@ Only loopback and 198.18.0.0/15 targets are allowed unless --allow-any-target.`,
 	fl.StringVar(&f.cert, "cert", "", "https: client certificate (PEM), for targets that require one")
 	fl.StringVar(&f.key, "key", "", "https: private key (PEM) of --cert (default: read from the --cert file)")
 	fl.StringVar(&f.serverName, "servername", "", "https: server name to send (SNI) and verify instead of the URL's host")
+	fl.StringVar(&f.protocol, "protocol", "http1", "http1, h2c (HTTP/2 cleartext, prior knowledge) or grpc (unary calls over h2c)")
+	fl.StringVar(&f.grpcMethod, "grpc-method", "", "grpc: full method name, /package.Service/Method (default "+load.HealthCheckMethod+")")
 	return c
 }
 
@@ -164,6 +186,9 @@ func (f *loadFlags) config(cmd *cobra.Command, url string) (load.Config, error) 
 		cfg.Request.Body = b
 	} else if f.body != "" {
 		cfg.Request.Body = []byte(f.body)
+	}
+	if err := f.protocolConfig(cmd, &cfg); err != nil {
+		return cfg, err
 	}
 	fl := cmd.Flags()
 	var open []load.ScheduleSpec
@@ -228,7 +253,7 @@ func (f *loadFlags) tlsConfig(target string) (*tls.Config, error) {
 	}
 	// On a plaintext URL the flags would be silently useless: the user probably meant
 	// https, and a benchmark of the wrong protocol is worse than an error.
-	if u, err := url.Parse(target); err != nil || u.Scheme != "https" {
+	if u, err := neturl.Parse(target); err != nil || u.Scheme != "https" {
 		return nil, fmt.Errorf("-k, --cacert, --cert, --key and --servername are for https:// targets, not %q", target)
 	}
 	tc := &tls.Config{InsecureSkipVerify: f.insecure, ServerName: f.serverName}
@@ -265,6 +290,69 @@ func (f *loadFlags) tlsConfig(target string) (*tls.Config, error) {
 		tc.Certificates = []tls.Certificate{pair}
 	}
 	return tc, nil
+}
+
+// protocolConfig checks the flags that depend on --protocol and sets cfg.Client (left nil
+// for http1, so that the engine keeps its own HTTP/1.1 fast paths). For grpc the method
+// becomes the URL's path, which is where gRPC puts it on the wire and where the gRPC
+// client looks for it.
+func (f *loadFlags) protocolConfig(cmd *cobra.Command, cfg *load.Config) error {
+	fl := cmd.Flags()
+	if f.protocol != "grpc" && fl.Changed("grpc-method") {
+		return errors.New("--grpc-method needs --protocol grpc")
+	}
+	u, err := neturl.Parse(cfg.Request.URL)
+	if err != nil {
+		return fmt.Errorf("target %q: %w", cfg.Request.URL, err)
+	}
+	switch f.protocol {
+	case "http1":
+	case "h2c":
+		if u.Scheme != "http" {
+			return fmt.Errorf("--protocol h2c is cleartext HTTP/2: want an http:// URL, got %q", cfg.Request.URL)
+		}
+		cfg.Client = load.NewH2Client(load.ClientOptions{DisableKeepAlive: f.noKeepAlive}, nil)
+	case "grpc":
+		switch {
+		case fl.Changed("method"):
+			return errors.New("--method does not apply to --protocol grpc: gRPC calls are POSTs; name the call with --grpc-method")
+		case f.noKeepAlive:
+			return errors.New("--no-keepalive does not apply to --protocol grpc: gRPC clients keep their channel open, a channel per call would measure channel setup")
+		case u.Scheme != "http":
+			return fmt.Errorf("--protocol grpc speaks cleartext HTTP/2: want http://host:port, got %q", cfg.Request.URL)
+		case u.Port() == "":
+			return fmt.Errorf("--protocol grpc: want http://host:port with a port, got %q", cfg.Request.URL)
+		case u.Path != "" && u.Path != "/":
+			return fmt.Errorf("--protocol grpc: the URL %q has a path; name the call with --grpc-method instead", cfg.Request.URL)
+		case u.RawQuery != "" || u.Fragment != "":
+			return fmt.Errorf("--protocol grpc: the URL %q has a query or fragment, which gRPC has no use for", cfg.Request.URL)
+		}
+		m := f.grpcMethod
+		if m == "" {
+			m = load.HealthCheckMethod
+		}
+		if !strings.HasPrefix(m, "/") {
+			m = "/" + m
+		}
+		u.Path = m
+		cfg.Request.URL = u.String()
+		cfg.Request.Method = "POST"
+		c, err := load.NewGRPCClient(load.ClientOptions{})
+		if err != nil {
+			return err
+		}
+		cfg.Client = c
+	default:
+		return fmt.Errorf("--protocol %q: want http1, h2c or grpc", f.protocol)
+	}
+	if cfg.Client != nil {
+		// Prepare now, so that a request the protocol cannot send is a usage error
+		// (exit 2) rather than a failed run.
+		if _, err := cfg.Client.Prepare(cfg.Request); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func runLoad(cmd *cobra.Command, cfg load.Config, f loadFlags) error {

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +16,9 @@ import (
 
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/pki"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 func TestLoadCommandBadInputExitsTwo(t *testing.T) {
@@ -33,10 +38,78 @@ func TestLoadCommandBadInputExitsTwo(t *testing.T) {
 		{"load", srv.URL, "--users", "2", "--think", "5s-1s"},
 		{"load", srv.URL, "--no-such-flag"},
 		{"load", srv.URL, "--rate", "10", "--limit", "5"},
+		{"load", srv.URL, "--protocol", "h3"},
+		{"load", srv.URL, "--grpc-method", "/grpc.health.v1.Health/Check"},
+		{"load", srv.URL, "--protocol", "h2c", "--grpc-method", "/a.B/C"},
+		{"load", "https://127.0.0.1:8443/", "--protocol", "h2c"},
+		{"load", srv.URL, "--protocol", "grpc", "--no-keepalive"},
+		{"load", srv.URL, "--protocol", "grpc", "-m", "POST"},
+		{"load", srv.URL, "--protocol", "grpc", "--grpc-method", "NoSlash"},
+		{"load", srv.URL, "--protocol", "grpc", "--grpc-method", "/a.B/C/D"},
+		{"load", srv.URL + "/a.B/C", "--protocol", "grpc"},
+		{"load", srv.URL + "/?x=1", "--protocol", "grpc"},
+		{"load", "http://127.0.0.1/", "--protocol", "grpc"},
+		{"load", "https://127.0.0.1:8443/", "--protocol", "grpc"},
+		{"load", "http://8.8.8.8:50051/", "--protocol", "grpc"},
+		{"load", srv.URL, "--protocol", "grpc", "-H", "grpc-timeout: 1S"},
 	} {
 		if code := Main(args); code != 2 {
 			t.Errorf("meshmark %v: exit code %d, want 2", args, code)
 		}
+	}
+}
+
+// TestLoadCommandProtocols runs h2c and gRPC from the command line against servers that
+// only count what arrives over HTTP/2.
+func TestLoadCommandProtocols(t *testing.T) {
+	var h2 atomic.Int64
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 {
+			h2.Add(1)
+		}
+	}))
+	hs.Config.Protocols = p
+	hs.Start()
+	defer hs.Close()
+	res := loadJSON(t, hs.URL, "--protocol", "h2c", "-c", "2", "-n", "30")
+	if res.Succeeded != 30 || h2.Load() != 30 {
+		t.Errorf("h2c: ok %d, HTTP/2 requests served %d; want 30, 30", res.Succeeded, h2.Load())
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	gs := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		calls.Add(1)
+		return h(ctx, req)
+	}))
+	hc := health.NewServer()
+	hc.SetServingStatus("probe", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(gs, hc)
+	go gs.Serve(ln)
+	defer gs.Stop()
+	target := "http://" + ln.Addr().String()
+	res = loadJSON(t, target, "--protocol", "grpc", "-c", "2", "-n", "30")
+	if res.Succeeded != 30 || res.StatusCodes[200] != 30 || calls.Load() != 30 || res.Target != target+load.HealthCheckMethod {
+		t.Errorf("grpc health check: ok %d, codes %v, server calls %d, target %q; errors %v", res.Succeeded, res.StatusCodes, calls.Load(), res.Target, res.ErrorSamples)
+	}
+	// the request message from a file, sent as is: HealthCheckRequest{service: "probe"}
+	body := filepath.Join(t.TempDir(), "req.bin")
+	if err := os.WriteFile(body, []byte("\x0a\x05probe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res = loadJSON(t, target+"/", "--protocol", "grpc", "--grpc-method", "grpc.health.v1.Health/Check", "--body-file", body, "-n", "5")
+	if res.Succeeded != 5 {
+		t.Errorf("grpc with a request message: ok %d, errors %v", res.Succeeded, res.ErrorSamples)
+	}
+	res = loadJSON(t, target, "--protocol", "grpc", "--body", "\x0a\x04nope", "-n", "5")
+	if res.Errors.Non2xx != 5 || res.StatusCodes[404] != 5 {
+		t.Errorf("grpc health check of an unknown service: errors %+v, codes %v", res.Errors, res.StatusCodes)
 	}
 }
 

@@ -32,8 +32,8 @@ type Prepared struct {
 	Encoded any
 }
 
-// Client turns requests into sessions' work. Protocols (HTTP/1.1 with or without TLS
-// today, h2c and gRPC later) implement it; the load models only see this interface.
+// Client turns requests into sessions' work. Protocols (HTTP/1.1, HTTP/2, gRPC)
+// implement it; the load models only see this interface.
 type Client interface {
 	Prepare(r Request) (*Prepared, error)
 	// NewSession returns one logical connection, used by one goroutine at a time.
@@ -78,6 +78,9 @@ type Outcome struct {
 	BytesIn   int64     // response body bytes
 	Dialed    bool      // a new connection was opened for this request
 	Close     bool      // (Await only) the connection cannot carry another request
+	// Detail says why a non-2xx response failed when its status alone does not (gRPC:
+	// the status code and message); it is sampled in the report like transport errors.
+	Detail string
 }
 
 // ErrorKind classifies a failed request.

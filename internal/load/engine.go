@@ -175,7 +175,7 @@ func (e *engine) finish(t *timing, out *Outcome, err error) {
 		return
 	}
 	t.err = err
-	t.status, t.firstByte, t.bytesIn = out.Status, out.FirstByte, out.BytesIn
+	t.status, t.firstByte, t.bytesIn, t.detail = out.Status, out.FirstByte, out.BytesIn, out.Detail
 	e.rec.record(t)
 }
 

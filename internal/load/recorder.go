@@ -69,6 +69,7 @@ type timing struct {
 	status                          int
 	bytesIn                         int64
 	err                             error
+	detail                          string // Outcome.Detail
 }
 
 func (r *recorder) record(t *timing) {
@@ -84,8 +85,12 @@ func (r *recorder) record(t *timing) {
 	r.add(r.cur, t, kind, lag, false)
 	if !t.intended.Before(r.warmupEnd) {
 		r.add(r.total, t, kind, lag, true)
-		if t.err != nil && len(r.samples) < maxErrorSamples {
-			r.sample(t.err.Error())
+		if len(r.samples) < maxErrorSamples {
+			if t.err != nil {
+				r.sample(t.err.Error())
+			} else if kind != KindNone && t.detail != "" {
+				r.sample(t.detail)
+			}
 		}
 	}
 	r.mu.Unlock()

@@ -1,0 +1,199 @@
+package load
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// h2cServer serves h with net/http speaking both HTTP/1.1 and cleartext HTTP/2, so that
+// a client falling back to HTTP/1.1 would be served, and caught by the checks of
+// ProtoMajor, rather than refused.
+type h2cServer struct {
+	url         string
+	conns       atomic.Int64 // connections accepted
+	served, h1  atomic.Int64 // requests, and those not over HTTP/2
+	bodies      atomic.Int64 // request body bytes received
+	hosts       atomic.Value // last :authority seen
+	userAgent   atomic.Value
+	handlerFunc http.HandlerFunc
+}
+
+func startH2C(t *testing.T, h http.HandlerFunc) *h2cServer {
+	t.Helper()
+	s := &h2cServer{handlerFunc: h}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Protocols: p,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.served.Add(1)
+			if r.ProtoMajor != 2 {
+				s.h1.Add(1)
+			}
+			n, _ := io.Copy(io.Discard, r.Body)
+			s.bodies.Add(n)
+			s.hosts.Store(r.Host)
+			s.userAgent.Store(r.UserAgent())
+			if s.handlerFunc != nil {
+				s.handlerFunc(w, r)
+			}
+		}),
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			if st == http.StateNew {
+				s.conns.Add(1)
+			}
+		},
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	s.url = "http://" + ln.Addr().String() + "/"
+	return s
+}
+
+func TestH2CClosedAndOpen(t *testing.T) {
+	payload := strings.Repeat("x", 1000)
+	s := startH2C(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, payload) })
+	c := NewH2Client(ClientOptions{}, nil)
+	res := run(t, Config{Request: Request{URL: s.url}, Closed: &ClosedModel{Connections: 2}, Count: 400, Client: c})
+	if res.Succeeded != 400 || s.served.Load() != 400 || res.StatusCodes[200] != 400 || res.BytesIn != 400*1000 {
+		t.Fatalf("closed: ok %d, served %d, codes %v, bytes %d; errors %+v %v", res.Succeeded, s.served.Load(), res.StatusCodes, res.BytesIn, res.Errors, res.ErrorSamples)
+	}
+	if s.h1.Load() != 0 {
+		t.Errorf("%d requests arrived over HTTP/1.x", s.h1.Load())
+	}
+	if s.conns.Load() != 2 || res.Health.Connections != 2 {
+		t.Errorf("closed -c 2: server saw %d connections, client reports %d dials; want 2 and 2", s.conns.Load(), res.Health.Connections)
+	}
+	if ua := s.userAgent.Load(); ua != "meshmark" {
+		t.Errorf("user agent %q", ua)
+	}
+	if fb := res.FirstByte.Quantile(50); fb <= 0 || fb > res.Service.Quantile(50) {
+		t.Errorf("first byte p50 %v, service p50 %v", fb, res.Service.Quantile(50))
+	}
+
+	open := startH2C(t, nil)
+	res = run(t, Config{
+		Request:  Request{URL: open.url},
+		Open:     &OpenModel{Schedule: ScheduleSpec{Arrival: Constant, Rate: 200}},
+		Duration: 1500 * time.Millisecond,
+		Client:   c,
+	})
+	if res.Errors.Total() != 0 || res.Completed != res.Sent || res.Sent != open.served.Load() || res.Sent < 280 {
+		t.Fatalf("open: sent %d, completed %d, served %d, errors %+v %v", res.Sent, res.Completed, open.served.Load(), res.Errors, res.ErrorSamples)
+	}
+	if open.h1.Load() != 0 || open.conns.Load() != res.Health.Connections {
+		t.Errorf("open: %d HTTP/1.x requests; server saw %d connections, client dialed %d", open.h1.Load(), open.conns.Load(), res.Health.Connections)
+	}
+}
+
+func TestH2CRequestAndFailures(t *testing.T) {
+	s := startH2C(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/slow":
+			time.Sleep(20 * time.Millisecond)
+		case "/fail":
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	c := NewH2Client(ClientOptions{}, nil)
+	body := []byte(strings.Repeat("b", 3000))
+	hdr := http.Header{"Host": {"svc.example"}, "User-Agent": {"probe"}}
+	res := run(t, Config{Request: Request{Method: "POST", URL: s.url, Body: body, Header: hdr}, Closed: &ClosedModel{Connections: 1}, Count: 10, Client: c})
+	if res.Succeeded != 10 || s.bodies.Load() != 10*3000 || s.hosts.Load() != "svc.example" || s.userAgent.Load() != "probe" {
+		t.Errorf("POST: ok %d, body bytes %d, host %v, agent %v", res.Succeeded, s.bodies.Load(), s.hosts.Load(), s.userAgent.Load())
+	}
+
+	res = run(t, Config{Request: Request{URL: s.url + "slow"}, Closed: &ClosedModel{Connections: 2}, Count: 20, Client: c})
+	if p50 := res.Service.Quantile(50); p50 < 20*time.Millisecond || p50 > 60*time.Millisecond {
+		t.Errorf("20 ms handler: service p50 %v", p50)
+	}
+	if p50 := res.FirstByte.Quantile(50); p50 < 20*time.Millisecond {
+		t.Errorf("20 ms handler: first byte p50 %v", p50)
+	}
+
+	res = run(t, Config{Request: Request{URL: s.url + "fail"}, Closed: &ClosedModel{Connections: 1}, Count: 5, Client: c})
+	if res.Errors.Non2xx != 5 || res.StatusCodes[503] != 5 {
+		t.Errorf("503s: errors %+v, codes %v", res.Errors, res.StatusCodes)
+	}
+
+	conns := s.conns.Load()
+	res = run(t, Config{Request: Request{URL: s.url}, Closed: &ClosedModel{Connections: 2}, Count: 30, Client: NewH2Client(ClientOptions{DisableKeepAlive: true}, nil)})
+	if n := s.conns.Load() - conns; res.Succeeded != 30 || n != 30 || res.Health.Connections != 30 {
+		t.Errorf("no keep-alive: ok %d, server saw %d new connections, client dialed %d; want 30 each", res.Succeeded, n, res.Health.Connections)
+	}
+
+	// An HTTP/1.1-only server must fail the run, not be measured as HTTP/2.
+	h1 := startServer(t, func(w http.ResponseWriter, r *http.Request) {})
+	res = run(t, Config{Request: Request{URL: h1}, Closed: &ClosedModel{Connections: 1}, Count: 3, Client: c})
+	if res.Succeeded != 0 || res.Errors.Total() != 3 {
+		t.Errorf("h2c against an HTTP/1.1 server: ok %d, errors %+v", res.Succeeded, res.Errors)
+	}
+
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := closed.Addr().String()
+	closed.Close()
+	res = run(t, Config{Request: Request{URL: "http://" + addr + "/"}, Closed: &ClosedModel{Connections: 1}, Count: 3, Client: c})
+	if res.Errors.Refused != 3 {
+		t.Errorf("refused: errors %+v %v", res.Errors, res.ErrorSamples)
+	}
+}
+
+// TestH2OverTLS: the same client speaks HTTP/2 over TLS (ALPN h2) for https URLs.
+func TestH2OverTLS(t *testing.T) {
+	var h2 atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 && r.TLS != nil {
+			h2.Add(1)
+		}
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	c := NewH2Client(ClientOptions{}, &tls.Config{RootCAs: roots})
+	res := run(t, Config{Request: Request{URL: srv.URL + "/"}, Closed: &ClosedModel{Connections: 2}, Count: 50, Client: c})
+	if res.Succeeded != 50 || h2.Load() != 50 || res.Health.Connections != 2 {
+		t.Errorf("h2 over TLS: ok %d, HTTP/2 TLS requests served %d, dials %d; errors %+v %v", res.Succeeded, h2.Load(), res.Health.Connections, res.Errors, res.ErrorSamples)
+	}
+
+	// A TLS server without h2 in its ALPN must fail the run, not be measured as HTTP/2.
+	h1 := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	h1.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes are expected
+	h1.StartTLS()
+	defer h1.Close()
+	roots = x509.NewCertPool()
+	roots.AddCert(h1.Certificate())
+	res = run(t, Config{Request: Request{URL: h1.URL + "/"}, Closed: &ClosedModel{Connections: 1}, Count: 3, Client: NewH2Client(ClientOptions{}, &tls.Config{RootCAs: roots})})
+	if res.Succeeded != 0 || res.Errors.Total() != 3 {
+		t.Errorf("h2 against an HTTP/1.1 TLS server: ok %d, errors %+v", res.Succeeded, res.Errors)
+	}
+}
+
+func TestH2PrepareRejects(t *testing.T) {
+	c := NewH2Client(ClientOptions{}, nil)
+	for _, r := range []Request{
+		{URL: "ftp://127.0.0.1/"},
+		{URL: "http:///path"},
+		{Method: "BAD METHOD", URL: "http://127.0.0.1/"},
+		{URL: "http://127.0.0.1/", Header: http.Header{"Bad Name": {"x"}}},
+	} {
+		if _, err := c.Prepare(r); err == nil {
+			t.Errorf("Prepare(%+v) accepted", r)
+		}
+	}
+}
