@@ -69,7 +69,7 @@ func BenchmarkReadResponse(b *testing.B) {
 // under the recorder's lock).
 func BenchmarkRecord(b *testing.B) {
 	now := time.Now()
-	r := newRecorder(now)
+	r := newRecorder(now, nil)
 	t := timing{intended: now, sent: now.Add(3 * time.Microsecond), firstByte: now.Add(150 * time.Microsecond), done: now.Add(180 * time.Microsecond), status: 200, bytesIn: 612}
 	b.ReportAllocs()
 	for b.Loop() {
