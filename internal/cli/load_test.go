@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -206,6 +207,39 @@ func TestRawFileIncomplete(t *testing.T) {
 	err = r.finish(&load.RawLogStatus{Rows: 1, Lost: 5, Error: "writing failed after 1 rows: no space left on device"})
 	if err == nil || !strings.Contains(err.Error(), "raw log "+path+" not written: writing failed after 1 rows") {
 		t.Errorf("error %v", err)
+	}
+	onlyFiles(t, dir)
+}
+
+// TestLoadCommandRawLogWriteFails runs meshmark in a child process whose files may not
+// grow past 64 KiB (as on a full disk): the run completes and its result is printed,
+// but the log is not created and the command fails, naming it.
+func TestLoadCommandRawLogWriteFails(t *testing.T) {
+	if args := os.Getenv("MESHMARK_TEST_LOAD_ARGS"); args != "" {
+		os.Exit(Main(strings.Split(args, "\n")))
+	}
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skip("prlimit (util-linux) is not installed")
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "raw.csv")
+	cmd := exec.Command(prlimit, "--fsize=65536", os.Args[0], "-test.run=^TestLoadCommandRawLogWriteFails$")
+	cmd.Env = append(os.Environ(), "MESHMARK_TEST_LOAD_ARGS="+strings.Join([]string{"load", srv.URL, "-c", "2", "-n", "3000", "--raw", raw}, "\n"))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("exit %v, want code 1\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "completed 3000  ok 3000") || !strings.Contains(stdout.String(), "WARNING: raw log: writing failed") {
+		t.Errorf("the result must be printed whole, with a warning:\n%s", stdout.String())
+	}
+	if want := "raw log " + raw + " not written: writing failed after "; !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "file too large") {
+		t.Errorf("stderr does not say %q ... file too large:\n%s", want, stderr.String())
 	}
 	onlyFiles(t, dir)
 }
