@@ -40,6 +40,7 @@ type loadFlags struct {
 	body, bodyFile     string
 	maxInFlight        int
 	format, output     string
+	raw                string
 	progress, allowAny bool
 	seed               uint64
 	insecure           bool
@@ -59,8 +60,7 @@ send time (free of coordinated omission), service time, errors and the generator
 health.
 
 Protocols (--protocol): http1 (default) is HTTP/1.1, plaintext for http:// URLs or
-TLS for https:// ones (-k, --cacert, --cert/--key for mTLS, --servername; sessions are
-resumed across reconnections, as real clients do). h2c is HTTP/2 in cleartext with
+TLS for https:// ones (see HTTPS below). h2c is HTTP/2 in cleartext with
 prior knowledge, as h2load and curl --http2-prior-knowledge speak it: each of the -c
 connections carries one request at a time (h2load -c N -m 1). grpc makes unary gRPC
 calls over cleartext HTTP/2, one channel (connection) per -c; the URL is
@@ -74,7 +74,11 @@ as gRPC metadata.
 
 Models: --rate/--poisson/--steps/--ramp select the open model (sends at scheduled times
 whatever responses do); --users selects Locust-like users; otherwise the closed model
-keeps -c connections busy (optionally capped with --limit).
+keeps -c connections busy (optionally capped with --limit). To send on time, the open
+model spins instead of sleeping through the last stretch before each send, since a
+sleeping thread wakes tens of microseconds late (more in a VM); --spin auto learns the
+stretch from the machine's own wake-ups, --spin off saves that CPU at the cost of send
+lag. The time spent spinning is reported apart and left out of the CPU per request.
 
 HTTPS: the server's certificate is verified against the system's roots, or --cacert's
 (-k skips verification), for the URL's host name or IP address, which is also the SNI
@@ -83,9 +87,19 @@ certificate to targets that require one (mTLS). A TLS handshake counts in the ti
 the request that opened the connection; connections resume the TLS session of earlier
 ones, so --no-keepalive pays a resumed handshake per request, as a real client would.
 
+--raw FILE also writes every request as one CSV row, for analyses of your own:
+intended_ns,sent_ns,first_byte_ns,done_ns,status,error_kind,bytes_in,warmup. Times are
+nanoseconds from the run's start (the JSON result's "start", also printed on stderr);
+first_byte_ns and status are empty when no response arrived; warm-up requests are
+included with warmup=true; rows come in about completion order. FILE appears when the
+run ends, also after an interrupt (with a row for every request recorded until then);
+if it could not be written completely it is not created, and the command exits 1 after
+writing the result. See docs/load.md.
+
 Only loopback and 198.18.0.0/15 targets are allowed unless --allow-any-target.`,
 		Example: `  meshmark load http://127.0.0.1:8080/ --rate 1000 -d 30s
   meshmark load http://127.0.0.1:8080/ -c 16 -n 100000 --format json -o run.json
+  meshmark load http://127.0.0.1:8080/ --rate 500 -d 1m --raw requests.csv
   meshmark load http://198.18.0.10/ --steps 100:1000:100:10s --format csv
   meshmark load http://127.0.0.1:8080/ --users 50 --spawn-rate 5 --think 1s-10s -d 2m
   meshmark load https://127.0.0.1:8443/ --cacert ca.pem --cert client.pem --key client.key
@@ -131,6 +145,7 @@ Only loopback and 198.18.0.0/15 targets are allowed unless --allow-any-target.`,
 	fl.IntVar(&f.maxInFlight, "max-inflight", 0, "open model: cap on requests in flight (default 10000)")
 	fl.StringVar(&f.format, "format", "table", "output format: table, json or csv")
 	fl.StringVarP(&f.output, "output", "o", "", "write the result to this file instead of stdout")
+	fl.StringVar(&f.raw, "raw", "", "also write every request as a CSV row to this file")
 	fl.BoolVar(&f.progress, "progress", false, "print a progress line every interval even when stderr is not a terminal")
 	fl.BoolVar(&f.allowAny, "allow-any-target", false, "allow targets outside loopback and 198.18.0.0/15 (only ones you own)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed for Poisson arrivals and user choices")
@@ -367,12 +382,27 @@ func runLoad(cmd *cobra.Command, cfg load.Config, f loadFlags) error {
 			}
 		}
 	}
+	var raw *rawFile
+	if f.raw != "" {
+		var err error
+		if raw, err = createRawFile(f.raw, f.output); err != nil {
+			return withExitCode(2, err)
+		}
+		defer raw.abandon()
+		cfg.RawLog = raw.f
+	}
 	res, runErr := load.Run(cmd.Context(), cfg)
 	if tty {
 		fmt.Fprint(stderr, "\r\033[K")
 	}
 	if res == nil {
 		return runErr
+	}
+	var rawErr error
+	if raw != nil {
+		if rawErr = raw.finish(res.RawLog); rawErr == nil {
+			fmt.Fprintf(stderr, "raw log: %s, %d rows, times in ns from %s\n", f.raw, res.RawLog.Rows, res.Start.Format(time.RFC3339Nano))
+		}
 	}
 	var buf bytes.Buffer
 	var err error
@@ -393,14 +423,63 @@ func runLoad(cmd *cobra.Command, cfg load.Config, f loadFlags) error {
 		err = writeFileAtomic(f.output, buf.Bytes())
 	}
 	if err != nil {
-		return err
+		return errors.Join(err, rawErr)
 	}
 	if f.format != "table" && f.output != "" {
 		for _, w := range res.Warnings {
 			fmt.Fprintln(stderr, "warning:", w)
 		}
 	}
-	return runErr
+	return errors.Join(rawErr, runErr)
+}
+
+// rawFile is --raw. The log is written to a temporary file beside FILE and renamed to
+// FILE when the run ends, so that FILE never names a log cut short by a crash or a failed
+// write. An interrupted run's log is renamed all the same: it holds a row for every
+// request its (incomplete) result counts.
+type rawFile struct {
+	path     string
+	f        *os.File
+	finished bool
+}
+
+func createRawFile(path, output string) (*rawFile, error) {
+	if output != "" && filepath.Clean(output) == filepath.Clean(path) {
+		return nil, fmt.Errorf("--raw %s: -o names the same file", path)
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return nil, fmt.Errorf("--raw %s: is a directory", path)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return nil, fmt.Errorf("--raw %s: %w", path, err)
+	}
+	return &rawFile{path: path, f: f}, nil
+}
+
+// finish names the log FILE if it holds every recorded request, and removes it if not:
+// a log missing rows would bias any analysis made of it.
+func (r *rawFile) finish(st *load.RawLogStatus) error {
+	r.finished = true
+	err := r.f.Close()
+	switch {
+	case st != nil && !st.Complete():
+		err = errors.New(st.Error)
+	case err == nil:
+		if err = os.Rename(r.f.Name(), r.path); err == nil {
+			return nil
+		}
+	}
+	os.Remove(r.f.Name())
+	return fmt.Errorf("raw log %s not written: %w", r.path, err)
+}
+
+// abandon removes the temporary file of a run that did not start.
+func (r *rawFile) abandon() {
+	if !r.finished {
+		r.f.Close()
+		os.Remove(r.f.Name())
+	}
 }
 
 // writeFileAtomic never leaves a half-written result behind.

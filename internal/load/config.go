@@ -3,6 +3,7 @@ package load
 import (
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"net/url"
@@ -31,6 +32,12 @@ type Config struct {
 	// Progress, when set, is called after every interval from a goroutine of the engine;
 	// it must return quickly.
 	Progress func(Progress)
+
+	// RawLog, when set, receives every recorded request as a CSV row (see RawLogHeader),
+	// written in large chunks from a goroutine of the engine; Run returns after the last
+	// write and does not close it. If a write fails the log stops there and the run goes
+	// on: Result.RawLog and Result.Warnings say what is missing. One writer per run.
+	RawLog io.Writer `json:"-"`
 
 	// AllowAnyTarget lifts the safety rule that only loopback and 198.18.0.0/15 are
 	// loaded; set only for targets the user owns (e.g. in-cluster service addresses).

@@ -60,6 +60,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	var raw *rawLog
+	if c.RawLog != nil {
+		if raw, err = newRawLog(c.RawLog); err != nil {
+			return nil, err
+		}
+	}
 
 	var ru0 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
@@ -67,7 +73,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if c.Duration > 0 {
 		e.end = e.start.Add(c.Duration)
 	}
-	e.rec = newRecorder(e.start.Add(c.Warmup))
+	e.rec = newRecorder(e.start.Add(c.Warmup), raw)
+	if raw != nil {
+		raw.run(e.start)
+	}
 
 	// soft: stop sending new requests; hard: abandon those in flight. The hard stop comes
 	// one timeout after the end, when every request sent in time has met its deadline.
@@ -98,9 +107,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	e.ended = time.Now()
 	ivs := intervals()
+	// before the CPU is read: writing the log is part of what the run cost
+	rawStatus := e.rec.closeRaw()
 	var ru1 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 	res := e.result(ivs, cpuDelta(ru0.Utime, ru1.Utime), cpuDelta(ru0.Stime, ru1.Stime))
+	if rawStatus != nil {
+		res.RawLog = rawStatus
+		if !rawStatus.Complete() {
+			res.Warnings = append(res.Warnings, "raw log: "+rawStatus.Error)
+		}
+	}
 	if ctx.Err() != nil {
 		res.Incomplete = true
 		return res, ctx.Err()

@@ -57,10 +57,11 @@ type recorder struct {
 	spare     *stats // the previous interval, being summarised outside the lock
 	samples   []string
 	lastDone  time.Time
+	raw       *rawLog // nil without Config.RawLog
 }
 
-func newRecorder(warmupEnd time.Time) *recorder {
-	return &recorder{warmupEnd: warmupEnd, total: newStats(true), cur: newStats(false), spare: newStats(false)}
+func newRecorder(warmupEnd time.Time, raw *rawLog) *recorder {
+	return &recorder{warmupEnd: warmupEnd, total: newStats(true), cur: newStats(false), spare: newStats(false), raw: raw}
 }
 
 // timing is one request's life: intended send, actual send, first response byte, done.
@@ -78,7 +79,34 @@ func (r *recorder) record(t *timing) {
 		kind = KindNon2xx
 	}
 	lag := t.sent.Sub(t.intended)
+	if r.raw != nil {
+		r.recordRaw(t, kind, lag)
+		return
+	}
 	r.mu.Lock()
+	r.addAll(t, kind, lag)
+	r.mu.Unlock()
+}
+
+// recordRaw is record with a raw log; apart so that the row's stack buffer costs
+// nothing without one.
+func (r *recorder) recordRaw(t *timing, kind ErrorKind, lag time.Duration) {
+	var buf [rawRowMax]byte
+	var row []byte
+	if !r.raw.failed.Load() {
+		row = r.raw.format(buf[:0], t, kind, t.intended.Before(r.warmupEnd))
+	}
+	r.mu.Lock()
+	r.addAll(t, kind, lag)
+	full := r.raw.add(row)
+	r.mu.Unlock()
+	if full != nil {
+		r.raw.full <- full
+	}
+}
+
+// addAll counts t in the interval and, after the warm-up, in the totals; under r.mu.
+func (r *recorder) addAll(t *timing, kind ErrorKind, lag time.Duration) {
 	if t.done.After(r.lastDone) {
 		r.lastDone = t.done
 	}
@@ -93,7 +121,25 @@ func (r *recorder) record(t *timing) {
 			}
 		}
 	}
+}
+
+// closeRaw hands the last rows to the raw log's writer and waits for it; nil without a
+// raw log. It must come after every record call has returned: those hand buffers over
+// after releasing the lock.
+func (r *recorder) closeRaw() *RawLogStatus {
+	l := r.raw
+	if l == nil {
+		return nil
+	}
+	r.mu.Lock()
+	l.closed = true
+	if len(l.cur.b) > 0 {
+		l.full <- l.cur
+	}
+	recorded := l.recorded
 	r.mu.Unlock()
+	st := l.close(recorded)
+	return &st
 }
 
 func (r *recorder) sample(msg string) {

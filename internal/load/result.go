@@ -162,6 +162,7 @@ type Result struct {
 	Clamped       int64         `json:"clamped,omitempty"`
 	Intervals     []Interval    `json:"intervals"`
 	Health        Health        `json:"generator"`
+	RawLog        *RawLogStatus `json:"raw_log,omitempty"` // with Config.RawLog
 	Warnings      []string      `json:"warnings,omitempty"`
 	Incomplete    bool          `json:"incomplete,omitempty"` // cancelled before the end
 }
