@@ -39,6 +39,7 @@ type loadFlags struct {
 	headers            []string
 	body, bodyFile     string
 	maxInFlight        int
+	spin               string
 	format, output     string
 	raw                string
 	progress, allowAny bool
@@ -143,6 +144,7 @@ Only loopback and 198.18.0.0/15 targets are allowed unless --allow-any-target.`,
 	fl.StringVar(&f.body, "body", "", "request body")
 	fl.StringVar(&f.bodyFile, "body-file", "", "read the request body from this file")
 	fl.IntVar(&f.maxInFlight, "max-inflight", 0, "open model: cap on requests in flight (default 10000)")
+	fl.StringVar(&f.spin, "spin", "auto", "open model: spin instead of sleeping this long before each send (auto: learnt from the machine's wake-up latency; off; or a duration)")
 	fl.StringVar(&f.format, "format", "table", "output format: table, json or csv")
 	fl.StringVarP(&f.output, "output", "o", "", "write the result to this file instead of stdout")
 	fl.StringVar(&f.raw, "raw", "", "also write every request as a CSV row to this file")
@@ -233,6 +235,9 @@ func (f *loadFlags) config(cmd *cobra.Command, url string) (load.Config, error) 
 	if f.connections < 0 || f.maxInFlight < 0 || f.users < 0 {
 		return cfg, errors.New("-c, --max-inflight and --users must not be negative")
 	}
+	if len(open) == 0 && (fl.Changed("spin") || fl.Changed("max-inflight")) {
+		return cfg, errors.New("--spin and --max-inflight are for the open model (--rate, --poisson, --steps or --ramp)")
+	}
 	switch {
 	case f.users > 0:
 		if len(open) > 0 || fl.Changed("limit") {
@@ -247,7 +252,11 @@ func (f *loadFlags) config(cmd *cobra.Command, url string) (load.Config, error) 
 		if fl.Changed("limit") {
 			return cfg, errors.New("--limit is for the closed model; the open model's rate is --rate")
 		}
-		cfg.Open = &load.OpenModel{Schedule: open[0], Connections: f.connections, MaxInFlight: f.maxInFlight}
+		spin, err := parseSpin(f.spin)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Open = &load.OpenModel{Schedule: open[0], Connections: f.connections, MaxInFlight: f.maxInFlight, SpinWindow: spin}
 	default:
 		n := f.connections
 		if n == 0 {
@@ -259,6 +268,21 @@ func (f *loadFlags) config(cmd *cobra.Command, url string) (load.Config, error) 
 		cfg.Duration = 10 * time.Second
 	}
 	return cfg, cfg.Validate()
+}
+
+// parseSpin reads --spin: auto is 0 (learn the window), off is negative (never spin).
+func parseSpin(v string) (time.Duration, error) {
+	switch v {
+	case "auto", "":
+		return 0, nil
+	case "off":
+		return -1, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 || d > time.Second {
+		return 0, fmt.Errorf("--spin %q: want auto, off or a duration up to 1s such as 100us", v)
+	}
+	return d, nil
 }
 
 // tlsConfig turns the TLS flags into the client's config; nil when none is set.

@@ -58,6 +58,10 @@ func TestLoadCommandBadInputExitsTwo(t *testing.T) {
 		{"load", "https://127.0.0.1:8443/", "--protocol", "grpc"},
 		{"load", "http://8.8.8.8:50051/", "--protocol", "grpc"},
 		{"load", srv.URL, "--protocol", "grpc", "-H", "grpc-timeout: 1S"},
+		{"load", srv.URL, "--rate", "10", "--spin", "sometimes"},
+		{"load", srv.URL, "--rate", "10", "--spin", "-5us"},
+		{"load", srv.URL, "--spin", "100us"},
+		{"load", srv.URL, "--max-inflight", "5"},
 	} {
 		if code := Main(args); code != 2 {
 			t.Errorf("meshmark %v: exit code %d, want 2", args, code)

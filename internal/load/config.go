@@ -52,6 +52,11 @@ type OpenModel struct {
 	// MaxInFlight caps concurrent requests (= connections); 0 means 10 000. A send that
 	// finds the cap reached waits and is counted as late.
 	MaxInFlight int
+	// SpinWindow is how long before each send the generator stops sleeping and spins,
+	// because waking from sleep takes tens of microseconds (more in a VM). 0 learns it
+	// from the machine's own wake-ups; negative never spins (saves CPU, costs send lag).
+	// Only the built-in HTTP/1.1 keep-alive client's event loop spins.
+	SpinWindow time.Duration
 }
 
 // ClosedModel keeps Connections requests in flight, each sent as soon as the previous

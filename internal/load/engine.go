@@ -36,6 +36,10 @@ type engine struct {
 	late, dropped   atomic.Int64
 	aborted, dialed atomic.Int64
 	hard            context.Context // cancelled when in-flight requests must be abandoned
+	// spin is the time the open loop spent waiting for send times without parking;
+	// only that loop's goroutine writes it, before Run reads it.
+	spin       time.Duration
+	spinWindow time.Duration
 }
 
 // Run drives one load run and returns what it measured. The result is returned even when
@@ -97,7 +101,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	case c.Open != nil:
 		// The schedule ends the sending, not the clock: a scheduler running behind
 		// still sends (late, and measured so) what was intended before the end.
-		e.runOpen(ctx, prepared[0])
+		if !e.runOpenEpoll(ctx, prepared[0]) {
+			e.runOpen(ctx, prepared[0])
+		}
 	case c.Closed != nil:
 		if !e.runClosedEpoll(soft, prepared[0]) {
 			e.runClosed(soft, prepared[0])
@@ -601,8 +607,9 @@ func (e *engine) result(ivs []Interval, user, sys time.Duration) *Result {
 	h.Aborted = e.aborted.Load()
 	h.SendLag = Histogram{t.sendLag}
 	h.CPUUser, h.CPUSystem = user, sys
+	h.SpinWait, h.SpinWindow = min(e.spin, user+sys), e.spinWindow
 	if t.completed > 0 {
-		h.CPUPerRequest = (user + sys) / time.Duration(t.completed)
+		h.CPUPerRequest = (user + sys - h.SpinWait) / time.Duration(t.completed)
 	}
 	e.judge(res)
 	return res
@@ -640,7 +647,8 @@ func (e *engine) judge(res *Result) {
 		}
 	}
 	if res.Elapsed > 0 {
-		busy := float64(h.CPUUser+h.CPUSystem) / float64(res.Elapsed) / float64(runtime.GOMAXPROCS(0))
+		// spinning is waiting, not work: a generator that spins is not saturated by it
+		busy := float64(h.CPUUser+h.CPUSystem-h.SpinWait) / float64(res.Elapsed) / float64(runtime.GOMAXPROCS(0))
 		if busy > 0.9 {
 			warn(true, "the generator's process used %.0f%% of its %d CPUs: it may have been the bottleneck", 100*busy, runtime.GOMAXPROCS(0))
 		}

@@ -32,6 +32,12 @@ type epollSet struct {
 	rc    syscall.RawConn // waits on fd through the runtime's poller
 	tick  int             // timerfd, or -1
 	sched int             // the open loop's one-shot timerfd, or -1
+
+	// wait's callback for rc, and what it reads and fills in
+	ready  func(uintptr) bool
+	events []unix.EpollEvent
+	n      int
+	err    error
 }
 
 // newEpollSet creates an epoll set with a timerfd ticking every tick.
@@ -88,22 +94,44 @@ func (s *epollSet) Close() {
 // wait returns at least one event, waiting at most about one tick. Timerfd events are
 // consumed here but still returned, tagged.
 func (s *epollSet) wait(events []unix.EpollEvent) (int, error) {
-	var n int
-	var err error
 	if s.rc == nil {
-		n, err = unix.EpollWait(s.fd, events, int(epollTick/time.Millisecond))
-	} else {
-		rerr := s.rc.Read(func(uintptr) bool {
-			n, err = rawEpollWait(s.fd, events)
-			return n > 0 || (err != nil && err != unix.EINTR)
-		})
-		if err == nil && rerr != nil {
-			// the runtime's poller refused the descriptor after all: block in epoll_wait
-			s.rc = nil
-			return s.wait(events)
+		n, err := unix.EpollWait(s.fd, events, int(epollTick/time.Millisecond))
+		s.drainTimers(events[:max(n, 0)])
+		return n, err
+	}
+	if s.ready == nil {
+		// made once: a closure made per call would escape to the heap on every wait
+		s.ready = func(uintptr) bool {
+			s.n, s.err = rawEpollWait(s.fd, s.events)
+			return s.n > 0 || (s.err != nil && s.err != unix.EINTR)
 		}
 	}
-	for i := 0; i < n; i++ {
+	s.events = events
+	rerr := s.rc.Read(s.ready)
+	n, err := s.n, s.err
+	s.events = nil
+	if err == nil && rerr != nil {
+		// the runtime's poller refused the descriptor after all: block in epoll_wait
+		s.rc = nil
+		return s.wait(events)
+	}
+	s.drainTimers(events[:n])
+	return n, err
+}
+
+// poll returns the events ready now, without waiting.
+func (s *epollSet) poll(events []unix.EpollEvent) int {
+	n, err := rawEpollWait(s.fd, events)
+	if err != nil {
+		return 0
+	}
+	s.drainTimers(events[:n])
+	return n
+}
+
+// drainTimers reads the timerfds among events, so that they wait for their next expiry.
+func (s *epollSet) drainTimers(events []unix.EpollEvent) {
+	for i := range events {
 		if events[i].Fd < 0 {
 			var b [8]byte
 			fd := s.tick
@@ -113,7 +141,6 @@ func (s *epollSet) wait(events []unix.EpollEvent) (int, error) {
 			rawRead(fd, b[:])
 		}
 	}
-	return n, err
 }
 
 func rawEpollWait(epfd int, events []unix.EpollEvent) (int, error) {

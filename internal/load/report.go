@@ -85,6 +85,10 @@ func WriteTable(w io.Writer, r *Result) error {
 	fmt.Fprintf(w, "generator: peak in-flight %d, connections %d, late %d, dropped %d, aborted %d, cpu %s user + %s sys (%s/request)\n",
 		h.PeakInFlight, h.Connections, h.Late, h.Dropped, h.Aborted,
 		h.CPUUser.Round(time.Millisecond), h.CPUSystem.Round(time.Millisecond), fmtDur(h.CPUPerRequest))
+	if h.SpinWait > 0 {
+		fmt.Fprintf(w, "generator: spun %s waiting for send times (window %s before each send; not counted per request)\n",
+			h.SpinWait.Round(time.Millisecond), fmtDur(h.SpinWindow))
+	}
 	for _, s := range r.Warnings {
 		fmt.Fprintf(w, "WARNING: %s\n", s)
 	}

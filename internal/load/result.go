@@ -133,8 +133,13 @@ type Health struct {
 	SendLag      Histogram     `json:"send_lag_hist"`
 	CPUUser      time.Duration `json:"cpu_user"`
 	CPUSystem    time.Duration `json:"cpu_system"`
-	// CPUPerRequest is process CPU divided by completed requests; in a process that does
-	// other work too it is an upper bound.
+	// SpinWait is the part of that CPU the open model spent spinning before sends
+	// instead of sleeping, to send on time; SpinWindow is how long before a send it
+	// started spinning (learnt from the machine's wake-up latency unless set).
+	SpinWait   time.Duration `json:"spin_wait,omitempty"`
+	SpinWindow time.Duration `json:"spin_window,omitempty"`
+	// CPUPerRequest is process CPU, less SpinWait, divided by completed requests; in a
+	// process that does other work too it is an upper bound.
 	CPUPerRequest time.Duration `json:"cpu_per_request"`
 	Bottleneck    bool          `json:"bottleneck"` // the generator, not the target, limited the run
 }

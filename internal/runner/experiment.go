@@ -254,6 +254,10 @@ func (r *runner) openConfig(d *deployment, e *study.Experiment, rate float64, le
 		Schedule:    load.ScheduleSpec{Arrival: arrival, Rate: rate, Seed: r.study.Spec.Seed},
 		Connections: conns,
 	}
+	if !ownCPUs(placement(r.study.Spec.Substrate.Local)) {
+		// spinning before sends would take CPU from the system under test
+		cfg.Open.SpinWindow = -1
+	}
 	return cfg
 }
 

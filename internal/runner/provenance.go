@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -112,6 +113,20 @@ func placement(local *study.LocalSubstrate) (loadgen, sut []int) {
 		sut = append(sut, i)
 	}
 	return loadgen, sut
+}
+
+// ownCPUs reports whether a placement gives the load generator CPUs of its own, where
+// it may spin to keep its send times without slowing the system under test.
+func ownCPUs(loadgen, sut []int) bool {
+	if len(loadgen) == 0 || len(sut) == 0 {
+		return false
+	}
+	for _, l := range loadgen {
+		if slices.Contains(sut, l) {
+			return false
+		}
+	}
+	return true
 }
 
 // pin applies the placement: every thread of meshmark (the load generator) and of every
