@@ -62,8 +62,9 @@ health.
 
 Protocols (--protocol): http1 (default) is HTTP/1.1, plaintext for http:// URLs or
 TLS for https:// ones (see HTTPS below). h2c is HTTP/2 in cleartext with
-prior knowledge, as h2load and curl --http2-prior-knowledge speak it: each of the -c
-connections carries one request at a time (h2load -c N -m 1). grpc makes unary gRPC
+prior knowledge, as h2load and curl --http2-prior-knowledge speak it, and h2 is HTTP/2
+over TLS (ALPN h2, the TLS flags apply): each of the -c connections carries one request
+at a time (h2load -c N -m 1). grpc makes unary gRPC
 calls over cleartext HTTP/2, one channel (connection) per -c; the URL is
 http://host:port, --grpc-method names the call (default ` + load.HealthCheckMethod + `,
 the standard health check, which counts as failed unless the server answers SERVING),
@@ -156,7 +157,7 @@ Only loopback and 198.18.0.0/15 targets are allowed unless --allow-any-target.`,
 	fl.StringVar(&f.cert, "cert", "", "https: client certificate (PEM), for targets that require one")
 	fl.StringVar(&f.key, "key", "", "https: private key (PEM) of --cert (default: read from the --cert file)")
 	fl.StringVar(&f.serverName, "servername", "", "https: server name to send (SNI) and verify instead of the URL's host")
-	fl.StringVar(&f.protocol, "protocol", "http1", "http1, h2c (HTTP/2 cleartext, prior knowledge) or grpc (unary calls over h2c)")
+	fl.StringVar(&f.protocol, "protocol", "http1", "http1, h2 (HTTP/2 over TLS), h2c (HTTP/2 cleartext, prior knowledge) or grpc (unary calls over h2c)")
 	fl.StringVar(&f.grpcMethod, "grpc-method", "", "grpc: full method name, /package.Service/Method (default "+load.HealthCheckMethod+")")
 	return c
 }
@@ -351,6 +352,11 @@ func (f *loadFlags) protocolConfig(cmd *cobra.Command, cfg *load.Config) error {
 			return fmt.Errorf("--protocol h2c is cleartext HTTP/2: want an http:// URL, got %q", cfg.Request.URL)
 		}
 		cfg.Client = load.NewH2Client(load.ClientOptions{DisableKeepAlive: f.noKeepAlive}, nil)
+	case "h2":
+		if u.Scheme != "https" {
+			return fmt.Errorf("--protocol h2 is HTTP/2 over TLS: want an https:// URL (h2c for http://), got %q", cfg.Request.URL)
+		}
+		cfg.Client = load.NewH2Client(load.ClientOptions{DisableKeepAlive: f.noKeepAlive}, cfg.TLS)
 	case "grpc":
 		switch {
 		case fl.Changed("method"):
@@ -382,7 +388,7 @@ func (f *loadFlags) protocolConfig(cmd *cobra.Command, cfg *load.Config) error {
 		}
 		cfg.Client = c
 	default:
-		return fmt.Errorf("--protocol %q: want http1, h2c or grpc", f.protocol)
+		return fmt.Errorf("--protocol %q: want http1, h2, h2c or grpc", f.protocol)
 	}
 	if cfg.Client != nil {
 		// Prepare now, so that a request the protocol cannot send is a usage error

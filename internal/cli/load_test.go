@@ -45,6 +45,7 @@ func TestLoadCommandBadInputExitsTwo(t *testing.T) {
 		{"load", srv.URL, "--no-such-flag"},
 		{"load", srv.URL, "--rate", "10", "--limit", "5"},
 		{"load", srv.URL, "--protocol", "h3"},
+		{"load", srv.URL, "--protocol", "h2"},
 		{"load", srv.URL, "--grpc-method", "/grpc.health.v1.Health/Check"},
 		{"load", srv.URL, "--protocol", "h2c", "--grpc-method", "/a.B/C"},
 		{"load", "https://127.0.0.1:8443/", "--protocol", "h2c"},
@@ -204,6 +205,33 @@ func TestLoadCommandHTTPS(t *testing.T) {
 	res = loadJSON(t, srv.URL, "-n", "2", "--cacert", ca, "--servername", "other.example")
 	if res.Errors.Other != 2 {
 		t.Errorf("--servername the certificate does not carry: errors %+v %v", res.Errors, res.ErrorSamples)
+	}
+}
+
+// TestLoadCommandH2: --protocol h2 speaks HTTP/2 over TLS, verified with the TLS flags,
+// on exactly -c connections.
+func TestLoadCommandH2(t *testing.T) {
+	var h2, conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 {
+			h2.Add(1)
+		}
+	}))
+	srv.EnableHTTP2 = true
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.StartTLS()
+	defer srv.Close()
+	ca := writeFile(t, "ca.pem", certPEM(srv.Certificate()))
+	res := loadJSON(t, srv.URL, "--protocol", "h2", "--cacert", ca, "-c", "2", "-n", "50")
+	if res.Succeeded != 50 || h2.Load() != 50 || conns.Load() != 2 {
+		t.Errorf("succeeded %d, %d over HTTP/2, %d connections; want 50, 50, 2 (errors %+v %v)", res.Succeeded, h2.Load(), conns.Load(), res.Errors, res.ErrorSamples)
+	}
+	if res := loadJSON(t, srv.URL, "--protocol", "h2", "-n", "2"); res.Errors.Other != 2 {
+		t.Errorf("h2 without the CA: errors %+v %v, want 2 certificate failures", res.Errors, res.ErrorSamples)
 	}
 }
 
