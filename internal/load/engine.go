@@ -172,7 +172,10 @@ func (e *engine) send(s Session, p *Prepared, intended time.Time) {
 }
 
 // begin stamps the actual send and counts the request in flight.
-func (e *engine) begin(intended time.Time) timing {
+func (e *engine) begin(intended time.Time) timing { return e.beginAt(intended, time.Now()) }
+
+// beginAt is begin for a caller that has just read the clock.
+func (e *engine) beginAt(intended, sent time.Time) timing {
 	n := e.inflight.Add(1)
 	for {
 		pk := e.peak.Load()
@@ -180,7 +183,7 @@ func (e *engine) begin(intended time.Time) timing {
 			break
 		}
 	}
-	t := timing{intended: intended, sent: time.Now()}
+	t := timing{intended: intended, sent: sent}
 	if !intended.Before(e.rec.warmupEnd) {
 		e.sent.Add(1)
 	}

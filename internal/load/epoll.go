@@ -144,7 +144,8 @@ func (l *epollLoop) start(ctx context.Context, c *epollConn) {
 			l.active--
 			return
 		}
-		c.t = l.e.begin(time.Now())
+		now := time.Now() // intended when the connection is free, as it is now
+		c.t = l.e.beginAt(now, now)
 		c.out, c.busy, c.retried = Outcome{Dialed: c.fresh}, true, false
 		c.fresh = false
 		if l.send(c) {

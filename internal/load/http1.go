@@ -399,17 +399,20 @@ func ReadResponse(br *bufio.Reader, noBody bool) (ResponseInfo, error) {
 			if colon <= 0 {
 				return r, fmt.Errorf("%w: header line without name %.40q", ErrMalformedResponse, line)
 			}
-			name, value := line[:colon], bytes.TrimSpace(line[colon+1:])
+			// the length first: most headers are none of the three, and comparing
+			// names case-insensitively is the parser's largest cost
+			name, value := line[:colon], line[colon+1:]
 			switch {
-			case bytes.EqualFold(name, []byte("Content-Length")):
+			case len(name) == len("Content-Length") && bytes.EqualFold(name, []byte("Content-Length")):
+				value = bytes.TrimSpace(value)
 				n, ok := parseDecimal(value)
 				if !ok || (contentLength >= 0 && contentLength != n) {
 					return r, fmt.Errorf("%w: bad Content-Length %.40q", ErrMalformedResponse, value)
 				}
 				contentLength = n
-			case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			case len(name) == len("Transfer-Encoding") && bytes.EqualFold(name, []byte("Transfer-Encoding")):
 				chunked = hasTokenFold(value, "chunked")
-			case bytes.EqualFold(name, []byte("Connection")):
+			case len(name) == len("Connection") && bytes.EqualFold(name, []byte("Connection")):
 				closeConn = closeConn || hasTokenFold(value, "close")
 				keepAlive = keepAlive || hasTokenFold(value, "keep-alive")
 			}
