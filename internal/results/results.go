@@ -265,7 +265,11 @@ type GeneratorHealth struct {
 	PeakInFlight   int64                   `json:"peak_in_flight"`
 	CPUUserSeconds float64                 `json:"cpu_user_seconds"`
 	CPUSysSeconds  float64                 `json:"cpu_sys_seconds"`
-	Behind         bool                    `json:"behind"`
+	// SpinSeconds of that CPU went to spinning before sends to keep their times (the
+	// open model on cores of its own), SpinWindowUS before each send.
+	SpinSeconds  float64 `json:"spin_seconds,omitempty"`
+	SpinWindowUS int64   `json:"spin_window_us,omitempty"`
+	Behind       bool    `json:"behind"`
 }
 
 // ResourceSample is one reading of one process (or container) at time T. CPU times

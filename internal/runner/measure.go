@@ -98,7 +98,7 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 	sum, serr := sampler.Summarize(smp.Rounds(), sampler.SummaryOptions{
 		Start: trial.Start, End: trial.End,
 		Requests: uint64(res.Completed), AchievedRPS: res.AchievedRate,
-		LoadGenCores: 1,
+		LoadGenCores: 1, LoadGenWaitVCPU: spinShare(res),
 	})
 	if serr == nil && sum.LoadGen.Saturated {
 		res.Health.Bottleneck = true
@@ -114,6 +114,16 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 	r.run.Trials = append(r.run.Trials, *trial)
 	r.progress.end(res)
 	return res, nil
+}
+
+// spinShare is the share of a core the load generator spent spinning before sends,
+// averaged over the run (warm-up included, as the spinning is counted).
+func spinShare(res *load.Result) float64 {
+	span := time.Since(res.Start)
+	if res.Health.SpinWait <= 0 || span <= 0 {
+		return 0
+	}
+	return min(res.Health.SpinWait.Seconds()/span.Seconds(), 1)
 }
 
 func describe(p results.TrialParams) string {
@@ -149,6 +159,8 @@ func convert(res *load.Result, warmup time.Duration) results.TrialResult {
 			PeakInFlight:   res.Health.PeakInFlight,
 			CPUUserSeconds: res.Health.CPUUser.Seconds(),
 			CPUSysSeconds:  res.Health.CPUSystem.Seconds(),
+			SpinSeconds:    res.Health.SpinWait.Seconds(),
+			SpinWindowUS:   res.Health.SpinWindow.Microseconds(),
 		},
 	}
 	for k, v := range out.ErrorsByKind {

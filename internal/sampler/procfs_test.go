@@ -136,6 +136,10 @@ func TestSummarizeArithmetic(t *testing.T) {
 	if s2.LoadGen.Saturated {
 		t.Errorf("0.9 vCPU of 2 cores must not be flagged: %+v", s2.LoadGen)
 	}
+	s3, _ := Summarize(rounds, SummaryOptions{WarmUp: time.Second, Tail: time.Second, LoadGenWaitVCPU: 0.5})
+	if s3.LoadGen.Saturated || s3.LoadGen.AvgVCPU != s.LoadGen.AvgVCPU {
+		t.Errorf("0.9 vCPU of which 0.5 spinning must not be flagged, and still be reported whole: %+v", s3.LoadGen)
+	}
 	if _, err := Summarize(rounds, SummaryOptions{WarmUp: 3 * time.Second, Tail: 1500 * time.Millisecond}); err == nil {
 		t.Error("a window with fewer than 2 rounds must be an error")
 	}
