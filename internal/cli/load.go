@@ -60,19 +60,18 @@ func newLoadCommand() *cobra.Command {
 send time (free of coordinated omission), service time, errors and the generator's own
 health.
 
-Protocols (--protocol): http1 (default) is HTTP/1.1, plaintext for http:// URLs or
-TLS for https:// ones (see HTTPS below). h2c is HTTP/2 in cleartext with
-prior knowledge, as h2load and curl --http2-prior-knowledge speak it, and h2 is HTTP/2
-over TLS (ALPN h2, the TLS flags apply): each of the -c connections carries one request
-at a time (h2load -c N -m 1). grpc makes unary gRPC
-calls over cleartext HTTP/2, one channel (connection) per -c; the URL is
-http://host:port, --grpc-method names the call (default ` + load.HealthCheckMethod + `,
-the standard health check, which counts as failed unless the server answers SERVING),
-and --body or --body-file is the request message as serialised protobuf, sent as is.
-gRPC statuses are reported as the HTTP statuses that stand for them (OK 200,
-Unavailable 503, Unimplemented 501, NotFound 404, DeadlineExceeded 504, ...); the
-exact code and message of failures appear among the error samples. -H headers are sent
-as gRPC metadata.
+Protocols (--protocol): http1 (default) is HTTP/1.1, plaintext for http:// URLs or TLS
+for https:// ones (see HTTPS below). h2c is HTTP/2 in cleartext with prior knowledge,
+as h2load and curl --http2-prior-knowledge speak it; h2 is HTTP/2 over TLS (ALPN h2,
+the TLS flags apply). Each of the -c connections carries one request at a time
+(h2load -c N -m 1). grpc makes unary gRPC calls over cleartext HTTP/2, one channel
+(connection) per -c; the URL is http://host:port, --grpc-method names the call (default
+` + load.HealthCheckMethod + `, the standard health check, which counts as
+failed unless the server answers SERVING), and --body or --body-file is the request
+message as serialised protobuf, sent as is. gRPC statuses are reported as the HTTP
+statuses that stand for them (OK 200, Unavailable 503, Unimplemented 501, NotFound 404,
+DeadlineExceeded 504, ...); the exact code and message of failures appear among the
+error samples. -H headers are sent as gRPC metadata.
 
 Models: --rate/--poisson/--steps/--ramp select the open model (sends at scheduled times
 whatever responses do); --users selects Locust-like users; otherwise the closed model
