@@ -135,15 +135,7 @@ func TestLoadCommandWritesJSON(t *testing.T) {
 	if code := Main([]string{"load", srv.URL, "-c", "2", "-n", "40", "-H", "X-Probe: yes", "--format", "json", "-o", out}); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
-	f, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	res, err := load.ReadJSON(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := readResult(t, out)
 	if res.Succeeded != 40 || res.Latency.TotalCount() != 40 {
 		t.Fatalf("succeeded %d, latencies %d, errors %+v", res.Succeeded, res.Latency.TotalCount(), res.Errors)
 	}
@@ -156,15 +148,7 @@ func loadJSON(t *testing.T, args ...string) *load.Result {
 	if s, code, err := execResults(t, append(append([]string{"load"}, args...), "--format", "json", "-o", out)...); code != 0 {
 		t.Fatalf("meshmark load %v: exit code %d, %v\n%s", args, code, err, s)
 	}
-	f, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	res, err := load.ReadJSON(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := readResult(t, out)
 	return res
 }
 
@@ -412,15 +396,7 @@ func TestLoadCommandRawLogInterrupted(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("error %v, want the interruption", err)
 	}
-	f, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	res, err := load.ReadJSON(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := readResult(t, out)
 	if rows := rawLogRows(t, raw); !res.Incomplete || res.Completed < 10 || int64(len(rows)) != res.Completed {
 		t.Errorf("incomplete %v, completed %d, %d rows; want a row per completed request", res.Incomplete, res.Completed, len(rows))
 	}
@@ -475,4 +451,19 @@ func TestLoadCommandRawLogWriteFails(t *testing.T) {
 		t.Errorf("stderr does not say %q ... file too large:\n%s", want, stderr.String())
 	}
 	onlyFiles(t, dir)
+}
+
+// readResult reads the JSON result meshmark load wrote to path.
+func readResult(t *testing.T, path string) *load.Result {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	res, err := load.ReadJSON(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }

@@ -17,26 +17,28 @@ func startShapeServer(t *testing.T, resp string, closeAfter bool) string {
 	})
 }
 
+// responseShapes are the ways a response can be framed and end, which every path of
+// the engine must count alike.
+var responseShapes = []struct {
+	name  string
+	resp  string
+	close bool // the server closes the connection after it
+	body  int64
+}{
+	{"content-length", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", false, 5},
+	{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", false, 5},
+	{"big body", "HTTP/1.1 200 OK\r\nContent-Length: 102400\r\n\r\n" + strings.Repeat("b", 100<<10), false, 100 << 10},
+	{"connection close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", true, 2},
+	{"until close", "HTTP/1.0 200 OK\r\n\r\nuntil-close", true, 11},
+	{"closes without saying", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true, 2},
+	{"503", "HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n", false, 0},
+}
+
 // TestClosedPathsAgree runs the closed model's epoll loop and its goroutine path (the
 // one any custom Client takes) over the same response shapes: same counts, same bytes.
 func TestClosedPathsAgree(t *testing.T) {
-	big := strings.Repeat("b", 100<<10)
-	shapes := []struct {
-		name  string
-		resp  string
-		close bool
-		body  int64
-	}{
-		{"content-length", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", false, 5},
-		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", false, 5},
-		{"big body", "HTTP/1.1 200 OK\r\nContent-Length: 102400\r\n\r\n" + big, false, 100 << 10},
-		{"connection close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", true, 2},
-		{"until close", "HTTP/1.0 200 OK\r\n\r\nuntil-close", true, 11},
-		{"closes without saying", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true, 2},
-		{"503", "HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n", false, 0},
-	}
 	const count = 60
-	for _, sh := range shapes {
+	for _, sh := range responseShapes {
 		t.Run(sh.name, func(t *testing.T) {
 			url := startShapeServer(t, sh.resp, sh.close)
 			for _, client := range []Client{nil, NewHTTP1Client(ClientOptions{})} {
@@ -74,22 +76,8 @@ func TestClosedPathsAgree(t *testing.T) {
 // same response shapes: same counts, same bytes, one connection per response where the
 // server closes them.
 func TestOpenPathsAgree(t *testing.T) {
-	shapes := []struct {
-		name  string
-		resp  string
-		close bool
-		body  int64
-	}{
-		{"content-length", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", false, 5},
-		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", false, 5},
-		{"big body", "HTTP/1.1 200 OK\r\nContent-Length: 102400\r\n\r\n" + strings.Repeat("b", 100<<10), false, 100 << 10},
-		{"connection close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", true, 2},
-		{"until close", "HTTP/1.0 200 OK\r\n\r\nuntil-close", true, 11},
-		{"closes without saying", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", true, 2},
-		{"503", "HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n", false, 0},
-	}
 	const count = 60
-	for _, sh := range shapes {
+	for _, sh := range responseShapes {
 		t.Run(sh.name, func(t *testing.T) {
 			url := startShapeServer(t, sh.resp, sh.close)
 			for _, client := range []Client{nil, NewHTTP1Client(ClientOptions{})} {

@@ -138,12 +138,7 @@ func (s *h2Session) Do(ctx context.Context, p *Prepared, deadline time.Time, out
 	if err != nil {
 		return err
 	}
-	out.FirstByte = time.Now()
-	out.Status = resp.StatusCode
-	n, err := io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	out.BytesIn = n
-	return err
+	return drain(resp, out)
 }
 
 func (s *h2Session) Close() error {

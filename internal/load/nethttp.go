@@ -75,6 +75,11 @@ func (s *netHTTPSession) Do(ctx context.Context, p *Prepared, deadline time.Time
 	if err != nil {
 		return err
 	}
+	return drain(resp, out)
+}
+
+// drain reads a net/http response's body into out; its headers have just arrived.
+func drain(resp *http.Response, out *Outcome) error {
 	out.FirstByte = time.Now()
 	out.Status = resp.StatusCode
 	n, err := io.Copy(io.Discard, resp.Body)
