@@ -157,9 +157,10 @@ func TestSamplerMeasuresCPUAndMemoryOfRealProcesses(t *testing.T) {
 	// Ground truth independent of /proc parsing: the kernel's rusage of the burner
 	// when reaped. The last sample can trail it only by what ran since that sample.
 	lastCPU := rounds[len(rounds)-1].Procs[0].CPU()
-	sinceLast := time.Since(rounds[len(rounds)-1].Time)
 	_ = burn.Process.Kill()
 	_ = burn.Wait()
+	// read after the burner is gone: it burns until the kill lands
+	sinceLast := time.Since(rounds[len(rounds)-1].Time)
 	reaped := burn.ProcessState.UserTime() + burn.ProcessState.SystemTime()
 	if lastCPU > reaped+tick || reaped-lastCPU > sinceLast+2*tick {
 		t.Errorf("sampled CPU %v vs rusage at exit %v (%v after the last sample)", lastCPU, reaped, sinceLast)
