@@ -131,6 +131,7 @@ func (o *openLoop) run() {
 		}
 		due := e.start.Add(off)
 		var n int
+		parked := false
 		if more && due.Sub(now) <= o.wake.Window() {
 			// close to the send: look for responses without parking
 			n = o.set.poll(o.events)
@@ -156,11 +157,12 @@ func (o *openLoop) run() {
 				o.abort(err)
 				return
 			}
-			if !armedFor.IsZero() && timerFired(o.events[:n]) {
+			parked = true
+		}
+		if !armedFor.IsZero() && timerFired(o.events[:n]) {
+			if parked {
 				o.wake.observe(time.Since(armedFor))
 			}
-		}
-		if timerFired(o.events[:n]) {
 			armedFor = time.Time{}
 		}
 		o.handle(o.events[:n])
