@@ -512,15 +512,7 @@ func spectra(groups []*analysis.Group, order []string) []Spectrum {
 		exp  string
 		step int
 	}
-	var pts []pt
-	by := map[pt][]*analysis.Group{}
-	for _, g := range groups {
-		p := pt{g.Experiment, g.Step}
-		if by[p] == nil {
-			pts = append(pts, p)
-		}
-		by[p] = append(by[p], g)
-	}
+	pts, by := groupBy(groups, func(g *analysis.Group) pt { return pt{g.Experiment, g.Step} })
 	qs := spectrumQuantiles()
 	var out []Spectrum
 	for _, p := range pts {
@@ -585,17 +577,23 @@ func fmtMicros(us int64) string {
 	return strconv.FormatInt(us, 10) + " µs"
 }
 
-func heatmaps(groups []*analysis.Group) []Heatmap {
-	type me struct{ mesh, exp string }
-	var order []me
-	by := map[me][]*analysis.Group{}
+// groupBy buckets groups by key, keeping the keys in the order they first appear.
+func groupBy[K comparable](groups []*analysis.Group, key func(*analysis.Group) K) ([]K, map[K][]*analysis.Group) {
+	var order []K
+	by := map[K][]*analysis.Group{}
 	for _, g := range groups {
-		k := me{g.Mesh, g.Experiment}
+		k := key(g)
 		if by[k] == nil {
 			order = append(order, k)
 		}
 		by[k] = append(by[k], g)
 	}
+	return order, by
+}
+
+func heatmaps(groups []*analysis.Group) []Heatmap {
+	type me struct{ mesh, exp string }
+	order, by := groupBy(groups, func(g *analysis.Group) me { return me{g.Mesh, g.Experiment} })
 	var out []Heatmap
 	for _, k := range order {
 		gs := by[k]
