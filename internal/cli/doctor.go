@@ -20,14 +20,22 @@ func init() {
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "NAME\tNEEDED FOR\tSTATUS\tVERSION / INSTALL WITH")
 				for _, st := range prereq.CheckAll(cmd.Context()) {
+					need := string(st.Item.Need)
+					if st.Item.Optional {
+						need = "meshes" // only studies whose meshes run it
+					}
 					if st.OK() {
-						fmt.Fprintf(tw, "%s\t%s\tok\t%s\n", st.Item.Name, st.Item.Need, st.Version)
+						fmt.Fprintf(tw, "%s\t%s\tok\t%s\n", st.Item.Name, need, st.Version)
 						continue
 					}
-					if st.Item.Need == prereq.NeedRun {
+					how := st.Item.Install
+					if how == "" {
+						how = st.Item.Hint
+					}
+					if !st.Item.Optional && st.Item.Need == prereq.NeedRun {
 						missing++
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", st.Item.Name, st.Item.Need, st.Err, st.Item.Install)
+					fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", st.Item.Name, need, st.Err, how)
 				}
 				tw.Flush()
 				fmt.Fprintf(cmd.OutOrStdout(), "tools directory: %s\n", prereq.ToolsDir())

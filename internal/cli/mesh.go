@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"sort"
 	"text/tabwriter"
 
 	"github.com/meshmark/meshmark/internal/mesh"
@@ -21,19 +22,42 @@ func init() {
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				out := cmd.OutOrStdout()
-				fmt.Fprintln(out, "PROFILES")
-				for _, n := range mesh.Names() {
-					fmt.Fprintf(out, "  %s\n", n)
-				}
-				fmt.Fprintln(out, "\nOPTIONS (spec.meshes[].options)")
 				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "PROFILES")
+				for _, n := range mesh.Names() {
+					reg, _ := mesh.Lookup(n)
+					fmt.Fprintf(tw, "  %s\t%s\n", n, reg.Summary)
+				}
+				fmt.Fprintln(tw, "\nOPTIONS (spec.meshes[].options), every profile unless it says otherwise")
 				fmt.Fprintln(tw, "  KEY\tVALUES\tDEFAULT")
 				for _, d := range mesh.OptionDocs() {
 					fmt.Fprintf(tw, "  %s\t%s\t%s\n", d.Key, d.Values, d.Default)
+				}
+				for _, n := range mesh.Names() {
+					reg, _ := mesh.Lookup(n)
+					if len(reg.Own) == 0 && len(reg.Unsupported) == 0 {
+						continue
+					}
+					fmt.Fprintf(tw, "\n%s\n", n)
+					for _, k := range sortedKeys(reg.Own) {
+						fmt.Fprintf(tw, "  %s\t%s\n", k, reg.Own[k])
+					}
+					for _, k := range sortedKeys(reg.Unsupported) {
+						fmt.Fprintf(tw, "  %s\tnot supported: %s\n", k, reg.Unsupported[k])
+					}
 				}
 				return tw.Flush()
 			},
 		})
 		return cmd
 	})
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -40,22 +40,51 @@ type Profile interface {
 	Uninstall(ctx context.Context, sub substrate.Substrate) error
 }
 
-// Factory builds a profile from parsed options.
+// Factory builds a profile from parsed options. It must not touch the machine: the
+// study validator calls it to check a file, so `meshmark validate` says exactly what
+// `meshmark run` will accept.
 type Factory func(Options) (Profile, error)
+
+// Registration is what a profile package tells the registry about itself.
+type Registration struct {
+	Name string
+	// Summary is one line for `meshmark mesh list`.
+	Summary string
+	New     Factory
+	// Own documents the options only this profile takes (key -> accepted values and
+	// default); their raw values reach the factory in Options.Own.
+	Own map[string]string
+	// Unsupported names common options that mean nothing for this profile, with why:
+	// a study file setting one is refused rather than silently ignored.
+	Unsupported map[string]string
+	// Needs names the prerequisites (prereq item names, e.g. "envoy",
+	// "linkerd2-proxy") the profile runs, so a study is checked before its first trial.
+	Needs []string
+}
 
 var (
 	registryMu sync.RWMutex
-	registry   = map[string]Factory{}
+	registry   = map[string]Registration{}
 )
 
-// Register adds a profile under name; each profile package calls it from init.
+// Register adds a profile that takes the common options only.
 func Register(name string, f Factory) {
+	RegisterProfile(Registration{Name: name, New: f})
+}
+
+// RegisterProfile adds a profile; each profile package calls it from init.
+func RegisterProfile(r Registration) {
 	registryMu.Lock()
 	defer registryMu.Unlock()
-	if _, dup := registry[name]; dup {
-		panic("mesh: profile registered twice: " + name)
+	if _, dup := registry[r.Name]; dup {
+		panic("mesh: profile registered twice: " + r.Name)
 	}
-	registry[name] = f
+	for k := range r.Own {
+		if _, common := optionKeys[k]; common {
+			panic("mesh: profile " + r.Name + " redefines common option " + k)
+		}
+	}
+	registry[r.Name] = r
 }
 
 // Names lists the registered profiles, sorted.
@@ -70,19 +99,26 @@ func Names() []string {
 	return out
 }
 
-// New builds the named profile from raw study-file options (see ParseOptions).
-func New(name string, raw map[string]any) (Profile, error) {
+// Lookup returns a profile's registration.
+func Lookup(name string) (Registration, bool) {
 	registryMu.RLock()
-	f, ok := registry[name]
-	registryMu.RUnlock()
+	defer registryMu.RUnlock()
+	r, ok := registry[name]
+	return r, ok
+}
+
+// New builds the named profile from raw study-file options (see ParseOptionsFor).
+// Option errors are *OptionError, so callers can point at the offending key.
+func New(name string, raw map[string]any) (Profile, error) {
+	reg, ok := Lookup(name)
 	if !ok {
 		return nil, fmt.Errorf("unknown mesh %q (known: %v)", name, Names())
 	}
-	opts, err := ParseOptions(raw)
+	opts, err := ParseOptionsFor(reg, raw)
 	if err != nil {
 		return nil, fmt.Errorf("mesh %s: %w", name, err)
 	}
-	p, err := f(opts)
+	p, err := reg.New(opts)
 	if err != nil {
 		return nil, fmt.Errorf("mesh %s: %w", name, err)
 	}

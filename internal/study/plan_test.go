@@ -9,7 +9,7 @@ import (
 
 func planStudy(t *testing.T, order string, repeats int, seed uint64) *Study {
 	t.Helper()
-	doc := strings.Replace(minimal, "  meshes:\n", "  meshes:\n    - {name: m3, profile: envoy-sidecar}\n    - {name: m4, profile: node-proxy}\n", 1)
+	doc := strings.Replace(minimal, "  meshes:\n", "  meshes:\n    - {name: m3, profile: envoy-sidecar}\n    - {name: m4, profile: envoy-sidecar, options: {mtls: strict}}\n", 1)
 	doc += fmt.Sprintf("    - {name: soak, kind: soak, rate: 100, duration: 30s}\n  order: %s\n  repeats: %d\n  seed: %d\n", order, repeats, seed)
 	s, err := Parse("plan.yaml", []byte(doc))
 	if err != nil {

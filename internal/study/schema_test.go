@@ -163,8 +163,8 @@ func TestSchemaMatchesGoTypes(t *testing.T) {
 		}
 		return out
 	}
-	if got := enum("Mesh", "profile"); !slices.Equal(got, KnownProfiles) {
-		t.Errorf("schema profiles %v, KnownProfiles %v", got, KnownProfiles)
+	if got := enum("Mesh", "profile"); !slices.Equal(got, KnownProfiles()) {
+		t.Errorf("schema profiles %v, registered profiles %v", got, KnownProfiles())
 	}
 	if got := enum("Experiment", "kind"); !slices.Equal(got, kindNames()) {
 		t.Errorf("schema kinds %v, Go kinds %v", got, kindNames())

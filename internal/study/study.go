@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/meshmark/meshmark/internal/mesh"
+	_ "github.com/meshmark/meshmark/internal/mesh/meshes" // the registry behind KnownProfiles
 	"gopkg.in/yaml.v3"
 )
 
@@ -257,11 +259,9 @@ const (
 	ArrivalPoisson  Arrival = "poisson"
 )
 
-// KnownProfiles are the mesh profile names a study may use. Which of them can run
-// on a given machine is decided by the profile registry at run time, so a study
-// naming a profile that is not implemented yet still validates and fails with a
-// clear message when run.
-var KnownProfiles = []string{"none", "envoy-sidecar", "node-proxy", "ambient"}
+// KnownProfiles are the mesh profile names a study may use: the profile registry's,
+// so that validate accepts exactly what run can do.
+func KnownProfiles() []string { return mesh.Names() }
 
 // ProfileNone is the no-mesh baseline profile.
 const ProfileNone = "none"

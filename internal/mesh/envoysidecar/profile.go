@@ -11,6 +11,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +21,7 @@ import (
 	"github.com/meshmark/meshmark/internal/pki"
 	"github.com/meshmark/meshmark/internal/prereq"
 	"github.com/meshmark/meshmark/internal/substrate"
+	"github.com/meshmark/meshmark/internal/telemetry"
 	"github.com/meshmark/meshmark/internal/topology"
 )
 
@@ -32,7 +35,16 @@ const DefaultMTLS = mesh.MTLSPermissive
 // ProbeServiceAccount is the identity the enrollment check uses when it talks mTLS.
 const ProbeServiceAccount = "meshmark-probe"
 
-func init() { mesh.Register(Name, New) }
+func init() {
+	mesh.RegisterProfile(mesh.Registration{
+		Name:    Name,
+		Summary: "Istio's sidecar data plane: Envoy in every pod, iptables REDIRECT, SPIFFE mTLS",
+		New:     New,
+		Needs:   []string{"envoy"},
+	})
+}
+
+var _ mesh.Telemetry = (*Profile)(nil)
 
 // Profile is one envoy-sidecar configuration. Install and Uninstall are not meant to
 // run concurrently with each other.
@@ -281,4 +293,41 @@ func adminReady(ctx context.Context, sub substrate.Substrate, pod topology.Pod) 
 		return fmt.Errorf("envoy admin /ready: HTTP %d %s", r.Status, strings.TrimSpace(r.Body))
 	}
 	return nil
+}
+
+// ReadCounters snapshots every sidecar's admin endpoint (mesh.Telemetry): inbound
+// requests per pod's service, all counters and gauges.
+func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, _ *topology.App) []mesh.ProxyCounters {
+	p.mu.Lock()
+	scs := make([]*sidecar, 0, len(p.sidecars))
+	for _, sc := range p.sidecars {
+		scs = append(scs, sc)
+	}
+	p.mu.Unlock()
+	sort.Slice(scs, func(i, j int) bool { return scs[i].pod.Name < scs[j].pod.Name })
+	out := make([]mesh.ProxyCounters, len(scs))
+	var wg sync.WaitGroup
+	for i, sc := range scs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pod := sc.pod
+			c := telemetry.NewClient(adminAddr, func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return sub.DialContext(ctx, pod, network, addr)
+			})
+			sctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
+			defer cancel()
+			snap, err := c.Snapshot(sctx)
+			pc := mesh.ProxyCounters{Component: "envoy", Pod: pod.Name, Time: snap.Time, Err: err, Unit: mesh.UnitRequests}
+			if err == nil {
+				pc.Version, pc.Counters, pc.Gauges = snap.Version, snap.Counters, snap.Gauges
+				if pod.Service != "" {
+					pc.Inbound = map[string]uint64{pod.Service: telemetry.InboundRequests(telemetry.Diff{Counters: snap.Counters})}
+				}
+			}
+			out[i] = pc
+		}()
+	}
+	wg.Wait()
+	return out
 }

@@ -17,7 +17,9 @@ import (
 // Name is the registry name.
 const Name = "none"
 
-func init() { mesh.Register(Name, New) }
+func init() {
+	mesh.RegisterProfile(mesh.Registration{Name: Name, Summary: "the baseline: no proxy, no interception, no mTLS", New: New})
+}
 
 // Profile is the no-mesh baseline.
 type Profile struct{}

@@ -1,0 +1,135 @@
+package mesh
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/substrate"
+	"github.com/meshmark/meshmark/internal/topology"
+)
+
+// Telemetry is implemented by profiles whose proxies count the traffic they carry. The
+// runner reads every proxy before and after each trial: the difference is stored with
+// the trial, and it must account for every answered request at the entry service, or
+// the trial is flagged as having bypassed the mesh.
+type Telemetry interface {
+	// ReadCounters reads every proxy of the deployed app now. A proxy that cannot be
+	// read is returned with Err set, not dropped.
+	ReadCounters(ctx context.Context, sub substrate.Substrate, app *topology.App) []ProxyCounters
+}
+
+// Units of ProxyCounters.Inbound.
+const (
+	UnitRequests    = "requests"    // L7 proxies count HTTP requests or gRPC calls
+	UnitConnections = "connections" // L4 proxies (ztunnel without a waypoint) count connections
+)
+
+// ProxyCounters are one proxy's own counters at one instant.
+type ProxyCounters struct {
+	// Component is the proxy, e.g. "envoy", "linkerd2-proxy", "ztunnel".
+	Component string
+	// Pod is the namespace the proxy runs in: the pod for a sidecar, the node for a
+	// node proxy.
+	Pod     string
+	Version string
+	Time    time.Time
+	Err     error
+	// Inbound counts, per destination service, what the proxy accepted on the way into
+	// that service, in Unit.
+	Inbound map[string]uint64
+	Unit    string
+	// Counters and Gauges are everything else the proxy exposes that is worth keeping.
+	Counters map[string]uint64
+	Gauges   map[string]uint64
+}
+
+// ProxyDelta is what one proxy counted over a trial.
+type ProxyDelta struct {
+	Component string            `json:"component"`
+	Pod       string            `json:"pod"`
+	Version   string            `json:"version,omitempty"`
+	From      time.Time         `json:"from"`
+	To        time.Time         `json:"to"`
+	Err       string            `json:"error,omitempty"`
+	Unit      string            `json:"unit,omitempty"`
+	Inbound   map[string]uint64 `json:"inbound,omitempty"`
+	Counters  map[string]uint64 `json:"counters,omitempty"`
+	// Resets lists counters that went backwards: the proxy restarted during the trial,
+	// and the after value is kept.
+	Resets []string          `json:"resets,omitempty"`
+	Gauges map[string]uint64 `json:"gauges,omitempty"`
+}
+
+// DiffCounters pairs proxies by component and pod and subtracts before from after.
+// Counters that did not change are left out.
+func DiffCounters(before, after []ProxyCounters) []ProxyDelta {
+	type key struct{ c, p string }
+	prev := map[key]ProxyCounters{}
+	for _, b := range before {
+		prev[key{b.Component, b.Pod}] = b
+	}
+	out := make([]ProxyDelta, 0, len(after))
+	for _, a := range after {
+		d := ProxyDelta{Component: a.Component, Pod: a.Pod, Version: a.Version, To: a.Time, Unit: a.Unit, Gauges: a.Gauges}
+		b, ok := prev[key{a.Component, a.Pod}]
+		switch {
+		case a.Err != nil:
+			d.Err = a.Err.Error()
+		case !ok:
+			d.Err = "not read before the trial"
+		case b.Err != nil:
+			d.Err = "before the trial: " + b.Err.Error()
+		}
+		if d.Err != "" {
+			out = append(out, d)
+			continue
+		}
+		d.From = b.Time
+		var resets []string
+		// Inbound keeps services that saw nothing: a zero there is the evidence of a
+		// bypass, not an absence of data.
+		d.Inbound = subtract(b.Inbound, a.Inbound, nil, true)
+		d.Counters = subtract(b.Counters, a.Counters, &resets, false)
+		sort.Strings(resets)
+		d.Resets = resets
+		out = append(out, d)
+	}
+	return out
+}
+
+func subtract(before, after map[string]uint64, resets *[]string, keepZero bool) map[string]uint64 {
+	out := map[string]uint64{}
+	for k, a := range after {
+		b := before[k]
+		switch {
+		case a < b:
+			out[k] = a
+			if resets != nil {
+				*resets = append(*resets, k)
+			}
+		case a > b || keepZero:
+			out[k] = a - b
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// InboundTotal sums what proxies counted into service over a trial, and says in which
+// unit; ok is false when no proxy counted that service at all.
+func InboundTotal(deltas []ProxyDelta, service string) (n uint64, unit string, ok bool) {
+	for _, d := range deltas {
+		if d.Err != "" {
+			continue
+		}
+		if v, has := d.Inbound[service]; has {
+			n += v
+			unit = d.Unit
+			ok = true
+		}
+	}
+	return n, unit, ok
+}

@@ -1,0 +1,119 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/substrate"
+	"github.com/meshmark/meshmark/internal/topology"
+)
+
+// stubProfile is a registry entry only: these tests exercise option routing, not a
+// data plane.
+type stubProfile struct{ opts Options }
+
+func (stubProfile) Name() string                                                      { return "stub" }
+func (stubProfile) Install(context.Context, substrate.Substrate, *topology.App) error { return nil }
+func (stubProfile) Check(context.Context, substrate.Substrate, *topology.App) (Enrollment, error) {
+	return Enrollment{}, nil
+}
+func (stubProfile) Configs() map[string][]byte                           { return nil }
+func (stubProfile) Uninstall(context.Context, substrate.Substrate) error { return nil }
+
+func init() {
+	RegisterProfile(Registration{
+		Name: "test-own-options",
+		New: func(o Options) (Profile, error) {
+			if _, err := o.OwnWord("waypoint", "off", "on", "off"); err != nil {
+				return nil, err
+			}
+			if _, err := o.OwnInt("replicas", 1, 1, 8); err != nil {
+				return nil, err
+			}
+			return stubProfile{opts: o}, nil
+		},
+		Own:         map[string]string{"waypoint": "on | off", "replicas": "1..8", "authz": "list of callers"},
+		Unsupported: map[string]string{"request_id": "the proxy has no such setting"},
+	})
+}
+
+func TestOwnOptionsReachTheFactory(t *testing.T) {
+	p, err := New("test-own-options", map[string]any{"waypoint": true, "replicas": 3, "concurrency": 4, "authz": []any{"a", " b "}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := p.(stubProfile).opts
+	if w, _ := o.OwnWord("waypoint", "off", "on", "off"); w != "on" {
+		t.Errorf("waypoint = %q, want on (YAML's bare on decodes as true)", w)
+	}
+	if n, _ := o.OwnInt("replicas", 1, 1, 8); n != 3 {
+		t.Errorf("replicas = %d", n)
+	}
+	if l, _ := o.OwnStrings("authz"); !reflect.DeepEqual(l, []string{"a", "b"}) {
+		t.Errorf("authz = %q", l)
+	}
+	if o.Concurrency != 4 {
+		t.Errorf("common option lost: concurrency %d", o.Concurrency)
+	}
+}
+
+func TestOptionErrorsNameKeyAndProfile(t *testing.T) {
+	for _, tc := range []struct {
+		raw  map[string]any
+		key  string
+		want string
+	}{
+		{map[string]any{"request_id": "off"}, "request_id", "not supported by test-own-options"},
+		{map[string]any{"waypiont": "on"}, "waypiont", "unknown option for test-own-options"},
+		{map[string]any{"waypoint": "sometimes"}, "waypoint", `"sometimes" is not one of on, off`},
+		{map[string]any{"replicas": 9}, "replicas", "out of range"},
+		{map[string]any{"concurrency": 0}, "concurrency", "out of range"},
+	} {
+		_, err := New("test-own-options", tc.raw)
+		var oe *OptionError
+		if !errors.As(err, &oe) || oe.Key != tc.key || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%v) = %v, want an *OptionError on %q saying %q", tc.raw, err, tc.key, tc.want)
+		}
+	}
+	// Another profile does not know this one's options.
+	RegisterProfile(Registration{Name: "test-common-only", New: func(o Options) (Profile, error) { return stubProfile{o}, nil }})
+	if _, err := New("test-common-only", map[string]any{"waypoint": "on"}); err == nil || !strings.Contains(err.Error(), "unknown option") {
+		t.Errorf("an option of another profile was accepted: %v", err)
+	}
+}
+
+func TestDiffCountersKeepsZeroInboundAndFlagsRestarts(t *testing.T) {
+	t0 := time.Unix(100, 0)
+	before := []ProxyCounters{
+		{Component: "p", Pod: "a", Time: t0, Inbound: map[string]uint64{"web": 10}, Counters: map[string]uint64{"x": 5, "y": 1}},
+		{Component: "p", Pod: "b", Time: t0, Err: errors.New("refused")},
+	}
+	after := []ProxyCounters{
+		{Component: "p", Pod: "a", Time: t0.Add(time.Second), Inbound: map[string]uint64{"web": 10}, Counters: map[string]uint64{"x": 2, "y": 1}},
+		{Component: "p", Pod: "b", Time: t0.Add(time.Second)},
+		{Component: "p", Pod: "c", Time: t0.Add(time.Second)},
+	}
+	d := DiffCounters(before, after)
+	if len(d) != 3 {
+		t.Fatalf("%d deltas, want 3", len(d))
+	}
+	if v, ok := d[0].Inbound["web"]; !ok || v != 0 {
+		t.Errorf("a zero inbound count must stay as evidence: %v", d[0].Inbound)
+	}
+	if d[0].Counters["x"] != 2 || !reflect.DeepEqual(d[0].Resets, []string{"x"}) || d[0].Counters["y"] != 0 {
+		t.Errorf("restart not recorded: %+v", d[0])
+	}
+	if !strings.Contains(d[1].Err, "refused") || d[2].Err == "" {
+		t.Errorf("unreadable proxies must carry their error: %q %q", d[1].Err, d[2].Err)
+	}
+	if n, _, ok := InboundTotal(d, "web"); !ok || n != 0 {
+		t.Errorf("InboundTotal = %d, %v; want 0, true", n, ok)
+	}
+	if _, _, ok := InboundTotal(d, "other"); ok {
+		t.Error("a service no proxy counts must report ok=false")
+	}
+}
