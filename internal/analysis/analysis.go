@@ -258,6 +258,37 @@ type Report struct {
 	Resources []ResourceUsage `json:"resources,omitempty"`
 	// Network is bytes and packets per second per mesh, point, pod and interface.
 	Network []NetworkUsage `json:"network,omitempty"`
+	// Excluded lists the trials left out of every number above because a process of
+	// the system under test exited during them, or their attempt was measured again.
+	Excluded []ExcludedTrial `json:"excluded,omitempty"`
+}
+
+// ExcludedTrial is a stored trial the analysis leaves out, and why.
+type ExcludedTrial struct {
+	Key
+	TrialID int64           `json:"trial_id"`
+	Repeat  int             `json:"repeat"`
+	Label   string          `json:"label"`
+	Flag    string          `json:"flag"` // results.FlagFault or results.FlagSuperseded
+	Faults  []results.Fault `json:"faults,omitempty"`
+}
+
+// Excluded lists a run's trials that Groups leaves out for a fault.
+func Excluded(run *results.Run) []ExcludedTrial {
+	var out []ExcludedTrial
+	for i := range run.Trials {
+		t := &run.Trials[i]
+		if !t.Result.Excluded() {
+			continue
+		}
+		flag := results.FlagSuperseded
+		if t.Result.HasFlag(results.FlagFault) {
+			flag = results.FlagFault
+		}
+		out = append(out, ExcludedTrial{Key: Key{Mesh: t.Mesh, Experiment: t.Experiment, Step: t.Params.Step}, TrialID: t.ID,
+			Repeat: t.Repeat, Label: paramLabel(t), Flag: flag, Faults: t.Result.Faults})
+	}
+	return out
 }
 
 // Group returns the group for a key, or nil.
@@ -271,13 +302,15 @@ func (r *Report) Group(k Key) *Group {
 }
 
 // Groups splits a run's trials by Key, in the order the keys first appear, with the
-// pooled statistics filled in. Failed trials (Trial.Error set) are left out.
+// pooled statistics filled in. Failed trials (Trial.Error set) are left out, and so
+// are trials during which a process of the system under test exited and the attempts
+// measured again because of one (results.TrialResult.Excluded; see Excluded).
 func Groups(run *results.Run) []*Group {
 	var order []Key
 	byKey := map[Key]*Group{}
 	for i := range run.Trials {
 		t := &run.Trials[i]
-		if t.Error != "" || t.Result.Latency == nil {
+		if t.Error != "" || t.Result.Latency == nil || t.Result.Excluded() {
 			continue
 		}
 		k := Key{Mesh: t.Mesh, Experiment: t.Experiment, Step: t.Params.Step}
@@ -351,7 +384,7 @@ func fillGroup(g *Group) {
 // nil).
 func Analyze(run *results.Run, opts Options, slo *SLO) *Report {
 	opts = opts.withDefaults()
-	rep := &Report{RunID: run.ID, Baseline: run.BaselineLabel(), Options: opts, Groups: Groups(run)}
+	rep := &Report{RunID: run.ID, Baseline: run.BaselineLabel(), Options: opts, Groups: Groups(run), Excluded: Excluded(run)}
 	for _, g := range rep.Groups {
 		g.Outliers = TukeyOutliers(g.Trials, opts.TukeyK)
 	}

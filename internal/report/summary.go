@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -67,11 +68,14 @@ type Summary struct {
 	TimeSeries  []TimeSeries    `json:"time_series"`
 	Resources   []ResourceRow   `json:"resources"`
 	// ResourcesFrom names the experiments Resources and Costs are computed from.
-	ResourcesFrom []string          `json:"resources_from"`
-	CostModel     CostModel         `json:"cost_model"`
-	Costs         []CostRow         `json:"costs"`
-	Checks        []CheckRow        `json:"checks"`
-	Provenance    ProvenanceSummary `json:"provenance"`
+	ResourcesFrom []string   `json:"resources_from"`
+	CostModel     CostModel  `json:"cost_model"`
+	Costs         []CostRow  `json:"costs"`
+	Checks        []CheckRow `json:"checks"`
+	// Excluded are the trials left out of every number because a process of the
+	// system under test exited during them (or their attempt was measured again).
+	Excluded   []analysis.ExcludedTrial `json:"excluded_trials,omitempty"`
+	Provenance ProvenanceSummary        `json:"provenance"`
 
 	// Network is bytes and packets per second per pod interface, per mesh, from the
 	// experiments NetworkFrom names (chosen like ResourcesFrom).
@@ -379,6 +383,7 @@ func Summarize(run *results.Run, an *analysis.Report, opts Options) *Summary {
 	}
 	s.CostModel, s.Costs = costRows(s.Resources, loadGroups, meshOrder(run), an.Baseline, prices, instance)
 	s.Checks = checkRows(run, an.Groups)
+	s.Excluded = an.Excluded
 	s.Provenance = provenance(run)
 	return s
 }
@@ -742,7 +747,7 @@ func resourceRows(run *results.Run) []ResourceRow {
 	use := resourceExperiments(run)
 	for i := range run.Trials {
 		t := &run.Trials[i]
-		if !use[t.Experiment] {
+		if !use[t.Experiment] || t.Result.Excluded() {
 			continue
 		}
 		per := map[key][]results.ResourceSample{}
@@ -998,8 +1003,43 @@ func checkRows(run *results.Run, groups []*analysis.Group) []CheckRow {
 			out = append(out, CheckRow{Mesh: m.Label, Check: "every request crossed the entry sidecars", Pass: bypassed == 0,
 				Detail: fmt.Sprintf("in %d of %d trials the sidecars counted fewer requests than were answered", bypassed, total)})
 		}
+		if row, ok := faultCheck(run, m.Label); ok {
+			out = append(out, row)
+		}
 	}
 	return out
+}
+
+// faultCheck says whether every process of the mesh's system under test stayed up
+// through every trial, and which did not, when, and what became of the trial.
+func faultCheck(run *results.Run, mesh string) (CheckRow, bool) {
+	trials, superseded := 0, 0
+	var faults []string
+	for i := range run.Trials {
+		t := &run.Trials[i]
+		if t.Mesh != mesh {
+			continue
+		}
+		trials++
+		if t.Result.HasFlag(results.FlagSuperseded) && !t.Result.HasFlag(results.FlagFault) {
+			superseded++
+		}
+		for _, f := range t.Result.Faults {
+			faults = append(faults, fmt.Sprintf("trial %d (%s, repeat %d): %s", t.ID, t.Experiment, t.Repeat+1, f))
+		}
+	}
+	if trials == 0 {
+		return CheckRow{}, false
+	}
+	row := CheckRow{Mesh: mesh, Check: "no process of the system under test exited during a trial", Pass: len(faults) == 0,
+		Detail: fmt.Sprintf("every process stayed up through all %d trials", trials)}
+	if len(faults) > 0 {
+		row.Detail = strings.Join(faults, "; ") + ". Fault trials are kept but left out of every result, capacity and verdict; the runner brought the mesh up again and measured them once more"
+		if superseded > 0 {
+			row.Detail += fmt.Sprintf(" (with %d earlier trials of the same attempt)", superseded)
+		}
+	}
+	return row, true
 }
 
 func enrollmentChecks(m results.Mesh, e enrollment) []CheckRow {

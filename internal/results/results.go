@@ -8,6 +8,7 @@ package results
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -230,6 +231,41 @@ type TrialResult struct {
 	Network []NetSample `json:"network,omitempty"`
 	// Flags are machine-readable warnings such as FlagGeneratorBehind.
 	Flags []string `json:"flags,omitempty"`
+	// Faults lists the processes of the system under test that exited during the
+	// trial (FlagFault).
+	Faults []Fault `json:"faults,omitempty"`
+}
+
+// Fault is a process of the system under test (proxy, workload, control plane) that
+// exited while a trial ran: the trial measured something other than the deployment
+// it claims to measure.
+type Fault struct {
+	Pod     string `json:"pod"`
+	Process string `json:"process"`
+	Role    string `json:"role,omitempty"`
+	PID     int    `json:"pid"`
+	// At is when the exit was seen; Before is set when the process had already
+	// exited when the trial began (At is then the trial's start).
+	At     time.Time `json:"at"`
+	Before bool      `json:"before,omitempty"`
+	// Exit is how it ended ("signal: killed", "exit status 1").
+	Exit    string `json:"exit,omitempty"`
+	LogPath string `json:"log_path,omitempty"`
+	// LogTail is the end of its log.
+	LogTail string `json:"log_tail,omitempty"`
+}
+
+// String is one line for progress output and reports.
+func (f Fault) String() string {
+	when := "exited at " + f.At.Format("15:04:05.000")
+	if f.Before {
+		when = "had exited before the trial began"
+	}
+	s := fmt.Sprintf("%s/%s (pid %d) %s", f.Pod, f.Process, f.PID, when)
+	if f.Exit != "" {
+		s += " (" + f.Exit + ")"
+	}
+	return s
 }
 
 // Flags the runner or analysis may attach to a trial.
@@ -239,7 +275,20 @@ const (
 	// answered, so some traffic did not cross the mesh.
 	FlagProxyBypassed = "proxy-bypassed"
 	FlagOutlier       = "outlier"
+	// FlagFault: a process of the system under test exited during the trial (see
+	// TrialResult.Faults). The trial is kept and shown but left out of pooled
+	// results, capacities and verdicts; the runner measures it again.
+	FlagFault = "fault"
+	// FlagSuperseded: the trial belongs to an attempt that a fault cut short, and the
+	// whole attempt was measured again; left out like a fault trial.
+	FlagSuperseded = "superseded"
 )
+
+// Excluded reports whether the trial must be left out of pooled results, capacities
+// and verdicts (a fault, or an attempt measured again).
+func (r *TrialResult) Excluded() bool {
+	return r.HasFlag(FlagFault) || r.HasFlag(FlagSuperseded)
+}
 
 // Interval is one second (or other fixed slice) of a trial.
 type Interval struct {

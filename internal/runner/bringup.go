@@ -29,9 +29,12 @@ type deployment struct {
 	app        topology.App
 	profile    mesh.Profile
 	enrollment mesh.Enrollment
-	client     topology.Pod
-	entry      workload.Entrypoint
-	took       time.Duration
+	// sut is the system under test as brought up: every process the substrate runs
+	// for it, watched during each trial.
+	sut    []substrate.Process
+	client topology.Pod
+	entry  workload.Entrypoint
+	took   time.Duration
 	// phases says where bring-up time went, for the progress line.
 	phases []string
 }
@@ -97,6 +100,7 @@ func (r *runner) bringUp(ctx context.Context, m *study.Mesh) (d *deployment, err
 		return d, fmt.Errorf("mesh %s: enrollment check: %w", m.Name, err)
 	}
 	phase("check")
+	d.sut = liveProcesses(tb)
 	d.took = time.Since(start)
 	return d, nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/study"
@@ -93,12 +94,22 @@ func (r *runner) runCapacity(ctx context.Context, d *deployment, t *study.Trial)
 	e := t.Experiment
 	step := 0
 	best := 0.0
+	bound := r.capacityErrorBound()
+	var refused []string
 	for _, c := range e.Connections {
 		res, err := r.measure(ctx, d, t, r.closedConfig(d, e, c), results.TrialParams{Connections: c, Step: step})
 		if err != nil {
 			return err
 		}
 		step++
+		// Throughput made of failures is not capacity: a broken proxy answering fast
+		// with errors would otherwise set the rate every later experiment runs at.
+		if rate := errorRate(res); rate > bound {
+			refused = append(refused, fmt.Sprintf("%d conns: %.0f req/s with %.2f%% errors", c, res.AchievedRate, 100*rate))
+			r.progress.note(fmt.Sprintf("warning: %s %s at %d conns failed %.2f%% of its requests (bound %.2f%%); its %.0f req/s is not a capacity",
+				t.Mesh.Name, e.Name, c, 100*rate, 100*bound, res.AchievedRate))
+			continue
+		}
 		if res.AchievedRate > best {
 			best = res.AchievedRate
 		}
@@ -140,9 +151,33 @@ func (r *runner) runCapacity(ctx context.Context, d *deployment, t *study.Trial)
 		}
 		best = lo
 	}
+	if best <= 0 {
+		why := "no search probe met the SLO"
+		if e.Search == nil {
+			why = fmt.Sprintf("every closed-loop trial failed more than %.2f%% of its requests (%s)", 100*bound, strings.Join(refused, "; "))
+		}
+		return fmt.Errorf("capacity of %s in %s (repeat %d): %s, so there is no capacity to report or to derive rates from",
+			t.Mesh.Name, e.Name, t.Repeat+1, why)
+	}
 	r.addCapacity(e.Name, t.Mesh.Name, best)
 	r.progress.note(fmt.Sprintf("capacity %s %s repeat %d: %.0f req/s", t.Mesh.Name, e.Name, t.Repeat+1, best))
 	return nil
+}
+
+// capacityErrorBound is the highest error rate a capacity trial may have: the study's
+// SLO, or without one the error rate of analysis.DefaultSLO, which judges sweeps.
+func (r *runner) capacityErrorBound() float64 {
+	if slo := r.study.Spec.SLO; slo != nil {
+		return slo.ErrorRate.Fraction()
+	}
+	return analysis.DefaultSLO().MaxErrorRate
+}
+
+func errorRate(res *load.Result) float64 {
+	if res.Completed <= 0 {
+		return 0
+	}
+	return float64(res.Errors.Total()) / float64(res.Completed)
 }
 
 // meetsSLO judges one probe: percentiles and error rate within the SLO and the rate

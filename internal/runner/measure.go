@@ -41,6 +41,7 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 		}
 	}
 
+	watch := watchProcesses(d.sut)
 	before := readCounters(ctx, d)
 
 	smp := sampler.New(sampler.Config{
@@ -61,12 +62,17 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 	stopSampler() // Run takes a last round as it stops, closing the window
 	wg.Wait()
 	if ctx.Err() != nil {
+		watch.finish()
 		return nil, ctx.Err()
 	}
+	after := readCounters(ctx, d)
+	faults := watch.finish()
 	if err != nil {
+		if len(faults) > 0 {
+			return nil, &faultError{label: label, mesh: t.Mesh.Name, faults: faults}
+		}
 		return nil, fmt.Errorf("%s on %s, repeat %d: %w", label, t.Mesh.Name, t.Repeat+1, err)
 	}
-	after := readCounters(ctx, d)
 
 	trial := &results.Trial{
 		Repeat:        t.Repeat,
@@ -102,11 +108,18 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 		trial.Result.Flags = append(trial.Result.Flags, results.FlagGeneratorBehind)
 		r.progress.note(fmt.Sprintf("warning: the load generator fell behind in %s on %s; this trial is flagged", label, t.Mesh.Name))
 	}
+	if len(faults) > 0 {
+		trial.Result.Flags = append(trial.Result.Flags, results.FlagFault)
+		trial.Result.Faults = faults
+	}
 	if err := r.opts.Store.AddTrial(ctx, r.run.ID, trial); err != nil {
 		return nil, err
 	}
 	r.run.Trials = append(r.run.Trials, *trial)
 	r.progress.end(res)
+	if len(faults) > 0 {
+		return nil, &faultError{label: fmt.Sprintf("%s (repeat %d)", label, t.Repeat+1), mesh: t.Mesh.Name, faults: faults}
+	}
 	return res, nil
 }
 

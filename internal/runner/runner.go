@@ -172,34 +172,71 @@ func (r *runner) execute(ctx context.Context) error {
 	checked := map[string]bool{}
 	for i := range r.plan {
 		t := &r.plan[i]
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if t.BringUp || cur == nil || cur.mesh.Name != t.Mesh.Name {
-			r.tearDown(cur)
-			cur = nil
-			r.progress.phase(fmt.Sprintf("bring-up %s (repeat %d)", t.Mesh.Name, t.Repeat+1))
-			d, err := r.bringUp(ctx, t.Mesh)
-			if err != nil {
+		for attempt := 0; ; attempt++ {
+			if err := ctx.Err(); err != nil {
 				return err
 			}
-			cur = d
-			r.progress.note(fmt.Sprintf("%s up in %s (%s): %d pods, enrollment %s", t.Mesh.Name, d.took.Round(time.Millisecond),
-				strings.Join(d.phases, ", "), len(d.app.Pods()), d.enrollment.Summary()))
-			if err := r.recordEnrollment(ctx, d, !checked[t.Mesh.Name]); err != nil {
+			if attempt > 0 || t.BringUp || cur == nil || cur.mesh.Name != t.Mesh.Name {
+				r.tearDown(cur)
+				cur = nil
+				r.progress.phase(fmt.Sprintf("bring-up %s (repeat %d)", t.Mesh.Name, t.Repeat+1))
+				d, err := r.bringUp(ctx, t.Mesh)
+				if err != nil {
+					return err
+				}
+				cur = d
+				r.progress.note(fmt.Sprintf("%s up in %s (%s): %d pods, enrollment %s", t.Mesh.Name, d.took.Round(time.Millisecond),
+					strings.Join(d.phases, ", "), len(d.app.Pods()), d.enrollment.Summary()))
+				if err := r.recordEnrollment(ctx, d, !checked[t.Mesh.Name]); err != nil {
+					return err
+				}
+				checked[t.Mesh.Name] = true
+				if !d.enrollment.Pass {
+					return fmt.Errorf("mesh %s is not set up as claimed, refusing to measure it: %s", t.Mesh.Name, d.enrollment.Summary())
+				}
+			}
+			first := len(r.run.Trials)
+			err := r.runExperiment(ctx, cur, t)
+			var fe *faultError
+			if !errors.As(err, &fe) {
+				if err != nil {
+					return err
+				}
+				break
+			}
+			if err := r.supersede(ctx, first); err != nil {
 				return err
 			}
-			checked[t.Mesh.Name] = true
-			if !d.enrollment.Pass {
-				return fmt.Errorf("mesh %s is not set up as claimed, refusing to measure it: %s", t.Mesh.Name, d.enrollment.Summary())
+			for _, f := range fe.faults {
+				r.progress.note(fmt.Sprintf("fault: %s during %s on %s; log %s", f, fe.label, fe.mesh, f.LogPath))
 			}
-		}
-		if err := r.runExperiment(ctx, cur, t); err != nil {
-			return err
+			if attempt >= maxFaultRetries {
+				return fmt.Errorf("%w; it was measured %d times on fresh bring-ups and faulted each time, so the run stops: the deployment does not stay up under this load (the fault trials are stored)", err, attempt+1)
+			}
+			r.progress.note(fmt.Sprintf("the fault trial is kept but left out of the results; bringing %s up again to measure %s (repeat %d) once more",
+				t.Mesh.Name, t.Experiment.Name, t.Repeat+1))
 		}
 	}
 	r.progress.done()
 	return nil
+}
+
+// supersede flags the trials an attempt stored before its fault (the earlier steps of
+// a sweep or search): the attempt is measured again whole, so they are left out too.
+func (r *runner) supersede(ctx context.Context, first int) error {
+	var ids []int64
+	for i := first; i < len(r.run.Trials); i++ {
+		tr := &r.run.Trials[i]
+		if tr.Result.HasFlag(results.FlagFault) {
+			continue
+		}
+		tr.Result.Flags = append(tr.Result.Flags, results.FlagSuperseded)
+		ids = append(ids, tr.ID)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	return r.opts.Store.FlagTrials(ctx, r.run.ID, results.FlagSuperseded, ids...)
 }
 
 // tearDown removes a deployment and says how long that took.

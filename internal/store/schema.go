@@ -134,4 +134,9 @@ CREATE TABLE net_samples (
 	PRIMARY KEY (trial_id, seq)
 );
 `,
+	// 3: processes of the system under test that exited during a trial
+	// (results.Fault), as JSON.
+	`
+ALTER TABLE trials ADD COLUMN faults TEXT NOT NULL DEFAULT '[]';
+`,
 }

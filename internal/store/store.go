@@ -23,6 +23,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -358,12 +359,16 @@ func (s *Store) AddTrial(ctx context.Context, runID string, trial *results.Trial
 	if flags == nil {
 		flags = []string{}
 	}
+	faults := r.Faults
+	if faults == nil {
+		faults = []results.Fault{}
+	}
 	res, err := tx.ExecContext(ctx, `INSERT INTO trials (run_id, repeat, mesh, experiment, kind, params, warmup_ns, cooldown_ns,
-		start_ns, end_ns, error, requests, errors, latency_hdr, service_hdr, status_codes, errors_by_kind, generator, flags)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		start_ns, end_ns, error, requests, errors, latency_hdr, service_hdr, status_codes, errors_by_kind, generator, flags, faults)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		runID, trial.Repeat, trial.Mesh, trial.Experiment, trial.Kind, mustJSON(trial.Params),
 		int64(trial.WarmupTrimmed), int64(trial.CooldownTrimmed), unixNano(trial.Start), unixNano(trial.End), trial.Error,
-		r.Requests, r.Errors, lat, svc, mustJSON(r.StatusCodes), mustJSON(r.ErrorsByKind), string(gen), mustJSON(flags))
+		r.Requests, r.Errors, lat, svc, mustJSON(r.StatusCodes), mustJSON(r.ErrorsByKind), string(gen), mustJSON(flags), mustJSON(faults))
 	if err != nil {
 		return fmt.Errorf("run %s: add trial: %w", runID, err)
 	}
@@ -414,6 +419,34 @@ func (s *Store) AddTrial(ctx context.Context, runID string, trial *results.Trial
 	}
 	trial.ID = id
 	return nil
+}
+
+// FlagTrials adds a flag to stored trials of a running run (the runner marks the
+// trials of an attempt a fault cut short as results.FlagSuperseded).
+func (s *Store) FlagTrials(ctx context.Context, runID, flag string, ids ...int64) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("run %s: flag trials: %w", runID, err)
+	}
+	defer tx.Rollback()
+	for _, id := range ids {
+		var raw string
+		if err := tx.QueryRowContext(ctx, `SELECT flags FROM trials WHERE run_id = ? AND id = ?`, runID, id).Scan(&raw); err != nil {
+			return fmt.Errorf("run %s: flag trial %d: %w", runID, id, err)
+		}
+		var flags []string
+		if err := json.Unmarshal([]byte(raw), &flags); err != nil {
+			return fmt.Errorf("run %s: trial %d: flags: %w", runID, id, err)
+		}
+		if slices.Contains(flags, flag) {
+			continue
+		}
+		flags = append(flags, flag)
+		if _, err := tx.ExecContext(ctx, `UPDATE trials SET flags = ? WHERE id = ?`, mustJSON(flags), id); err != nil {
+			return fmt.Errorf("run %s: flag trial %d: %w", runID, id, err)
+		}
+	}
+	return tx.Commit()
 }
 
 // FinishRun closes a run with a final status (complete, incomplete or failed) and a

@@ -279,7 +279,8 @@ func TestVersion1DatabaseMigrates(t *testing.T) {
 	tr.Result.Network = nil // version 1 had nowhere to keep them
 	err = s.CreateRun(ctx, old)
 	if err == nil {
-		err = s.AddTrial(ctx, old.ID, tr)
+		// AddTrial writes today's columns; a version 1 release wrote these.
+		err = insertVersion1Trial(ctx, s, old.ID, tr)
 	}
 	if err == nil {
 		err = s.FinishRun(ctx, old.ID, results.StatusComplete, "")
@@ -299,8 +300,8 @@ func TestVersion1DatabaseMigrates(t *testing.T) {
 	}
 	defer s.Close()
 	var v int
-	if err := s.db.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&v); err != nil || v != 2 || SchemaVersion() != 2 {
-		t.Fatalf("schema version %d (%v) after migration, want 2", v, err)
+	if err := s.db.QueryRowContext(ctx, `SELECT version FROM schema_version`).Scan(&v); err != nil || v != len(migrations) || SchemaVersion() != len(migrations) {
+		t.Fatalf("schema version %d (%v) after migration, want %d", v, err, len(migrations))
 	}
 	got, err := s.LoadRun(ctx, old.ID)
 	if err != nil {
@@ -332,6 +333,33 @@ func TestVersion1DatabaseMigrates(t *testing.T) {
 	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM net_samples`).Scan(&left); err != nil || left != 0 {
 		t.Errorf("%d network samples left after deleting their run (%v)", left, err)
 	}
+}
+
+// insertVersion1Trial writes a trial and its resource samples with the columns of
+// schema version 1.
+func insertVersion1Trial(ctx context.Context, s *Store, runID string, tr *results.Trial) error {
+	lat, err := results.EncodeHistogram(tr.Result.Latency)
+	if err != nil {
+		return err
+	}
+	res, err := s.db.ExecContext(ctx, `INSERT INTO trials (run_id, repeat, mesh, experiment, kind, params, start_ns, end_ns, requests, errors, latency_hdr)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?)`, runID, tr.Repeat, tr.Mesh, tr.Experiment, tr.Kind, mustJSON(tr.Params),
+		unixNano(tr.Start), unixNano(tr.End), tr.Result.Requests, tr.Result.Errors, lat)
+	if err != nil {
+		return err
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return err
+	}
+	for i, rs := range tr.Result.Resources {
+		if _, err := s.db.ExecContext(ctx, `INSERT INTO resource_samples VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+			id, i, rs.Component, rs.Role, rs.Pod, rs.Node, rs.Mesh, unixNano(rs.T), rs.CPUUserSeconds, rs.CPUSysSeconds,
+			rs.RSSBytes, rs.PSSBytes, rs.Threads, rs.VoluntaryCtx, rs.InvoluntaryCtx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func countRows(t *testing.T, path, query string) int {
@@ -534,5 +562,52 @@ func TestOwnerLiveness(t *testing.T) {
 	gone := owner{pid: cmd.Process.Pid, host: self.host, boot: self.boot}
 	if gone.alive(self) {
 		t.Error("an exited process is reported alive")
+	}
+}
+
+// A fault trial keeps which process exited, when and its log tail; FlagTrials marks
+// stored trials of a running run, once per flag, and both survive a reload.
+func TestFaultsAndAddedFlagsRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTemp(t)
+	run := sampleRun()
+	if err := s.CreateRun(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 3))
+	start := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
+	first := syntheticTrial(rng, "sidecar", 0, 100, start)
+	faulted := syntheticTrial(rng, "sidecar", 0, 100, start.Add(10*time.Second))
+	fault := results.Fault{Pod: "reviews-v1-0", Process: "envoy", Role: "sidecar", PID: 4242, At: start.Add(12 * time.Second).UTC(),
+		Exit: "signal: killed", LogPath: "/tmp/reviews-v1-0.envoy.log", LogTail: "[info] starting workers\n"}
+	faulted.Result.Flags = []string{results.FlagFault}
+	faulted.Result.Faults = []results.Fault{fault}
+	for _, tr := range []*results.Trial{first, faulted} {
+		if err := s.AddTrial(ctx, run.ID, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // the second call must not add the flag twice
+		if err := s.FlagTrials(ctx, run.ID, results.FlagSuperseded, first.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.FlagTrials(ctx, run.ID, results.FlagSuperseded, 999999); err == nil {
+		t.Error("FlagTrials accepted a trial id that is not in the run")
+	}
+	got, err := s.LoadRun(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := got.Trials[0].Result.Flags; !reflect.DeepEqual(f, []string{results.FlagSuperseded}) || !got.Trials[0].Result.Excluded() {
+		t.Errorf("first trial flags %v, want [superseded] and excluded", f)
+	}
+	g := got.Trials[1].Result
+	if !g.Excluded() || len(g.Faults) != 1 || !g.Faults[0].At.Equal(fault.At) {
+		t.Fatalf("fault trial: flags %v, faults %+v", g.Flags, g.Faults)
+	}
+	g.Faults[0].At = fault.At
+	if g.Faults[0] != fault {
+		t.Errorf("fault read back as %+v, wrote %+v", g.Faults[0], fault)
 	}
 }

@@ -54,6 +54,18 @@ type Process interface {
 	Stop() error
 }
 
+// Exiting is implemented by processes whose end the substrate observes (the local
+// testbed's do). The study runner watches every process of the system under test
+// through it during a trial: a proxy or service that exits or restarts mid-trial makes
+// the trial measure something else. Processes of a substrate without it are not
+// watched.
+type Exiting interface {
+	// Done is closed when the process has exited.
+	Done() <-chan struct{}
+	// Err is how it ended; it blocks until Done is closed.
+	Err() error
+}
+
 // Substrate is a running environment of pods.
 type Substrate interface {
 	// Exec runs a short command as root in the pod's network namespace, feeding stdin

@@ -84,7 +84,10 @@ type Proc struct {
 	stop    sync.Once
 }
 
-var _ substrate.Process = (*Proc)(nil)
+var (
+	_ substrate.Process = (*Proc)(nil)
+	_ substrate.Exiting = (*Proc)(nil)
+)
 
 func (p *Proc) PID() int                    { return p.cmd.Process.Pid }
 func (p *Proc) Spec() substrate.ProcessSpec { return p.spec }
