@@ -66,9 +66,11 @@ type Status struct {
 // OK reports whether the item is present at the wanted version.
 func (s Status) OK() bool { return s.Err == nil }
 
-// ToolsDir is the project-local directory for installed tools (git ignores it). It is
-// MESHMARK_TOOLS when set, else .tools at the root of the source tree the running binary
-// was built in (found by walking up from the executable to go.mod), else a per-user dir.
+// ToolsDir is the directory for installed tools. It is MESHMARK_TOOLS when set, else
+// .tools at the root of the source tree the running binary was built in (found by
+// walking up from the executable to go.mod; git ignores it), else the directory the
+// last `meshmark setup` installed into (recorded in the user's config dir, so a binary
+// copied elsewhere finds what setup installed from the checkout), else a per-user dir.
 func ToolsDir() string {
 	if d := os.Getenv("MESHMARK_TOOLS"); d != "" {
 		return d
@@ -76,11 +78,61 @@ func ToolsDir() string {
 	if root := sourceRoot(); root != "" {
 		return filepath.Join(root, ".tools")
 	}
+	if d := recordedToolsDir(); d != "" {
+		return d
+	}
 	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
 		return filepath.Join(d, "meshmark", "tools")
 	}
 	home, _ := os.UserHomeDir()
 	return filepath.Join(home, ".local", "share", "meshmark", "tools")
+}
+
+// toolsDirRecord is the file in which setup records the tools dir it installed into:
+// $XDG_CONFIG_HOME/meshmark/tools-dir, else ~/.config/meshmark/tools-dir.
+func toolsDirRecord() string {
+	d, err := os.UserConfigDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "meshmark", "tools-dir")
+}
+
+// RecordToolsDir remembers dir as where the tools are, for meshmark run from anywhere.
+func RecordToolsDir(dir string) error {
+	rec := toolsDirRecord()
+	if rec == "" {
+		return errors.New("no user config directory to record the tools directory in ($HOME and $XDG_CONFIG_HOME are unset)")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(rec), 0o755); err != nil {
+		return err
+	}
+	tmp := rec + ".tmp"
+	if err := os.WriteFile(tmp, []byte(abs+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, rec)
+}
+
+// recordedToolsDir is the recorded tools dir when it still exists.
+func recordedToolsDir() string {
+	rec := toolsDirRecord()
+	if rec == "" {
+		return ""
+	}
+	b, err := os.ReadFile(rec)
+	if err != nil {
+		return ""
+	}
+	d := strings.TrimSpace(string(b))
+	if st, err := os.Stat(d); err != nil || !st.IsDir() || !filepath.IsAbs(d) {
+		return ""
+	}
+	return d
 }
 
 // sourceRoot walks up from the executable (and, for `go test`, the working directory)
@@ -264,9 +316,17 @@ func wanted(n Need, needs []Need) bool {
 	return false
 }
 
-// Setup installs every missing item for the given needs, logging commands to w.
+// Setup installs every missing item for the given needs, logging commands to w, and
+// records the tools dir it installs into so that meshmark finds it from anywhere.
 func Setup(ctx context.Context, w io.Writer, needs ...Need) error {
 	var errs []error
+	tools := ToolsDir()
+	if err := os.MkdirAll(tools, 0o755); err != nil {
+		return fmt.Errorf("tools directory: %w", err)
+	}
+	if err := RecordToolsDir(tools); err != nil {
+		fmt.Fprintf(w, "warning: meshmark run from outside this checkout will not find %s: %v\n", tools, err)
+	}
 	for _, st := range CheckAll(ctx, needs...) {
 		if st.OK() {
 			continue

@@ -72,6 +72,9 @@ func Run(ctx context.Context, st *study.Study, opts Options) (*results.Run, erro
 	if err := r.prepare(); err != nil {
 		return nil, err
 	}
+	if err := r.preflight(ctx); err != nil {
+		return nil, err
+	}
 	if err := r.createRun(ctx); err != nil {
 		return nil, err
 	}
