@@ -1,7 +1,7 @@
 // Package analysis turns stored trials into answers: pooled percentiles (histograms
 // are merged across repeats, percentiles are never averaged), overhead of each mesh
 // against the baseline as Δ and % with bootstrap confidence intervals over repeats,
-// a noise floor, better/worse/inconclusive verdicts, capacity under an SLO, outlier
+// a noise floor, better/worse/equal/inconclusive verdicts, capacity under an SLO, outlier
 // flags and regression gates between two runs.
 package analysis
 
@@ -64,10 +64,32 @@ func (m Metric) Unit() string {
 type Verdict string
 
 const (
-	Better       Verdict = "better"
-	Worse        Verdict = "worse"
+	Better Verdict = "better"
+	Worse  Verdict = "worse"
+	// Equal: the whole confidence interval of the difference lies within the metric's
+	// practical-equivalence margin (see DefaultMargins): whatever the difference is,
+	// it is too small to matter.
+	Equal        Verdict = "equal"
 	Inconclusive Verdict = "inconclusive"
 )
+
+// DefaultMargins are the practical-equivalence margins: a difference smaller than this
+// is not one anyone should act on, however sure the interval is. Latency and
+// throughput margins are relative (% of the reference); the error-rate margin is
+// absolute, in percentage points, because a relative change against a zero error rate
+// is undefined. Tail percentiles get wider margins: their estimates move more.
+var DefaultMargins = map[Metric]float64{
+	P50:        2,   // %
+	P90:        2,   // %
+	P99:        3,   // %
+	P999:       5,   // %
+	Throughput: 1,   // % (at a fixed rate, the achieved rate is the requested one)
+	ErrorRate:  0.1, // percentage points
+}
+
+// AbsoluteMargin reports whether the metric's margin is in its own unit (percentage
+// points of a fraction) rather than relative.
+func (m Metric) AbsoluteMargin() bool { return m == ErrorRate }
 
 // Options tune the analysis. The zero value means the defaults.
 type Options struct {
@@ -86,6 +108,17 @@ type Options struct {
 	MinRepeats int
 	// TukeyK is the fence multiplier for outlier trials (default 1.5).
 	TukeyK float64
+	// Margins override DefaultMargins per metric (see Equal); a metric not named
+	// keeps its default.
+	Margins map[Metric]float64
+}
+
+// Margin is the practical-equivalence margin of a metric under these options.
+func (o Options) Margin(m Metric) float64 {
+	if v, ok := o.Margins[m]; ok {
+		return v
+	}
+	return DefaultMargins[m]
 }
 
 func (o Options) withDefaults() Options {
@@ -238,7 +271,10 @@ type Comparison struct {
 	// NoiseFloorPct is the relative change noise alone produces (see NoiseFloor).
 	NoiseFloorPct float64 `json:"noise_floor_pct"`
 	NoiseSource   string  `json:"noise_source"`
-	Verdict       Verdict `json:"verdict"`
+	// Margin is the practical-equivalence margin applied (% of Base, or percentage
+	// points for the error rate; see DefaultMargins).
+	Margin  float64 `json:"margin"`
+	Verdict Verdict `json:"verdict"`
 	// Unit is what the bootstrap resampled: "repeats" or "intervals".
 	Unit        string `json:"unit"`
 	Repeats     int    `json:"repeats"`
@@ -529,19 +565,35 @@ func compareGroups(ref, other *Group, opts Options, floors map[Metric]Floor) []C
 		if f, ok := floors[m]; ok {
 			c.NoiseFloorPct, c.NoiseSource = f.Pct, f.Source
 		}
+		c.Margin = opts.Margin(m)
 		c.Verdict = verdict(c)
 		out = append(out, c)
 	}
 	return out
 }
 
-// verdict: a change counts only when its interval excludes zero and, where a relative
-// change is defined, the point estimate is larger than the noise floor.
+// verdict: equal when the whole interval lies within the practical-equivalence margin
+// (identical values give [0, 0], which always does); otherwise a change counts only
+// when its interval excludes zero and the point estimate is larger than both the
+// noise floor and the margin; anything else is inconclusive.
 func verdict(c Comparison) Verdict {
+	var lo, hi, point, floor float64
+	if c.Metric.AbsoluteMargin() {
+		// a fraction, compared in percentage points
+		lo, hi, point, floor = 100*c.Delta.Lo, 100*c.Delta.Hi, 100*c.Delta.Value, 0
+	} else {
+		lo, hi, point, floor = c.Pct.Lo, c.Pct.Hi, c.Pct.Value, c.NoiseFloorPct
+		if math.IsNaN(point) && c.Delta.Lo == 0 && c.Delta.Hi == 0 {
+			lo, hi, point = 0, 0, 0 // both zero: no change at all
+		}
+	}
+	if !math.IsNaN(lo) && !math.IsNaN(hi) && -c.Margin <= lo && hi <= c.Margin {
+		return Equal
+	}
 	if !c.Delta.ExcludesZero() {
 		return Inconclusive
 	}
-	if !math.IsNaN(c.Pct.Value) && math.Abs(c.Pct.Value) <= c.NoiseFloorPct {
+	if !math.IsNaN(point) && math.Abs(point) <= max(floor, c.Margin) {
 		return Inconclusive
 	}
 	up := c.Delta.Value > 0
@@ -685,9 +737,13 @@ func Winners(run *results.Run, groups []*Group, opts Options) []Winner {
 			o.Metrics = []Metric{m}
 			c := compareGroups(sorted[0], sorted[1], o, floors)[0]
 			w.Against = c
-			// The runner-up is worse than the best when the comparison says so.
-			if c.Verdict == Worse {
+			// The runner-up is worse than the best when the comparison says so; equal
+			// when the two cannot differ by more than the margin.
+			switch c.Verdict {
+			case Worse:
 				w.Verdict = Better
+			case Equal:
+				w.Verdict = Equal
 			}
 			out = append(out, w)
 		}

@@ -152,7 +152,7 @@ func WriteRunSummary(w io.Writer, run *results.Run, rep *Report) error {
 		for _, v := range rep.Winners {
 			better := v.Best
 			if v.Verdict != Better {
-				better = "inconclusive"
+				better = string(v.Verdict)
 			}
 			var vals []string
 			for _, m := range run.Meshes {

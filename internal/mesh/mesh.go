@@ -58,7 +58,8 @@ type Registration struct {
 	// a study file setting one is refused rather than silently ignored.
 	Unsupported map[string]string
 	// Needs names the prerequisites (prereq item names, e.g. "envoy",
-	// "linkerd2-proxy") the profile runs, so a study is checked before its first trial.
+	// "linkerd2-proxy", or "kernel:MODULE" for a kernel module such as xt_TPROXY) the
+	// profile runs, so a study is checked before its first trial.
 	Needs []string
 }
 
