@@ -1006,8 +1006,46 @@ func checkRows(run *results.Run, groups []*analysis.Group) []CheckRow {
 		if row, ok := faultCheck(run, m.Label); ok {
 			out = append(out, row)
 		}
+		if row, ok := mixCheck(run, m); ok {
+			out = append(out, row)
+		}
 	}
 	return out
+}
+
+// mixCheck says whether each service's versions served the shares of its requests the
+// graph's weights intend, and how the mesh balances (a baseline without a mesh
+// balances per connection, through the testbed's kube-proxy-like service VIPs).
+func mixCheck(run *results.Run, m results.Mesh) (CheckRow, bool) {
+	judged, skewed := 0, 0
+	var worst string
+	for i := range run.Trials {
+		t := &run.Trials[i]
+		if t.Mesh != m.Label || len(t.Result.Mix) == 0 || t.Result.Excluded() {
+			continue
+		}
+		judged++
+		if !t.Result.HasFlag(results.FlagMixSkewed) {
+			continue
+		}
+		skewed++
+		if worst == "" {
+			var parts []string
+			for _, v := range t.Result.Mix {
+				parts = append(parts, fmt.Sprintf("%s %s %.0f%% (intended %.0f%%)", v.Service, v.Version, 100*v.Share, 100*v.Intended))
+			}
+			worst = fmt.Sprintf("; e.g. trial %d: %s", t.ID, strings.Join(parts, ", "))
+		}
+	}
+	if judged == 0 {
+		return CheckRow{}, false
+	}
+	balancing := "the mesh's proxies balance"
+	if m.Profile == "none" {
+		balancing = "no mesh: the service VIPs pick an endpoint per connection, as kube-proxy does, so kept-alive connections fix the split at bring-up"
+	}
+	return CheckRow{Mesh: m.Label, Check: "request mix matches the graph's weights", Pass: skewed == 0,
+		Detail: fmt.Sprintf("%d of %d trials off by more than %.0f points for some service (%s)%s", skewed, judged, 100*results.MixTolerance, balancing, worst)}, true
 }
 
 // faultCheck says whether every process of the mesh's system under test stayed up

@@ -234,6 +234,23 @@ type TrialResult struct {
 	// Faults lists the processes of the system under test that exited during the
 	// trial (FlagFault).
 	Faults []Fault `json:"faults,omitempty"`
+	// Mix is how the requests split among each service's versions (FlagMixSkewed).
+	Mix []VersionShare `json:"mix,omitempty"`
+}
+
+// MixTolerance is how far (absolute share of a service's requests) a version's share
+// may be from its intended share before a trial is flagged FlagMixSkewed.
+const MixTolerance = 0.10
+
+// VersionShare is how many requests one version of a service served during a trial
+// (its warm-up included), against the share of the service's traffic the graph's
+// weights intend for it.
+type VersionShare struct {
+	Service  string  `json:"service"`
+	Version  string  `json:"version"`
+	Requests int64   `json:"requests"`
+	Share    float64 `json:"share"`
+	Intended float64 `json:"intended"`
 }
 
 // Fault is a process of the system under test (proxy, workload, control plane) that
@@ -282,6 +299,10 @@ const (
 	// FlagSuperseded: the trial belongs to an attempt that a fault cut short, and the
 	// whole attempt was measured again; left out like a fault trial.
 	FlagSuperseded = "superseded"
+	// FlagMixSkewed: some service's versions served shares of its requests that differ
+	// from the graph's weights by more than the runner's tolerance, so this trial
+	// measured different request paths than a trial with the intended mix.
+	FlagMixSkewed = "mix-skewed"
 )
 
 // Excluded reports whether the trial must be left out of pooled results, capacities

@@ -43,6 +43,7 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 
 	watch := watchProcesses(d.sut)
 	before := readCounters(ctx, d)
+	servedBefore, servedErr := r.served(ctx, d)
 
 	smp := sampler.New(sampler.Config{
 		Interval: time.Second,
@@ -66,6 +67,10 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 		return nil, ctx.Err()
 	}
 	after := readCounters(ctx, d)
+	servedAfter, err2 := r.served(ctx, d)
+	if servedErr == nil {
+		servedErr = err2
+	}
 	faults := watch.finish()
 	if err != nil {
 		if len(faults) > 0 {
@@ -111,6 +116,16 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 	if len(faults) > 0 {
 		trial.Result.Flags = append(trial.Result.Flags, results.FlagFault)
 		trial.Result.Faults = faults
+	}
+	if servedErr != nil {
+		r.progress.note(fmt.Sprintf("warning: %s on %s: request mix not checked: %v", label, t.Mesh.Name, servedErr))
+	} else {
+		trial.Result.Mix = r.requestMix(d, servedBefore, servedAfter)
+		if msg := mixSkew(trial.Result.Mix); msg != "" {
+			trial.Result.Flags = append(trial.Result.Flags, results.FlagMixSkewed)
+			r.progress.note(fmt.Sprintf("warning: request mix off by more than %.0f points in %s on %s: %s; this trial is flagged",
+				100*mixTolerance, label, t.Mesh.Name, msg))
+		}
 	}
 	if err := r.opts.Store.AddTrial(ctx, r.run.ID, trial); err != nil {
 		return nil, err

@@ -135,8 +135,10 @@ CREATE TABLE net_samples (
 );
 `,
 	// 3: processes of the system under test that exited during a trial
-	// (results.Fault), as JSON.
+	// (results.Fault) and the requests each service version served (results.VersionShare),
+	// as JSON.
 	`
 ALTER TABLE trials ADD COLUMN faults TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE trials ADD COLUMN mix TEXT NOT NULL DEFAULT '[]';
 `,
 }

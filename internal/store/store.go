@@ -363,12 +363,16 @@ func (s *Store) AddTrial(ctx context.Context, runID string, trial *results.Trial
 	if faults == nil {
 		faults = []results.Fault{}
 	}
+	mix := r.Mix
+	if mix == nil {
+		mix = []results.VersionShare{}
+	}
 	res, err := tx.ExecContext(ctx, `INSERT INTO trials (run_id, repeat, mesh, experiment, kind, params, warmup_ns, cooldown_ns,
-		start_ns, end_ns, error, requests, errors, latency_hdr, service_hdr, status_codes, errors_by_kind, generator, flags, faults)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		start_ns, end_ns, error, requests, errors, latency_hdr, service_hdr, status_codes, errors_by_kind, generator, flags, faults, mix)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		runID, trial.Repeat, trial.Mesh, trial.Experiment, trial.Kind, mustJSON(trial.Params),
 		int64(trial.WarmupTrimmed), int64(trial.CooldownTrimmed), unixNano(trial.Start), unixNano(trial.End), trial.Error,
-		r.Requests, r.Errors, lat, svc, mustJSON(r.StatusCodes), mustJSON(r.ErrorsByKind), string(gen), mustJSON(flags), mustJSON(faults))
+		r.Requests, r.Errors, lat, svc, mustJSON(r.StatusCodes), mustJSON(r.ErrorsByKind), string(gen), mustJSON(flags), mustJSON(faults), mustJSON(mix))
 	if err != nil {
 		return fmt.Errorf("run %s: add trial: %w", runID, err)
 	}

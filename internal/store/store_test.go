@@ -565,7 +565,8 @@ func TestOwnerLiveness(t *testing.T) {
 	}
 }
 
-// A fault trial keeps which process exited, when and its log tail; FlagTrials marks
+// A fault trial keeps which process exited, when and its log tail, and a trial its
+// request mix; FlagTrials marks
 // stored trials of a running run, once per flag, and both survive a reload.
 func TestFaultsAndAddedFlagsRoundTrip(t *testing.T) {
 	ctx := context.Background()
@@ -582,6 +583,9 @@ func TestFaultsAndAddedFlagsRoundTrip(t *testing.T) {
 		Exit: "signal: killed", LogPath: "/tmp/reviews-v1-0.envoy.log", LogTail: "[info] starting workers\n"}
 	faulted.Result.Flags = []string{results.FlagFault}
 	faulted.Result.Faults = []results.Fault{fault}
+	mix := []results.VersionShare{{Service: "reviews", Version: "v1", Requests: 0, Share: 0, Intended: 1.0 / 3},
+		{Service: "reviews", Version: "v2", Requests: 600, Share: 0.5, Intended: 1.0 / 3}}
+	faulted.Result.Mix = mix
 	for _, tr := range []*results.Trial{first, faulted} {
 		if err := s.AddTrial(ctx, run.ID, tr); err != nil {
 			t.Fatal(err)
@@ -609,5 +613,8 @@ func TestFaultsAndAddedFlagsRoundTrip(t *testing.T) {
 	g.Faults[0].At = fault.At
 	if g.Faults[0] != fault {
 		t.Errorf("fault read back as %+v, wrote %+v", g.Faults[0], fault)
+	}
+	if !reflect.DeepEqual(g.Mix, mix) {
+		t.Errorf("mix read back as %+v, wrote %+v", g.Mix, mix)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,6 +25,13 @@ const TraceBytesHeader = "X-Meshmark-Trace-Bytes"
 
 // HealthPath answers 200 without running the script.
 const HealthPath = "/healthz"
+
+// ServedPath answers how many requests this pod has served since it started (health
+// checks and these reads excepted), as a decimal number. The study runner reads it in
+// every pod before and after a trial to check that each service's versions got their
+// intended shares of the traffic: one atomic add per request, nothing on the load
+// generator's path.
+const ServedPath = "/meshmark/served"
 
 // propagatedHeaders are copied from each inbound request to every call it causes, as
 // Istio's bookinfo does, so that tracing and request-id based routing work through the
@@ -55,6 +63,8 @@ type Server struct {
 	program []op
 	client  *http.Client
 	timeout time.Duration
+
+	served atomic.Int64 // requests answered, see ServedPath
 
 	head       []byte // `{"service":"…","version":"…","pod":"…"`
 	padding    []byte // ResponseSize bytes of 'x'
@@ -245,11 +255,17 @@ func ParseResolve(specs []string) (map[string]string, error) {
 // ServeHTTP answers one request: health checks directly, everything else by running
 // the script and replying with the trace of the whole call graph.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == HealthPath {
+	switch r.URL.Path {
+	case HealthPath:
 		w.Header()["Content-Type"] = []string{"text/plain"}
 		io.WriteString(w, "ok\n")
 		return
+	case ServedPath:
+		w.Header()["Content-Type"] = []string{"text/plain"}
+		io.WriteString(w, strconv.FormatInt(s.served.Load(), 10)+"\n")
+		return
 	}
+	s.served.Add(1)
 	if r.Body != nil && r.ContentLength != 0 {
 		io.Copy(io.Discard, r.Body)
 	}

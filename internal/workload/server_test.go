@@ -562,3 +562,36 @@ func TestServeStopsOnCancel(t *testing.T) {
 		t.Errorf("listener still open after Serve returned: %v", err)
 	}
 }
+
+// ServedPath counts every answered request, injected errors included, and neither
+// health checks nor its own reads.
+func TestServedCountsRequests(t *testing.T) {
+	g := mustParse(t, "name: g\nservices:\n  - name: a\n    errorRate: 50%\n")
+	urls := startPods(t, g, []testPod{{"a", "v1"}}, nil)
+	read := func() string {
+		resp, err := testClient.Get(urls["a"] + ServedPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.TrimSpace(string(b))
+	}
+	if got := read(); got != "0" {
+		t.Fatalf("served before any request: %q", got)
+	}
+	for range 7 {
+		resp, err := testClient.Get(urls["a"] + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if resp, err := testClient.Get(urls["a"] + HealthPath); err == nil {
+		resp.Body.Close()
+	}
+	if got := read(); got != "7" {
+		t.Errorf("served after 7 requests and a health check: %q", got)
+	}
+}

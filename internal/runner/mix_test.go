@@ -1,0 +1,88 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/meshmark/meshmark/internal/report"
+	"github.com/meshmark/meshmark/internal/results"
+)
+
+// Two versions of one service with equal weights, called by a front service over a
+// kept-alive connection: with no mesh the testbed's VIP picks a version per connection
+// (as kube-proxy does), so one version serves all traffic and the trial is flagged; the
+// Envoy sidecars balance per request and split it by the weights.
+func TestSkewedRequestMixIsFlagged(t *testing.T) {
+	needRoot(t)
+	graph := filepath.Join(t.TempDir(), "split.yaml")
+	if err := os.WriteFile(graph, []byte(`name: split
+services:
+  - name: front
+    isEntrypoint: true
+    script: [call: back]
+  - name: back
+    versions:
+      - {name: v1, weight: 1}
+      - {name: v2, weight: 1}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run, db := runStudy(t, parseStudy(t, `apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: runner-request-mix}
+spec:
+  substrate:
+    local: {nodes: 2, loadgenNode: 1}
+  workload: {graph: `+graph+`}
+  meshes:
+    - {name: none, profile: none}
+    - {name: sidecar, profile: envoy-sidecar, options: {mtls: off}}
+  experiments:
+    - {name: latency, kind: fixed-rate, rate: 100, connections: 1, duration: 3s, warmup: 500ms}
+  repeats: 1
+`))
+	for _, tr := range run.Trials {
+		var split []string
+		for _, v := range tr.Result.Mix {
+			split = append(split, fmt.Sprintf("%s %d (%.0f%%)", v.Version, v.Requests, 100*v.Share))
+		}
+		t.Logf("%s: back split %v, flags %v", tr.Mesh, split, tr.Result.Flags)
+		if len(tr.Result.Mix) != 2 {
+			t.Errorf("%s: mix %+v, want back's two versions", tr.Mesh, tr.Result.Mix)
+			continue
+		}
+		skewed := tr.Result.HasFlag(results.FlagMixSkewed)
+		switch tr.Mesh {
+		case "none":
+			if !skewed {
+				t.Errorf("baseline with one kept-alive connection split %+v and was not flagged", tr.Result.Mix)
+			}
+		case "sidecar":
+			if skewed {
+				t.Errorf("sidecar mesh balancing per request was flagged: %+v", tr.Result.Mix)
+			}
+		}
+	}
+	stored, err := db.LoadRun(context.Background(), run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md bytes.Buffer
+	if err := report.Render(&md, report.Markdown, stored, nil, report.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| none | request mix matches the graph's weights | FAIL | 1 of 1 trials off by more than 10 points",
+		"per connection, as kube-proxy does", "back v1 0% (intended 50%)", "| sidecar | request mix matches the graph's weights | PASS |"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report does not say %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Log(md.String())
+	}
+}
