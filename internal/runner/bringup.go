@@ -83,6 +83,7 @@ func (r *runner) bringUp(ctx context.Context, m *study.Mesh) (d *deployment, err
 		return d, errors.New("testbed deployed no client pod for the load generator")
 	}
 	d.client = d.app.Clients[0]
+	d.app.Calls, d.app.Entrypoint = graphEdges(r.graph), r.graph.Entrypoint().Service
 	phase("pods")
 	if err := profile.Install(ctx, tb, &d.app); err != nil {
 		return d, fmt.Errorf("mesh %s: install: %w", m.Name, err)
@@ -236,4 +237,23 @@ func (d *deployment) close() {
 		return
 	}
 	_ = d.tb.Close()
+}
+
+// graphEdges lists the services each service of the graph calls, from every version's
+// script, for the mesh's enrollment check.
+func graphEdges(g *workload.Graph) map[string][]string {
+	out := map[string][]string{}
+	for _, s := range g.Services {
+		seen := map[string]bool{}
+		out[s.Name] = []string{}
+		for _, v := range s.Versions {
+			for _, c := range v.Script.Calls() {
+				if !seen[c.Service] {
+					seen[c.Service] = true
+					out[s.Name] = append(out[s.Name], c.Service)
+				}
+			}
+		}
+	}
+	return out
 }

@@ -18,6 +18,12 @@ type App struct {
 	// Clients are pods outside the service graph that send traffic into it, such as
 	// the load generator.
 	Clients []Pod
+	// Calls lists, by service name, the services it calls (the graph's edges), and
+	// Entrypoint is the service clients call. Enrollment checks probe along these
+	// edges rather than from every pod to every service; nil Calls means the edges are
+	// unknown.
+	Calls      map[string][]string
+	Entrypoint string
 }
 
 // Service is what callers address: a name, a virtual IP and a port.

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -174,6 +176,7 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 		wg         sync.WaitGroup
 		sem        = make(chan struct{}, 4)
 	)
+	plan := probePlan(app, meshed)
 	for _, from := range meshed {
 		if !rows[from.Name].Sidecar {
 			continue
@@ -183,7 +186,7 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			for _, msg := range meshProbes(ctx, sub, app, from) {
+			for _, msg := range meshProbes(ctx, sub, app, from, plan[from.Name]) {
 				meshFailMu.Lock()
 				meshFails = append(meshFails, msg)
 				meshFailMu.Unlock()
@@ -327,15 +330,105 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 	return e, nil
 }
 
-// meshProbes sends probesPerService requests from `from` to every service through
-// from's sidecar and describes the services that did not answer every one.
-func meshProbes(ctx context.Context, sub substrate.Substrate, app *topology.App, from topology.Pod) []string {
+// probePlan says, per meshed pod, which services it probes through its sidecar and how
+// many times. With the graph's edges (app.Calls) a pod probes only the services its
+// own service calls (a client pod, the entrypoint): each callee gets enough probes in
+// all that every endpoint of a version with traffic is hit about ten times at its
+// weight, shared among its meshed callers; a callee no meshed pod calls is probed from
+// one meshed pod anyway, and a pod that calls nothing sends one probe so that its
+// outbound interception is still proven. A 100-pod graph thus sends probes along its
+// edges, not 100 × services. Without edges every pod probes every service
+// probesPerService times.
+func probePlan(app *topology.App, meshed []topology.Pod) map[string]map[string]int {
+	plan := map[string]map[string]int{}
+	add := func(pod, svc string, n int) {
+		if plan[pod] == nil {
+			plan[pod] = map[string]int{}
+		}
+		plan[pod][svc] += n
+	}
+	if app.Calls == nil {
+		for _, from := range meshed {
+			for _, s := range app.Services {
+				// A pod calling its own service may be routed to itself, which enters its
+				// sidecar through the loopback hairpin and would mask a pod whose
+				// inbound interception is missing.
+				if s.Name != from.Service || len(app.Services) == 1 {
+					add(from.Name, s.Name, probesPerService(s))
+				}
+			}
+		}
+		return plan
+	}
+	for _, s := range app.Services {
+		var callers []topology.Pod
+		for _, from := range meshed {
+			if from.Service == s.Name {
+				continue // see above: no probes to a pod's own service
+			}
+			if (from.Service == "" && s.Name == app.Entrypoint) || slices.Contains(app.Calls[from.Service], s.Name) {
+				callers = append(callers, from)
+			}
+		}
+		if len(callers) == 0 {
+			for _, from := range meshed {
+				if from.Service != s.Name {
+					callers = []topology.Pod{from}
+					break
+				}
+			}
+		}
+		if len(callers) == 0 {
+			continue
+		}
+		total := coverageProbes(s)
+		each := (total + len(callers) - 1) / len(callers)
+		for _, from := range callers {
+			add(from.Name, s.Name, each)
+		}
+	}
+	for _, from := range meshed {
+		if len(plan[from.Name]) > 0 {
+			continue
+		}
+		for _, s := range app.Services {
+			if s.Name != from.Service {
+				add(from.Name, s.Name, 1)
+				break
+			}
+		}
+	}
+	return plan
+}
+
+// coverageProbes is how many probes a service needs in all for each endpoint of each
+// version with traffic to expect ten (at least probesPerService, at most 2000).
+func coverageProbes(s topology.Service) int {
+	total := probesPerService(s)
+	weights := 0
+	for _, v := range s.Versions {
+		weights += v.Weight
+	}
+	for _, v := range s.Versions {
+		if len(v.Endpoints) == 0 || (weights > 0 && v.Weight == 0) {
+			continue
+		}
+		share := 1 / float64(len(s.Versions))
+		if weights > 0 {
+			share = float64(v.Weight) / float64(weights)
+		}
+		total = max(total, int(math.Ceil(10*float64(len(v.Endpoints))/share)))
+	}
+	return min(total, 2000)
+}
+
+// meshProbes sends the planned requests from `from` to each service through from's
+// sidecar and describes the services that did not answer every one.
+func meshProbes(ctx context.Context, sub substrate.Substrate, app *topology.App, from topology.Pod, plan map[string]int) []string {
 	var fails []string
 	for _, s := range app.Services {
-		if s.Name == from.Service && len(app.Services) > 1 {
-			// A pod calling its own service may be routed to itself, which enters its
-			// sidecar through the loopback hairpin and would mask a pod whose inbound
-			// interception is missing.
+		n, planned := plan[s.Name]
+		if !planned || n == 0 {
 			continue
 		}
 		var addr string
@@ -349,7 +442,7 @@ func meshProbes(ctx context.Context, sub substrate.Substrate, app *topology.App,
 			continue
 		}
 		host := fmt.Sprintf("%s:%d", s.Name, s.Port)
-		failures, n := 0, probesPerService(s)
+		failures := 0
 		var lastErr string
 		for range n {
 			if ctx.Err() != nil {
