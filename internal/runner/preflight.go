@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/prereq"
+	"github.com/meshmark/meshmark/internal/study"
 )
 
 // preflight checks, before the run is created and long before the first trial,
@@ -61,17 +61,14 @@ func (r *runner) preflight(ctx context.Context) error {
 	return fmt.Errorf("%s: this machine cannot run the study; nothing was measured:\n  - %s", r.study.File, strings.Join(problems, "\n  - "))
 }
 
-// checkCPUs verifies the placement's CPUs are ones this process may run on.
+// checkCPUs verifies the placement's CPUs exist and this machine's cgroup lets
+// meshmark use them. It does not read this process's own affinity: the runner pins
+// itself to the load generator's CPUs, and a second study in the same process (tests)
+// must still see the machine's.
 func (r *runner) checkCPUs() []string {
-	var allowed unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
-		return []string{"CPU placement: cannot read this process's CPUs: " + err.Error()}
-	}
-	var have []int
-	for c := 0; c < len(allowed)*64; c++ {
-		if allowed.IsSet(c) {
-			have = append(have, c)
-		}
+	have, source, err := usableCPUs()
+	if err != nil {
+		return []string{"CPU placement: cannot tell which CPUs this machine has: " + err.Error()}
 	}
 	loadgen, sut := placement(r.study.Spec.Substrate.Local)
 	var out []string
@@ -86,9 +83,37 @@ func (r *runner) checkCPUs() []string {
 			}
 		}
 		if len(missing) > 0 {
-			out = append(out, fmt.Sprintf("spec.substrate.local.cpuPlacement.%s: CPU %v not available to meshmark here (it may use CPUs %v)",
-				part.what, missing, have))
+			out = append(out, fmt.Sprintf("spec.substrate.local.cpuPlacement.%s: CPU %v not available to meshmark here (it may use CPUs %v, from %s)",
+				part.what, missing, have, source))
 		}
 	}
 	return out
+}
+
+// usableCPUs lists the CPUs processes in meshmark's cgroup may run on (cgroup v2
+// cpuset.cpus.effective), else the machine's online CPUs.
+func usableCPUs() ([]int, string, error) {
+	var files []string
+	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if path, ok := strings.CutPrefix(line, "0::"); ok {
+				files = append(files, filepath.Join("/sys/fs/cgroup", path, "cpuset.cpus.effective"))
+			}
+		}
+	}
+	files = append(files, "/sys/fs/cgroup/cpuset.cpus.effective", "/sys/devices/system/cpu/online")
+	var lastErr error
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil || strings.TrimSpace(string(b)) == "" {
+			lastErr = err
+			continue
+		}
+		cpus, err := study.CPUList(strings.TrimSpace(string(b))).CPUs()
+		if err != nil {
+			return nil, f, fmt.Errorf("%s: %w", f, err)
+		}
+		return cpus, f, nil
+	}
+	return nil, "", lastErr
 }
