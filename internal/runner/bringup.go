@@ -66,7 +66,7 @@ func (r *runner) bringUp(ctx context.Context, m *study.Mesh) (d *deployment, err
 	}()
 	var deps []testbed.Deployment
 	for _, w := range r.graph.Deployments() {
-		deps = append(deps, testbed.Deployment{Service: w.Service, Version: w.Version, Weight: w.Weight, Replicas: w.Replicas, Port: w.Port})
+		deps = append(deps, testbed.Deployment{Service: w.Service, Version: w.Version, Weight: w.Weight, Replicas: w.Replicas, Port: w.Port, Protocol: w.Protocol})
 	}
 	d.app, err = tb.Deploy(ctx, testbed.AppSpec{
 		Name:        r.graph.Name,

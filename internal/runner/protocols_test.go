@@ -1,0 +1,98 @@
+package runner
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/study"
+)
+
+// A graph whose services talk HTTP/1.1, h2c and gRPC to each other, as emojivoto does
+// (web over HTTP, emoji and voting over gRPC).
+const mixedProtocolGraph = `name: mixed
+services:
+  - name: web
+    isEntrypoint: true
+    script:
+      - - call: emoji
+        - call: voting
+  - name: emoji
+    protocol: grpc
+    script: [call: ratings]
+  - name: voting
+    protocol: http2
+  - name: ratings
+    protocol: grpc
+`
+
+const mixedProtocolStudy = `apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: runner-mixed-protocols}
+spec:
+  substrate:
+    local: {nodes: 2, loadgenNode: 1}
+  workload: {graph: mixed.yaml}
+  meshes:
+    - {name: none, profile: none}
+    - {name: sidecar, profile: envoy-sidecar, options: {mtls: strict}}
+  experiments:
+    - {name: latency, kind: fixed-rate, rate: 60, connections: 4, duration: 3s, warmup: 1s}
+  repeats: 1
+`
+
+// TestMixedProtocolsThroughSidecars: every request of a graph whose edges are HTTP/1.1,
+// h2c and gRPC succeeds without a mesh and through strict-mTLS sidecars, and the
+// sidecars really spoke HTTP/2 upstream to the HTTP/2 and gRPC services.
+func TestMixedProtocolsThroughSidecars(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "mixed.yaml"), []byte(mixedProtocolGraph), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "study.yaml")
+	if err := os.WriteFile(path, []byte(mixedProtocolStudy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := study.ParseFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, _ := runStudy(t, st)
+	for _, m := range run.Meshes {
+		var e mesh.Enrollment
+		if err := json.Unmarshal(m.Enrollment, &e); err != nil || !e.Pass {
+			t.Errorf("%s enrollment: %v %+v", m.Label, err, e.Failures)
+		}
+	}
+	var h2Inbound uint64
+	for _, tr := range run.Trials {
+		r := tr.Result
+		if r.Requests < 150 || r.Errors != 0 || r.StatusCodes[200] != r.Requests {
+			t.Errorf("%s: %d requests, %d errors %v, codes %v", tr.Mesh, r.Requests, r.Errors, r.ErrorsByKind, r.StatusCodes)
+		}
+		for _, ps := range r.ProxyStats {
+			var d mesh.ProxyDelta
+			if err := json.Unmarshal(ps.Stats, &d); err != nil {
+				t.Fatal(err)
+			}
+			// Connections are kept alive from the enrollment probes on, so the
+			// evidence is the HTTP/2 connections open on the callees' inbound side
+			// (a gauge) rather than ones opened during the trial.
+			if strings.HasPrefix(d.Pod, "web") {
+				continue
+			}
+			for name, v := range d.Gauges {
+				if strings.HasPrefix(name, "http.inbound") && strings.HasSuffix(name, ".downstream_cx_http2_active") {
+					h2Inbound += v
+				}
+			}
+		}
+	}
+	if h2Inbound == 0 {
+		t.Error("no HTTP/2 connection was open into the sidecars of the HTTP/2 and gRPC services")
+	}
+}
