@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -31,7 +32,13 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 	if params.Extra == nil {
 		params.Extra = map[string]string{}
 	}
-	params.Extra["url"], params.Extra["method"], params.Extra["protocol"] = cfg.Request.URL, cfg.Request.Method, "HTTP/1.1"
+	if err := r.client(&cfg, *e); err != nil {
+		return nil, fmt.Errorf("experiment %s: %w", e.Name, err)
+	}
+	if e.Streams > 1 {
+		params.Extra["streams"] = strconv.Itoa(e.Streams)
+	}
+	params.Extra["url"], params.Extra["method"], params.Extra["protocol"] = cfg.Request.URL, cfg.Request.Method, protocolLabels[r.clientProtocol(*e)]
 	label := fmt.Sprintf("%s %s", e.Name, describe(params))
 	r.progress.begin(t, label, cfg.Duration)
 	cfg.Progress = func(p load.Progress) {

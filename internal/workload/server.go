@@ -220,11 +220,19 @@ func (s *Server) pad(trace []byte) []byte {
 // grpcMethod is the method a call with this path invokes: the path itself when it
 // names one (/package.Service/Method), else CallMethod.
 func grpcMethod(path string) string {
-	svc, m, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/")
-	if ok && strings.Contains(svc, ".") && m != "" && !strings.Contains(m, "/") {
-		return path
+	if m := GRPCMethod(path); m != "" {
+		return m
 	}
 	return CallMethod
+}
+
+// GRPCMethod returns path when it names a gRPC method (/package.Service/Method), else "".
+func GRPCMethod(path string) string {
+	svc, m, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	if strings.HasPrefix(path, "/") && ok && strings.Contains(svc, ".") && m != "" && !strings.Contains(m, "/") {
+		return path
+	}
+	return ""
 }
 
 func newTransport(resolve map[string]string, h2c bool) *http.Transport {
