@@ -28,7 +28,7 @@ type Observer interface {
 func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg load.Config, params results.TrialParams) (*load.Result, error) {
 	e := t.Experiment
 	params.KeepAlive = !cfg.DisableKeepAlive
-	params.Path = string(study.PathInternal)
+	params.Path = string(e.Path)
 	if params.Extra == nil {
 		params.Extra = map[string]string{}
 	}

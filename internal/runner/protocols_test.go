@@ -130,3 +130,62 @@ func TestGRPCEntryDrivenWithGRPC(t *testing.T) {
 		}
 	}
 }
+
+const ingressStudy = `apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: runner-ingress}
+spec:
+  substrate:
+    local: {nodes: 2, loadgenNode: 1}
+  workload: {graph: bookinfo}
+  meshes:
+    - {name: none, profile: none}
+    - {name: sidecar, profile: envoy-sidecar, options: {mtls: strict}}
+  experiments:
+    - {name: internal, kind: fixed-rate, rate: 60, connections: 4, duration: 3s, warmup: 1s}
+    - {name: ingress, kind: fixed-rate, rate: 60, connections: 4, duration: 3s, warmup: 1s, path: ingress}
+  repeats: 1
+`
+
+// TestIngressPathCrossesTheGateway: path: ingress puts a gateway pod in front of the
+// entry service, enrolled by the mesh like the app's pods; its Envoy is sampled under the
+// gateway role during ingress trials, and every request succeeds on both paths.
+func TestIngressPathCrossesTheGateway(t *testing.T) {
+	needRoot(t)
+	run, _ := runStudy(t, parseStudy(t, ingressStudy))
+	for _, m := range run.Meshes {
+		var e mesh.Enrollment
+		if err := json.Unmarshal(m.Enrollment, &e); err != nil || !e.Pass {
+			t.Errorf("%s enrollment: %v %+v", m.Label, err, e.Failures)
+		}
+		gw := false
+		for _, p := range e.Pods {
+			gw = gw || strings.HasPrefix(p.Pod, "ingress-gateway") && p.Meshed == (m.Profile != "none")
+		}
+		if !gw {
+			t.Errorf("%s: the gateway pod is not among the enrolled pods as expected: %+v", m.Label, e.Pods)
+		}
+	}
+	for _, tr := range run.Trials {
+		r := tr.Result
+		if r.Requests < 150 || r.Errors != 0 || r.StatusCodes[200] != r.Requests {
+			t.Errorf("%s %s: %d requests, %d errors %v", tr.Mesh, tr.Experiment, r.Requests, r.Errors, r.ErrorsByKind)
+		}
+		wantURL := "http://productpage:9080/productpage"
+		if tr.Experiment == "ingress" {
+			wantURL = "http://ingress-gateway:8080/productpage"
+		}
+		if tr.Params.Extra["url"] != wantURL || tr.Params.Path != tr.Experiment {
+			t.Errorf("%s %s: url %q path %q", tr.Mesh, tr.Experiment, tr.Params.Extra["url"], tr.Params.Path)
+		}
+		var gatewayCPU float64
+		for _, s := range r.Resources {
+			if s.Role == "gateway" {
+				gatewayCPU = max(gatewayCPU, s.CPUUserSeconds+s.CPUSysSeconds)
+			}
+		}
+		if tr.Experiment == "ingress" && gatewayCPU == 0 {
+			t.Errorf("%s ingress: no gateway CPU sampled", tr.Mesh)
+		}
+	}
+}
