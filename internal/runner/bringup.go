@@ -290,7 +290,9 @@ func (r *runner) startGateway(ctx context.Context, d *deployment, pod topology.P
 		return err
 	}
 	admin := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) { return d.tb.DialContext(ctx, pod, network, addr) }}}
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return d.tb.DialContext(ctx, pod, network, addr)
+		}}}
 	_, err = d.tb.Start(ctx, pod, substrate.ProcessSpec{
 		Name: "gateway",
 		Role: substrate.RoleGateway,
