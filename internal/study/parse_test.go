@@ -176,7 +176,7 @@ func TestInvalid(t *testing.T) {
 		{"bad study name", "name: mini", "name: Mini_Study",
 			[]string{`f.yaml:4:9: metadata.name: "Mini_Study": use at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit`}},
 		{"unknown graph", "graph: bookinfo", "graph: bookinf",
-			[]string{`f.yaml:7:12: spec.workload.graph: "bookinf": not a built-in graph (bookinfo, emojivoto, chain-N, fanout-N) and not a file path (did you mean "bookinfo"?)`}},
+			[]string{`f.yaml:7:12: spec.workload.graph: "bookinf": not a built-in graph (bookinfo, emojivoto, online-boutique, teastore, chain-N, fanout-N) and not a file path (did you mean "bookinfo"?)`}},
 		{"replicas of a service the graph lacks", "graph: bookinfo", "graph: bookinfo\n    replicas: {reviews: 2, rating: 3}",
 			[]string{`f.yaml:8:36: spec.workload.replicas.rating: graph bookinfo has no service "rating" (it has productpage, details, reviews, ratings) (did you mean "ratings"?)`}},
 		{"too many replicas", "graph: bookinfo", "graph: bookinfo\n    replicas: {reviews: 101}",

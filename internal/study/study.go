@@ -126,7 +126,7 @@ type KubernetesSubstrate struct {
 // Workload is the service graph under test.
 type Workload struct {
 	// Graph is a built-in graph name (see workload.BuiltinNames: bookinfo,
-	// emojivoto, chain-N, fanout-N) or a graph file path relative to the study file.
+	// emojivoto, online-boutique, teastore, chain-N, fanout-N) or a graph file path relative to the study file.
 	Graph string `yaml:"graph"`
 	// Replicas overrides the number of pods of each version of a service.
 	Replicas map[string]int `yaml:"replicas,omitempty"`

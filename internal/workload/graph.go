@@ -1,6 +1,6 @@
 // Package workload owns meshmark's application model and the service that plays it: the
 // service graph file (an isotope-like YAML subset, see docs/graph.md), the built-in
-// graphs (bookinfo, emojivoto, chain-N, fanout-N), and the HTTP server that runs one
+// graphs (bookinfo, emojivoto, online-boutique, teastore, chain-N, fanout-N), and the server that runs one
 // service of a graph (`meshmark service`). Everything a testbed needs to deploy a graph
 // (Deployments, Entrypoint, ServiceArgs) is derived here so that the graph file stays
 // the single description of the application.

@@ -11,7 +11,7 @@ import (
 )
 
 func TestBuiltinsParse(t *testing.T) {
-	for _, name := range []string{"bookinfo", "emojivoto", "chain-1", "chain-5", "fanout-1", "fanout-8", "chain-1000"} {
+	for _, name := range []string{"bookinfo", "emojivoto", "online-boutique", "teastore", "chain-1", "chain-5", "fanout-1", "fanout-8", "chain-1000"} {
 		g, err := Builtin(name)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
