@@ -1,11 +1,14 @@
 package runner
 
 import (
+	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/study"
@@ -186,6 +189,80 @@ func TestIngressPathCrossesTheGateway(t *testing.T) {
 		}
 		if tr.Experiment == "ingress" && gatewayCPU == 0 {
 			t.Errorf("%s ingress: no gateway CPU sampled", tr.Mesh)
+		}
+	}
+}
+
+// TestGRPCBalancedPerRequestOnlyByTheMesh: a gRPC caller keeps one channel, so without a
+// mesh (kube-proxy style DNAT per connection) every call of it lands on one version of
+// the callee, while the sidecars split per request by weight, as Istio does for gRPC.
+func TestGRPCBalancedPerRequestOnlyByTheMesh(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	graph := `name: grpc-split
+services:
+  - name: front
+    isEntrypoint: true
+    script: [call: back]
+  - name: back
+    protocol: grpc
+    versions: [{name: v1}, {name: v2}, {name: v3}]
+`
+	if err := os.WriteFile(filepath.Join(dir, "g.yaml"), []byte(graph), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.NewReplacer("mixed.yaml", "g.yaml", "{mtls: strict}", "{mtls: permissive}").Replace(mixedProtocolStudy)
+	if err := os.WriteFile(filepath.Join(dir, "study.yaml"), []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := study.ParseFile(filepath.Join(dir, "study.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{study: st, opts: Options{ServiceBinary: meshmarkBin, Progress: testWriter{t}}, capacities: map[string]map[string][]float64{}}
+	if err := r.prepare(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 90
+	for i := range st.Spec.Meshes {
+		m := &st.Spec.Meshes[i]
+		d, err := r.bringUp(context.Background(), m)
+		if err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
+		}
+		versions := map[string]int{}
+		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: r.dialer(d)}}
+		for range n {
+			resp, err := client.Get("http://front:9080/")
+			if err != nil {
+				d.close()
+				t.Fatalf("%s: %v", m.Name, err)
+			}
+			var tr struct {
+				Calls []struct{ Version string } `json:"calls"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&tr)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != 200 || len(tr.Calls) != 1 {
+				d.close()
+				t.Fatalf("%s: status %d, trace %+v, %v", m.Name, resp.StatusCode, tr, err)
+			}
+			versions[tr.Calls[0].Version]++
+		}
+		d.close()
+		t.Logf("%s: back versions %v", m.Name, versions)
+		switch m.Profile {
+		case "none":
+			if len(versions) != 1 {
+				t.Errorf("without a mesh one gRPC channel reached %d versions %v, want 1 (balancing per connection)", len(versions), versions)
+			}
+		default:
+			// 90 calls, p = 1/3: mean 30, sd 4.5; 12 is four sd below.
+			for _, v := range []string{"v1", "v2", "v3"} {
+				if versions[v] < 12 {
+					t.Errorf("%s: version %s got %d of %d calls %v, want about a third (balancing per request)", m.Name, v, versions[v], n, versions)
+				}
+			}
 		}
 	}
 }
