@@ -387,15 +387,20 @@ func probePlan(app *topology.App, meshed []topology.Pod) map[string]map[string]i
 			add(from.Name, s.Name, each)
 		}
 	}
+	// The one outbound probe of a pod that calls nothing goes to the service that
+	// calls the fewest others, so that it does not fan out through the graph.
 	for _, from := range meshed {
 		if len(plan[from.Name]) > 0 {
 			continue
 		}
+		target := ""
 		for _, s := range app.Services {
-			if s.Name != from.Service {
-				add(from.Name, s.Name, 1)
-				break
+			if s.Name != from.Service && (target == "" || len(app.Calls[s.Name]) < len(app.Calls[target])) {
+				target = s.Name
 			}
+		}
+		if target != "" {
+			add(from.Name, target, 1)
 		}
 	}
 	return plan

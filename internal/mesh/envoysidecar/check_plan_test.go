@@ -3,6 +3,7 @@ package envoysidecar
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/topology"
@@ -66,6 +67,15 @@ func TestProbePlanFollowsTheGraphsEdges(t *testing.T) {
 	}
 	if plan["productpage-v1-0"]["reviews"] == 0 || plan["productpage-v1-0"]["details"] == 0 || plan["reviews-v2-0"]["ratings"] == 0 {
 		t.Errorf("callers do not probe their callees: %v", plan)
+	}
+	// ratings calls nothing: its one probe goes to details, which calls nothing either,
+	// not to productpage, which would fan out. (details probes productpage in the
+	// load generator's stead: the client is not meshed here.)
+	if !reflect.DeepEqual(plan["ratings-v1-0"], map[string]int{"details": 1}) {
+		t.Errorf("ratings, which calls nothing, probes %v; want one probe to details", plan["ratings-v1-0"])
+	}
+	if plan["details-v1-0"]["productpage"] != coverageProbes(app.Services[0]) {
+		t.Errorf("productpage, which no meshed pod calls, is probed %v", plan["details-v1-0"])
 	}
 	if plan["productpage-v1-0"]["ratings"] != 0 {
 		t.Errorf("productpage probes ratings, which it does not call: %v", plan["productpage-v1-0"])
