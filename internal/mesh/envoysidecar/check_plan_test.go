@@ -101,3 +101,42 @@ func TestProbePlanFollowsTheGraphsEdges(t *testing.T) {
 		t.Errorf("probing along edges sends %d probes, every pod to every service %d", sent, all)
 	}
 }
+
+// On a 100-pod fan-out (root calling nine leaf services, ten pods each) probing along
+// the edges sends a small fraction of what every pod to every service sends.
+func TestProbePlanScalesWithTheEdges(t *testing.T) {
+	app := &topology.App{Name: "fanout-9", Calls: map[string][]string{"root": nil}, Entrypoint: "root",
+		Clients: []topology.Pod{{Name: "loadgen"}}}
+	var meshed []topology.Pod
+	for i, name := range []string{"root", "leaf-0", "leaf-1", "leaf-2", "leaf-3", "leaf-4", "leaf-5", "leaf-6", "leaf-7", "leaf-8"} {
+		s := topology.Service{Name: name, Port: 9080, VIP: netip.AddrFrom4([4]byte{198, 19, 0, byte(i + 1)})}
+		v := topology.Version{Name: "v1", Weight: 1}
+		for j := range 10 {
+			p := topology.Pod{Name: fmt.Sprintf("%s-v1-%d", name, j), Service: name, Version: "v1", Port: 9080}
+			v.Endpoints = append(v.Endpoints, p)
+			meshed = append(meshed, p)
+		}
+		s.Versions = []topology.Version{v}
+		app.Services = append(app.Services, s)
+		if name != "root" {
+			app.Calls["root"] = append(app.Calls["root"], name)
+			app.Calls[name] = nil
+		}
+	}
+	meshed = append(meshed, app.Clients[0])
+	count := func(plan map[string]map[string]int) (n int) {
+		for _, m := range plan {
+			for _, k := range m {
+				n += k
+			}
+		}
+		return n
+	}
+	edges := count(probePlan(app, meshed))
+	app.Calls = nil
+	all := count(probePlan(app, meshed))
+	t.Logf("101 pods: %d probes along the edges, %d from every pod to every service", edges, all)
+	if edges*10 > all {
+		t.Errorf("probing along the edges sends %d probes, more than a tenth of %d", edges, all)
+	}
+}
