@@ -148,22 +148,36 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 		}
 	}()
 
+	// Steps 1 and 4 read the sidecars several at a time (parallel): reading a hundred
+	// sidecars' stats one after another takes minutes on a loaded machine. Each pod's
+	// row is touched by its own goroutine only; failures and shared results go
+	// through mu.
+	var mu sync.Mutex
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		e.Fail(format, args...)
+	}
+
 	// 1. Every enrolled pod has a live sidecar; remember its counters.
 	before := map[string]Traffic{}
-	for _, pod := range meshed {
+	parallel(len(meshed), func(i int) {
+		pod := meshed[i]
 		r := rows[pod.Name]
 		if err := adminReady(ctx, sub, pod); err != nil {
-			e.Fail("pod %s: no live sidecar: %v", pod.Name, err)
-			continue
+			fail("pod %s: no live sidecar: %v", pod.Name, err)
+			return
 		}
 		r.Sidecar = true
 		t, err := readTraffic(ctx, sub, pod)
 		if err != nil {
-			e.Fail("pod %s: sidecar stats unreadable: %v", pod.Name, err)
-			continue
+			fail("pod %s: sidecar stats unreadable: %v", pod.Name, err)
+			return
 		}
+		mu.Lock()
 		before[pod.Name] = t
-	}
+		mu.Unlock()
+	})
 	if ctx.Err() != nil {
 		return e, ctx.Err()
 	}
@@ -213,66 +227,89 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 		refused := true
 		e.PlaintextRefused = &refused
 	}
+	type servicePod struct {
+		service string
+		pod     topology.Pod
+	}
+	var direct []servicePod
 	for _, s := range app.Services {
 		for _, v := range s.Versions {
 			for _, pod := range v.Endpoints {
-				r := rows[pod.Name]
-				if !haveOutsider {
-					r.Notes = append(r.Notes, "no pod outside the mesh to probe from directly")
-					continue
-				}
-				addr := mesh.Addr(pod.IP, pod.Port)
-				_, sidecarUp := before[pod.Name]
-				var inboundBefore Traffic
-				if sidecarUp {
-					var rerr error
-					if inboundBefore, rerr = readTraffic(ctx, sub, pod); rerr != nil {
-						sidecarUp = false
-					}
-				}
-				body, status, err := httpGet(ctx, sub, out, nil, addr, s.Name, "/", 4096)
-				if p.mode == mesh.MTLSStrict {
-					if err == nil {
-						*e.PlaintextRefused = false
-						e.Fail("pod %s: strict mTLS served a plaintext request from %s (HTTP %d)", pod.Name, outName, status)
-					} else {
-						r.Notes = append(r.Notes, fmt.Sprintf("plaintext from %s refused: %v", outName, err))
-					}
-					conf := probeTLS.Clone()
-					conf.VerifyConnection = p.expectIdentity(p.identity(app, pod))
-					body, status, err = httpGet(ctx, sub, out, conf, addr, s.Name, "/", 4096)
-				}
-				switch {
-				case err != nil:
-					e.Fail("pod %s: direct probe from %s failed: %v", pod.Name, outName, err)
-				case status >= 500 && mesh.ProxyGeneratedBody(body):
-					e.Fail("pod %s: direct probe from %s: HTTP %d from the proxy: %.120s", pod.Name, outName, status, body)
-				default:
-					r.Answered = true
-				}
-				if sidecarUp {
-					// The probe must have passed the pod's own sidecar, not just
-					// reached the workload.
-					after, err := readTraffic(ctx, sub, pod)
-					if err == nil {
-						d := after.Sub(inboundBefore)
-						if d.InboundMTLS+d.InboundPlaintext == 0 {
-							e.Fail("pod %s: a direct request from %s bypassed its sidecar (inbound traffic not intercepted)", pod.Name, outName)
-						}
-					}
+				direct = append(direct, servicePod{s.Name, pod})
+			}
+		}
+	}
+	// One pod at a time: a probe fans out through the graph, and a callee's inbound
+	// count must move only with its own direct probe for the bypass check to mean anything.
+	for i := range direct {
+		service, pod := direct[i].service, direct[i].pod
+		r := rows[pod.Name]
+		if !haveOutsider {
+			r.Notes = append(r.Notes, "no pod outside the mesh to probe from directly")
+			continue
+		}
+		addr := mesh.Addr(pod.IP, pod.Port)
+		_, sidecarUp := before[pod.Name]
+		var inboundBefore Traffic
+		if sidecarUp {
+			var rerr error
+			if inboundBefore, rerr = readTraffic(ctx, sub, pod); rerr != nil {
+				sidecarUp = false
+			}
+		}
+		body, status, err := httpGet(ctx, sub, out, nil, addr, service, "/", 4096)
+		if p.mode == mesh.MTLSStrict {
+			if err == nil {
+				mu.Lock()
+				*e.PlaintextRefused = false
+				mu.Unlock()
+				fail("pod %s: strict mTLS served a plaintext request from %s (HTTP %d)", pod.Name, outName, status)
+			} else {
+				r.Notes = append(r.Notes, fmt.Sprintf("plaintext from %s refused: %v", outName, err))
+			}
+			conf := probeTLS.Clone()
+			conf.VerifyConnection = p.expectIdentity(p.identity(app, pod))
+			body, status, err = httpGet(ctx, sub, out, conf, addr, service, "/", 4096)
+		}
+		switch {
+		case err != nil:
+			fail("pod %s: direct probe from %s failed: %v", pod.Name, outName, err)
+		case status >= 500 && mesh.ProxyGeneratedBody(body):
+			fail("pod %s: direct probe from %s: HTTP %d from the proxy: %.120s", pod.Name, outName, status, body)
+		default:
+			r.Answered = true
+		}
+		if sidecarUp {
+			// The probe must have passed the pod's own sidecar, not just
+			// reached the workload.
+			after, err := readTraffic(ctx, sub, pod)
+			if err == nil {
+				d := after.Sub(inboundBefore)
+				if d.InboundMTLS+d.InboundPlaintext == 0 {
+					fail("pod %s: a direct request from %s bypassed its sidecar (inbound traffic not intercepted)", pod.Name, outName)
 				}
 			}
 		}
 	}
 
-	// 4. What every sidecar saw.
-	for _, pod := range meshed {
+	// 4. What every sidecar saw (read in parallel, judged in order).
+	type reading struct {
+		t   Traffic
+		err error
+	}
+	afterAll := make([]reading, len(meshed))
+	parallel(len(meshed), func(i int) {
+		if _, ok := before[meshed[i].Name]; ok {
+			afterAll[i].t, afterAll[i].err = readTraffic(ctx, sub, meshed[i])
+		}
+	})
+	for i, pod := range meshed {
 		r := rows[pod.Name]
 		b, ok := before[pod.Name]
 		if !ok {
 			continue
 		}
-		after, err := readTraffic(ctx, sub, pod)
+		after, err := afterAll[i].t, afterAll[i].err
 		if err != nil {
 			e.Fail("pod %s: sidecar stats unreadable after probing: %v", pod.Name, err)
 			continue
@@ -328,6 +365,22 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 	}
 	sort.Strings(e.Failures)
 	return e, nil
+}
+
+// parallel runs fn(0..n-1), eight at a time.
+func parallel(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			fn(i)
+		}()
+	}
+	wg.Wait()
 }
 
 // probePlan says, per meshed pod, which services it probes through its sidecar and how
