@@ -116,8 +116,9 @@ func probesPerService(s topology.Service) int {
 }
 
 // Check drives probe traffic through the mesh and reads every sidecar's counters:
-// each enrolled pod sends requests to every service through its own sidecar (outbound
-// and, at the destinations, inbound mTLS counts); a pod outside the mesh then dials
+// enrolled pods send requests along the graph's edges through their own sidecars (see
+// probePlan; outbound and, at the destinations, inbound mTLS counts); a pod outside
+// the mesh then dials
 // every service pod directly (plaintext, or under strict mTLS first plaintext, which
 // must be refused, then with a certificate from the mesh CA, whose server identity is
 // verified).
@@ -182,8 +183,9 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 		return e, ctx.Err()
 	}
 
-	// 2. Through the mesh: each enrolled pod calls every service by name. Sources run
-	// a few at a time so large graphs are checked in seconds, not minutes.
+	// 2. Through the mesh: enrolled pods call the services probePlan gives them, by
+	// name. Sources run a few at a time so large graphs are checked in seconds, not
+	// minutes.
 	var (
 		meshFailMu sync.Mutex
 		meshFails  []string
