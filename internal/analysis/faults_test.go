@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/results"
@@ -39,5 +40,15 @@ func TestFaultTrialsAreLeftOutOfPooling(t *testing.T) {
 	if len(rep.Excluded) != 2 || rep.Excluded[0].Flag != results.FlagFault || rep.Excluded[0].Faults[0].Process != "envoy" ||
 		rep.Excluded[1].Flag != results.FlagSuperseded || rep.Excluded[1].TrialID != 101 {
 		t.Errorf("excluded %+v", rep.Excluded)
+	}
+	var text strings.Builder
+	if err := WriteRunSummary(&text, run, rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"2 trials left out of every number above", "trial 100, fixed", "fault: productpage-v1-0/envoy (pid 7)",
+		"trial 101, fixed", "cut short by a fault and measured again"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("run summary does not say %q:\n%s", want, text.String())
+		}
 	}
 }

@@ -139,6 +139,20 @@ func WriteRunSummary(w io.Writer, run *results.Run, rep *Report) error {
 			FormatMicros(float64(g.P999)), FormatMicros(float64(g.Max)), strings.Join(notes, "; "))
 	}
 	tw.Flush()
+	if len(rep.Excluded) > 0 {
+		fmt.Fprintf(w, "\n%d trials left out of every number above:\n", len(rep.Excluded))
+		for _, x := range rep.Excluded {
+			why := "its attempt was cut short by a fault and measured again"
+			if x.Flag == results.FlagFault {
+				var fs []string
+				for _, f := range x.Faults {
+					fs = append(fs, f.String())
+				}
+				why = "fault: " + strings.Join(fs, "; ") + "; measured again"
+			}
+			fmt.Fprintf(w, "  trial %d, %s on %s, repeat %d: %s\n", x.TrialID, x.Label, x.Mesh, x.Repeat+1, why)
+		}
+	}
 	if len(rep.Comparisons) > 0 {
 		fmt.Fprintf(w, "\noverhead against %s (%.0f%% bootstrap intervals, %d resamples):\n", rep.Baseline, 100*rep.Options.Confidence, rep.Options.Resamples)
 		if err := WriteComparisons(w, rep.Comparisons); err != nil {
