@@ -133,6 +133,7 @@ func (r *runner) startWorkload(ctx context.Context, d *deployment) error {
 				argv[i+1] = graphArg
 			}
 		}
+		argv = append(argv, meshAddressArgs(d, pod)...)
 		wg.Add(1)
 		go func(pod topology.Pod) {
 			defer wg.Done()
@@ -152,6 +153,28 @@ func (r *runner) startWorkload(ctx context.Context, d *deployment) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// meshAddressArgs tells a workload how to address its callees when the mesh has names
+// of its own (mesh.Addressing), as `meshmark service` flags.
+func meshAddressArgs(d *deployment, from topology.Pod) []string {
+	ma, ok := d.profile.(mesh.Addressing)
+	if !ok {
+		return nil
+	}
+	var args []string
+	for _, s := range d.app.Services {
+		authority, dial, ok := ma.CalleeAddress(from, s.Name)
+		if !ok {
+			continue
+		}
+		host, _, err := net.SplitHostPort(authority)
+		if err != nil {
+			continue
+		}
+		args = append(args, "--callee", s.Name+"="+authority, "--resolve", host+"="+dial)
+	}
+	return args
 }
 
 // healthy polls the service's health endpoint from inside its own pod, straight to the
