@@ -7,4 +7,5 @@ import (
 	_ "github.com/meshmark/meshmark/internal/mesh/envoysidecar"
 	_ "github.com/meshmark/meshmark/internal/mesh/nodeenvoy"
 	_ "github.com/meshmark/meshmark/internal/mesh/none"
+	_ "github.com/meshmark/meshmark/internal/mesh/traefikmesh"
 )
