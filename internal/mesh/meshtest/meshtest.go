@@ -142,9 +142,9 @@ func (b Bed) Get(t *testing.T, from topology.Pod, addr, host, path string) strin
 	return r.Body
 }
 
-// CheckPasses runs the profile's check and requires every pod enrolled and carried
-// by a node proxy.
-func CheckPasses(t *testing.T, p mesh.Profile, b Bed) mesh.Enrollment {
+// CheckPasses runs the profile's check and requires every pod enrolled, its traffic
+// counted on its node, and (proxied) its node's proxy up.
+func CheckPasses(t *testing.T, p mesh.Profile, b Bed, proxied bool) mesh.Enrollment {
 	t.Helper()
 	e, err := p.Check(context.Background(), b.TB, b.App)
 	if err != nil {
@@ -158,8 +158,8 @@ func CheckPasses(t *testing.T, p mesh.Profile, b Bed) mesh.Enrollment {
 		t.Errorf("check covered %d pods, want %d", len(e.Pods), len(b.App.Pods()))
 	}
 	for _, pe := range e.Pods {
-		if !pe.Meshed || !pe.Sidecar || !pe.Answered || pe.OutboundRequests == 0 {
-			t.Errorf("pod %s not carried by its node proxy: %+v", pe.Pod, pe)
+		if !pe.Meshed || pe.Sidecar != proxied || !pe.Answered || pe.OutboundRequests == 0 {
+			t.Errorf("pod %s not carried by its node (proxied %v): %+v", pe.Pod, proxied, pe)
 		}
 	}
 	return e

@@ -159,7 +159,8 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 			e.Pods = append(e.Pods, row)
 			continue
 		}
-		row.Sidecar = ready[pod.Node] // the proxy that carries the pod is its node's
+		// The proxy that carries the pod is its node's; without l7 there is none.
+		row.Sidecar = p.l7 && ready[pod.Node]
 		row.Notes = append(row.Notes, "carried by "+what+" on "+pod.Node)
 		before := p.readNode(ctx, sub, app, node)
 		if before.Err != nil {

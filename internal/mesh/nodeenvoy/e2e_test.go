@@ -111,7 +111,7 @@ func TestCiliumEnvoyOnNodes(t *testing.T) {
 
 	t.Run("l7", func(t *testing.T) {
 		p := install(t, b, nil)
-		meshtest.CheckPasses(t, p, b)
+		meshtest.CheckPasses(t, p, b, true)
 		if n := len(b.NodeProxies()); n != 3 {
 			t.Errorf("%d node proxies running, want one per node (3)", n)
 		}
@@ -139,7 +139,7 @@ func TestCiliumEnvoyOnNodes(t *testing.T) {
 
 	t.Run("l7-off", func(t *testing.T) {
 		p := install(t, b, map[string]any{"l7": "off"})
-		meshtest.CheckPasses(t, p, b)
+		meshtest.CheckPasses(t, p, b, false)
 		if pids := b.NodeProxies(); len(pids) != 0 {
 			t.Errorf("l7 off runs node proxies: %v", pids)
 		}

@@ -42,7 +42,7 @@ func TestTraefikMeshOnNodes(t *testing.T) {
 	if err := p.Install(ctx, b.TB, b.App); err != nil {
 		t.Fatal(err)
 	}
-	meshtest.CheckPasses(t, p, b)
+	meshtest.CheckPasses(t, p, b, true)
 	if n := len(b.NodeProxies()); n != 3 {
 		t.Errorf("%d node proxies running, want one per node (3)", n)
 	}
