@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
 	"github.com/meshmark/meshmark/internal/workload"
@@ -44,7 +45,7 @@ func TestMeshAddressing(t *testing.T) {
 		t.Errorf("workload args\n got %q\nwant %q", args, want)
 	}
 	r := &runner{}
-	if u := r.targetURL(d, "/x"); u != "http://web.default.traefik.mesh:5000/x" {
+	if u := r.targetURL(d, &study.Experiment{}, "/x"); u != "http://web.default.traefik.mesh:5000/x" {
 		t.Errorf("load target %s", u)
 	}
 	if dial, ok := meshDial(d, "web.default.traefik.mesh", "5000"); !ok || dial != "198.18.2.1:5000" {
@@ -58,7 +59,7 @@ func TestMeshAddressing(t *testing.T) {
 	if args := meshAddressArgs(d, client); args != nil {
 		t.Errorf("plain mesh added workload args %q", args)
 	}
-	if u := r.targetURL(d, "/x"); u != "http://web:8080/x" {
+	if u := r.targetURL(d, &study.Experiment{}, "/x"); u != "http://web:8080/x" {
 		t.Errorf("plain mesh load target %s", u)
 	}
 }
