@@ -132,20 +132,25 @@ func versionService(svc, version string) string { return svc + "_" + version }
 // DynamicConfig renders the file provider's routes from the app graph: per service a
 // router on its entry point matching its mesh name, and either a load balancer over
 // its pods or, for a split, a weighted service over one load balancer per version.
+// gRPC and HTTP/2 services are reached in h2c.
 func DynamicConfig(app *topology.App) ([]byte, error) {
 	var c dynamicConfig
 	c.HTTP.Routers = map[string]router{}
 	c.HTTP.Services = map[string]service{}
-	lb := func(eps []topology.Pod) *loadBalancer {
-		l := &loadBalancer{PassHostHeader: true}
-		for _, ep := range eps {
-			l.Servers = append(l.Servers, server{URL: "http://" + net.JoinHostPort(ep.IP.String(), strconv.Itoa(ep.Port))})
-		}
-		return l
-	}
 	for _, s := range app.Services {
+		// Entry points take HTTP/1.1 and h2c alike; toward pods, gRPC and HTTP/2
+		// services are spoken to in h2c (prior knowledge), as Traefik Mesh does for
+		// services annotated with their scheme.
+		scheme := "http"
 		if s.Protocol == "grpc" || s.Protocol == "http2" {
-			return nil, fmt.Errorf("traefik-mesh: service %s speaks %s; only HTTP/1.1 services are configured", s.Name, s.Protocol)
+			scheme = "h2c"
+		}
+		lb := func(eps []topology.Pod) *loadBalancer {
+			l := &loadBalancer{PassHostHeader: true}
+			for _, ep := range eps {
+				l.Servers = append(l.Servers, server{URL: scheme + "://" + net.JoinHostPort(ep.IP.String(), strconv.Itoa(ep.Port))})
+			}
+			return l
 		}
 		c.HTTP.Routers[s.Name] = router{
 			EntryPoints: []string{s.Name},

@@ -50,9 +50,13 @@ func TestDynamicConfigFromGraph(t *testing.T) {
 	}
 
 	app := splitApp()
-	app.Services[0].Protocol = "grpc"
-	if _, err := DynamicConfig(app); err == nil || !strings.Contains(err.Error(), "productpage speaks grpc") {
-		t.Errorf("gRPC service accepted: %v", err)
+	app.Services[1].Protocol = "grpc"
+	b, err = DynamicConfig(app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "url: h2c://198.18.1.3:9080") || !strings.Contains(string(b), "url: http://198.18.1.2:9080") {
+		t.Errorf("a gRPC service's pods must be reached in h2c, the others in HTTP/1.1:\n%s", b)
 	}
 }
 
