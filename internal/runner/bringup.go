@@ -304,7 +304,14 @@ func (r *runner) startGateway(ctx context.Context, d *deployment, pod topology.P
 	if entry == nil {
 		return fmt.Errorf("no entry service %s", d.entry.Service)
 	}
-	cfg, err := gateway.Bootstrap(pod.Name, gateway.Upstream{Service: entry.Name, Addr: mesh.Addr(entry.VIP, entry.Port), Protocol: entry.Protocol}, gateway.Listen{})
+	up := gateway.Upstream{Service: entry.Name, Addr: mesh.Addr(entry.VIP, entry.Port), Protocol: entry.Protocol}
+	if ma, ok := d.profile.(mesh.Addressing); ok {
+		// The gateway calls the entry service by the mesh's name, through its node's proxy.
+		if authority, dial, ok := ma.CalleeAddress(pod, entry.Name); ok {
+			up.Addr, up.Host = dial, authority
+		}
+	}
+	cfg, err := gateway.Bootstrap(pod.Name, up, gateway.Listen{})
 	if err != nil {
 		return err
 	}
