@@ -18,10 +18,9 @@ const Chain = "MM-NODEPROXY"
 // leaves for the node (the pod's gateway) still addressed to the VIP.
 //
 // Without l7 a pod keeps translating its own service's VIP: the node would have to
-// send the connection back to the address it came from, and Linux drops a routed
-// packet whose source and destination are the same address after DNAT (kube-proxy
-// needs the bridge's hairpin mode and br_netfilter for that, which the testbed's
-// routed pod network does not use). With l7 the node's Envoy dials the pod from the
+// send the connection back to the address it came from, and on the testbed's routed
+// pod network that never completes (observed: the translated SYN never reaches
+// POSTROUTING; kube-proxy relies on the bridge's hairpin mode and br_netfilter). With l7 the node's Envoy dials the pod from the
 // node's own address, so even those calls go through the node.
 func PodRules(app *topology.App, pod topology.Pod, l7 bool) string {
 	var b strings.Builder
