@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -285,11 +286,22 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 		if r.InboundMTLS > 0 || r.InboundPlaintext > 0 {
 			r.Answered = true
 		}
-		if r.InboundMTLS == 0 && p.receivesMeshTraffic(app, pod) && len(app.Services) > 1 {
+		if r.InboundMTLS == 0 && p.receivesMeshTraffic(app, pod) && p.hasAllowedCaller(app, meshed, pod) {
 			e.Fail("pod %s: no request from the mesh reached its proxy over mTLS", pod.Name)
 		}
 	}
 	return e, nil
+}
+
+// hasAllowedCaller says whether some meshed pod of another service probed pod's
+// service and was allowed by policy, so an mTLS request must have arrived.
+func (p *Profile) hasAllowedCaller(app *topology.App, meshed []topology.Pod, pod topology.Pod) bool {
+	for _, from := range meshed {
+		if from.Service != pod.Service && !p.refusing(app, p.Identity(app, from)) {
+			return true
+		}
+	}
+	return false
 }
 
 func describe(r probeResult, err error) string {
@@ -355,12 +367,24 @@ func (p *Profile) meshProbes(ctx context.Context, sub substrate.Substrate, app *
 	return fails
 }
 
+// probesPerService is how many requests each pod sends to a service: at least three
+// per endpoint, and enough that each version with a positive weight is missed with a
+// probability under one in a million (the check fails a version that got no mTLS).
 func probesPerService(s topology.Service) int {
-	n := 0
+	n, total, least := 0, 0, 0
 	for _, v := range s.Versions {
 		n += len(v.Endpoints)
+		total += v.Weight
+		if v.Weight > 0 && (least == 0 || v.Weight < least) {
+			least = v.Weight
+		}
 	}
-	return max(4, 3*n)
+	need := max(4, 3*n)
+	if total > 0 && least < total {
+		miss := 1 - float64(least)/float64(total)
+		need = max(need, int(math.Ceil(math.Log(1e-6)/math.Log(miss))))
+	}
+	return need
 }
 
 // receivesMeshTraffic says whether the split sends the pod any share of its service.

@@ -2,11 +2,13 @@ package linkerd
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +23,9 @@ import (
 // helperEnv makes the test binary act as a tiny workload inside a pod.
 const helperEnv = "MESHMARK_LINKERD_HELPER"
 
+// refuseIdentityEnv makes the control plane (this binary) refuse every Certify.
+const refuseIdentityEnv = "MESHMARK_LINKERD_TEST_REFUSE_IDENTITY"
+
 // TestMain lets the test binary stand in for meshmark: as a pod's workload, and as
 // `meshmark linkerd-controlplane`, which the profile starts from ControlPlaneBinary
 // (by default os.Executable, here this binary).
@@ -31,6 +36,9 @@ func TestMain(m *testing.M) {
 	}
 	if len(os.Args) == 4 && os.Args[1] == ControlPlaneCommand && os.Args[2] == "--config" {
 		cfg, err := controlplane.LoadConfig(os.Args[3])
+		if err == nil && os.Getenv(refuseIdentityEnv) != "" {
+			cfg.Workloads = nil // a control plane that knows no workload certifies none
+		}
 		if err == nil {
 			err = controlplane.Run(context.Background(), cfg)
 		}
@@ -43,7 +51,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// serveHelper answers with its pod name; /?to=host:port makes it call another service
+// serveHelper answers "<pod>|<client identity>"; /?to=host:port makes it call another service
 // by name first, as a workload does (through its pod's interception and proxy).
 func serveHelper() {
 	pod := os.Getenv("POD_NAME")
@@ -59,7 +67,8 @@ func serveHelper() {
 			fmt.Fprintf(w, "%s>%s", pod, b)
 			return
 		}
-		fmt.Fprintf(w, "%s|", pod)
+		// The inbound proxy names a verified mesh client in l5d-client-id.
+		fmt.Fprintf(w, "%s|%s", pod, r.Header.Get("l5d-client-id"))
 	})
 	if err := http.ListenAndServe(":"+os.Getenv("PORT"), nil); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -87,12 +96,20 @@ type bed struct {
 
 func newBed(t *testing.T) bed {
 	t.Helper()
+	return newBedWith(t, testbed.Options{})
+}
+
+// newBedWith deploys productpage and reviews v1/v2/v3 (25/75/0) with the helper
+// workload running in each pod.
+func newBedWith(t testing.TB, opts testbed.Options) bed {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, iptables)")
 	}
 	proxyBinary(t)
 	ctx := context.Background()
-	tb, err := testbed.New(ctx, testbed.Options{Namespace: "bookinfo", LogDir: os.Getenv("MESHMARK_TEST_LOGDIR")})
+	opts.Namespace, opts.LogDir = "bookinfo", os.Getenv("MESHMARK_TEST_LOGDIR")
+	tb, err := testbed.New(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,8 +199,221 @@ func checkPasses(t *testing.T, p mesh.Profile, b bed) mesh.Enrollment {
 	return e
 }
 
+// call sends a request from inside a pod (as root, so it is intercepted like the app's)
+// and fails unless the workload answered 200.
+func (b bed) call(from topology.Pod, addr, host, path string) (string, error) {
+	r, err := get(context.Background(), b.tb, from, nil, addr, host, path)
+	if err != nil {
+		return "", err
+	}
+	if r.status != 200 {
+		return r.body, fmt.Errorf("HTTP %d (l5d-proxy-error %q): %s", r.status, r.proxyError, r.body)
+	}
+	return r.body, nil
+}
+
 func TestLinkerdMeshInNamespaces(t *testing.T) {
 	b := newBed(t)
-	p := install(t, b, nil)
-	checkPasses(t, p, b)
+	ctx := context.Background()
+	loadgen := b.app.Clients[0]
+	productpage := b.pod("productpage-v1-0")
+	reviewsVIP := mesh.Addr(b.app.Service("reviews").VIP, 9080)
+	productpageVIP := mesh.Addr(b.app.Service("productpage").VIP, 9080)
+
+	t.Run("permissive", func(t *testing.T) {
+		p := install(t, b, nil) // Linkerd's defaults: mTLS between proxies, clients unmeshed
+		e := checkPasses(t, p, b)
+		for _, pe := range e.Pods {
+			switch {
+			case pe.Service == "":
+				if pe.Meshed || pe.Sidecar {
+					t.Errorf("client %s enrolled by default: %+v", pe.Pod, pe)
+				}
+			case !pe.Sidecar || pe.InboundRequests == 0 || pe.OutboundRequests == 0 || !pe.Answered:
+				t.Errorf("pod %s not enrolled: %+v", pe.Pod, pe)
+			case pe.Pod != "reviews-v3-0" && pe.InboundMTLS == 0:
+				t.Errorf("pod %s saw no mTLS from the mesh: %+v", pe.Pod, pe)
+			}
+		}
+
+		// The workload's own call: app -> proxy -> mTLS -> proxy -> app; the callee's
+		// proxy names the caller by the identity meshmark's control plane issued.
+		body, err := b.call(loadgen, productpageVIP, "productpage:9080", "/?to=reviews:9080")
+		if err != nil {
+			t.Fatalf("loadgen -> productpage -> reviews: %v", err)
+		}
+		if want := "productpage.bookinfo.serviceaccount.identity.linkerd.cluster.local"; !strings.HasPrefix(body, "productpage-v1-0>reviews-v") || !strings.HasSuffix(body, "|"+want) {
+			t.Errorf("workload call through the mesh returned %q, want the callee to see %s", body, want)
+		}
+
+		// On the wire: a TLS client holding a mesh certificate, dialing a pod's
+		// intercepted port, is answered by that pod's proxy with the identity issued.
+		conf, err := p.probeTLSConfig(b.app)
+		if err != nil {
+			t.Fatal(err)
+		}
+		node, err := b.tb.NodePod(productpage.Node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"productpage-v1-0", "reviews-v2-0"} {
+			pod := b.pod(name)
+			c := conf.Clone()
+			c.ServerName = p.Identity(b.app, pod)
+			r, err := get(ctx, b.tb, node, c, mesh.Addr(pod.IP, 9080), "x", "/")
+			if err != nil {
+				t.Fatalf("mTLS to %s: %v", name, err)
+			}
+			leaf := r.peer[0]
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: p.CA().Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+				t.Errorf("%s: proxy certificate not from meshmark's CA: %v", name, err)
+			}
+			if want := p.Identity(b.app, pod); len(leaf.DNSNames) != 1 || leaf.DNSNames[0] != want {
+				t.Errorf("%s: proxy presented %v, want %s", name, leaf.DNSNames, want)
+			}
+			if life := time.Until(leaf.NotAfter); life > CertValidity || life < CertValidity-time.Hour {
+				t.Errorf("%s: certificate lives %v, want about %v", name, life, CertValidity)
+			}
+			if probe := "meshmark-probe.bookinfo.serviceaccount.identity.linkerd.cluster.local"; r.status != 200 || !strings.HasSuffix(r.body, "|"+probe) {
+				t.Errorf("%s over mTLS: HTTP %d %q, want 200 naming %s", name, r.status, r.body, probe)
+			}
+		}
+
+		// The split 25/75/0, from inside productpage through its proxy.
+		counts := map[string]int{}
+		const n = 400
+		for range n {
+			body, err := b.call(productpage, reviewsVIP, "reviews:9080", "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			counts[strings.SplitN(body, "|", 2)[0]]++
+		}
+		if counts["reviews-v3-0"] != 0 {
+			t.Errorf("weight-0 version got %d requests", counts["reviews-v3-0"])
+		}
+		// 25% of 400: a binomial standard deviation is 8.7 requests (2.2 points); 10
+		// points is more than 4 of them.
+		if v1 := 100 * float64(counts["reviews-v1-0"]) / n; v1 < 15 || v1 > 35 {
+			t.Errorf("v1 got %.1f%% of traffic, want 25 ± 10 (counts %v)", v1, counts)
+		}
+		t.Logf("split over %d requests: %v", n, counts)
+
+		// Telemetry: the entry proxy counts what it carried.
+		before := p.ReadCounters(ctx, b.tb, b.app)
+		for range 20 {
+			if _, err := b.call(loadgen, productpageVIP, "productpage:9080", "/"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		deltas := mesh.DiffCounters(before, p.ReadCounters(ctx, b.tb, b.app))
+		if os.Getenv("LK_DUMP") != "" {
+			res, _ := get(ctx, b.tb, b.pod("reviews-v1-0"), nil, adminAddr, "", "/metrics")
+			for _, l := range strings.Split(res.body, "\n") {
+				if strings.HasPrefix(l, "request_total") || strings.Contains(l, "authz") {
+					t.Log(l)
+				}
+			}
+		}
+		if got, unit, ok := mesh.InboundTotal(deltas, "productpage"); !ok || got < 20 || unit != mesh.UnitRequests {
+			t.Errorf("proxies counted %d %s into productpage (ok %v), want >= 20 requests", got, unit, ok)
+		}
+
+		// The check must notice a pod whose inbound traffic bypasses its proxy.
+		if out, err := b.tb.Exec(ctx, b.pod("reviews-v2-0"), nil, "iptables", "-w", "-t", "nat", "-F", chainInbound); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		broken, err := p.Check(ctx, b.tb, b.app)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if broken.Pass || !strings.Contains(strings.Join(broken.Failures, "\n"), "pod reviews-v2-0: a direct request from unmeshed client loadgen bypassed its linkerd2-proxy") {
+			t.Errorf("check missed a pod without inbound interception: %s", broken.Summary())
+		}
+		for _, f := range broken.Failures {
+			t.Logf("expected failure: %s", f)
+		}
+
+		if err := p.Uninstall(ctx, b.tb); err != nil {
+			t.Fatal(err)
+		}
+		out, err := b.tb.Exec(ctx, productpage, nil, "iptables-save", "-t", "nat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(out), "PROXY_INIT") {
+			t.Errorf("rules left after Uninstall:\n%s", out)
+		}
+		if body, err := b.call(productpage, reviewsVIP, "reviews:9080", "/"); err != nil || !strings.HasSuffix(body, "|") {
+			t.Errorf("after Uninstall, a direct call returned %q, %v", body, err)
+		}
+	})
+
+	t.Run("control plane killed", func(t *testing.T) {
+		p := install(t, b, nil)
+		checkPasses(t, p, b)
+		if err := p.ControlPlane().Stop(); err != nil {
+			t.Fatal(err)
+		}
+		// As in Linkerd, the data plane keeps serving from what it was told: mTLS
+		// with the certificates it holds, the endpoints and split it last received.
+		deadline := time.Now().Add(5 * time.Second)
+		n := 0
+		for time.Now().Before(deadline) {
+			body, err := b.call(loadgen, productpageVIP, "productpage:9080", "/?to=reviews:9080")
+			if err != nil || !strings.HasSuffix(body, "|productpage.bookinfo.serviceaccount.identity.linkerd.cluster.local") {
+				t.Fatalf("request %d after the control plane died: %q, %v", n, body, err)
+			}
+			n++
+		}
+		t.Logf("%d requests served through mTLS in the 5 s after the control plane was killed", n)
+		// The proxies stay readable.
+		for _, pc := range p.ReadCounters(ctx, b.tb, b.app) {
+			if pc.Err != nil {
+				t.Fatalf("proxy %s unreadable: %v", pc.Pod, pc.Err)
+			}
+		}
+	})
+
+	t.Run("strict", func(t *testing.T) {
+		p := install(t, b, map[string]any{"mtls": "strict"})
+		e := checkPasses(t, p, b)
+		if e.PlaintextRefused == nil || !*e.PlaintextRefused {
+			t.Errorf("strict check did not establish that plaintext is refused: %+v", e)
+		}
+		for _, pe := range e.Pods {
+			if !pe.Meshed || !pe.Sidecar {
+				t.Errorf("under strict every pod, the client too, must be meshed: %+v", pe)
+			}
+			if pe.Service != "" && pe.InboundPlaintext != 0 {
+				t.Errorf("pod %s served %d plaintext requests under strict", pe.Pod, pe.InboundPlaintext)
+			}
+		}
+		if _, err := b.call(loadgen, productpageVIP, "productpage:9080", "/?to=reviews:9080"); err != nil {
+			t.Errorf("meshed client under strict: %v", err)
+		}
+		node, err := b.tb.NodePod(productpage.Node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := get(ctx, b.tb, node, nil, mesh.Addr(productpage.IP, 9080), "productpage", "/"); err == nil && r.status != 403 {
+			t.Errorf("strict served plaintext from outside the mesh: HTTP %d %q", r.status, r.body)
+		}
+	})
+
+	t.Run("authz", func(t *testing.T) {
+		p := install(t, b, map[string]any{"authz": []any{"productpage"}})
+		e := checkPasses(t, p, b)
+		if e.PlaintextRefused == nil || !*e.PlaintextRefused {
+			t.Errorf("authz check did not establish that plaintext is refused: %+v", e)
+		}
+		// productpage may call reviews; reviews may not call productpage.
+		if _, err := b.call(productpage, reviewsVIP, "reviews:9080", "/"); err != nil {
+			t.Errorf("allowed identity refused: %v", err)
+		}
+		r, err := get(ctx, b.tb, b.pod("reviews-v1-0"), nil, productpageVIP, "productpage:9080", "/")
+		if err != nil || r.status != 403 {
+			t.Errorf("identity outside authz: HTTP %d, %v; want 403", r.status, err)
+		}
+	})
 }

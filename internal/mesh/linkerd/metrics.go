@@ -58,25 +58,44 @@ func valueOf(m *dto.Metric) float64 {
 
 // Sum adds the samples of family name whose labels include every pair of match.
 func (ms Metrics) Sum(name string, match map[string]string) uint64 {
+	return ms.SumWhere(name, func(ls map[string]string) bool {
+		for k, v := range match {
+			if ls[k] != v {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// SumWhere adds the samples of family name whose labels satisfy keep.
+func (ms Metrics) SumWhere(name string, keep func(map[string]string) bool) uint64 {
 	f := ms.Families[name]
 	if f == nil {
 		return 0
 	}
 	var n float64
 	for _, m := range f.GetMetric() {
-		ls := labelsOf(m)
-		ok := true
-		for k, v := range match {
-			if ls[k] != v {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		if keep(labelsOf(m)) {
 			n += valueOf(m)
 		}
 	}
 	return uint64(n)
+}
+
+// proxyPort says whether a target port is the proxy's own (admin, tap): the proxy
+// counts requests to its admin server as inbound too, and the check's own scrapes
+// must not pass for application traffic.
+func proxyPort(port string) bool {
+	return port == fmt.Sprint(AdminPort) || port == fmt.Sprint(ControlPort)
+}
+
+// inbound counts inbound requests to application ports whose tls label is tls ("" for
+// any).
+func (ms Metrics) inbound(tls string) uint64 {
+	return ms.SumWhere("request_total", func(ls map[string]string) bool {
+		return ls["direction"] == "inbound" && !proxyPort(ls["target_port"]) && (tls == "" || ls["tls"] == tls)
+	})
 }
 
 // Traffic is what the enrollment check reads from one proxy: HTTP requests by direction
@@ -90,12 +109,11 @@ type Traffic struct {
 // TrafficOf extracts the enrollment counters.
 func TrafficOf(ms Metrics) Traffic {
 	return Traffic{
-		InboundMTLS:      ms.Sum("request_total", map[string]string{"direction": "inbound", "tls": "true"}),
-		InboundPlaintext: ms.Sum("request_total", map[string]string{"direction": "inbound", "tls": "no_identity"}),
+		InboundMTLS:      ms.inbound("true"),
+		InboundPlaintext: ms.inbound("no_identity"),
 		Outbound:         ms.Sum("request_total", map[string]string{"direction": "outbound"}),
 		OutboundMTLS:     ms.Sum("request_total", map[string]string{"direction": "outbound", "tls": "true"}),
-		Denied: ms.Sum("inbound_http_authz_deny_total", nil) + ms.Sum("inbound_tcp_authz_deny_total", nil) +
-			ms.Sum("inbound_http_route_not_found_total", nil),
+		Denied:           ms.Sum("inbound_http_authz_deny_total", nil) + ms.Sum("inbound_tcp_authz_deny_total", nil),
 	}
 }
 
@@ -219,7 +237,7 @@ func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, _ *
 				pc.Version = proxyVersion(ms)
 				pc.Counters, pc.Gauges = flatten(ms)
 				if px.pod.Service != "" {
-					pc.Inbound = map[string]uint64{px.pod.Service: ms.Sum("request_total", map[string]string{"direction": "inbound"})}
+					pc.Inbound = map[string]uint64{px.pod.Service: ms.inbound("")}
 				}
 			} else {
 				pc.Time = time.Now()

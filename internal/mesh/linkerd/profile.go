@@ -90,6 +90,8 @@ type Profile struct {
 	opts  mesh.Options
 	mode  mesh.MTLSMode
 	authz []string // as written; resolved to identity names at Install
+	// cpEnv is added to the control plane's environment (tests inject faults with it).
+	cpEnv []string
 
 	mu      sync.Mutex
 	ca      *pki.CA
@@ -353,7 +355,7 @@ func (p *Profile) startControlPlane(ctx context.Context, sub substrate.Substrate
 		// linkerd2-proxy's control-plane client offers no ALPN (Linkerd's controllers
 		// sit behind their own proxy and do not ask); grpc-go refuses such TLS clients
 		// unless told not to.
-		Env: []string{"GRPC_ENFORCE_ALPN_ENABLED=false"},
+		Env: append([]string{"GRPC_ENFORCE_ALPN_ENABLED=false"}, p.cpEnv...),
 		Ready: func(ctx context.Context) error {
 			for _, a := range []string{cfg.IdentityAddr, cfg.DestinationAddr, cfg.PolicyAddr} {
 				c, err := sub.DialContext(ctx, cpPod, "tcp", a)
