@@ -307,14 +307,6 @@ func TestLinkerdMeshInNamespaces(t *testing.T) {
 			}
 		}
 		deltas := mesh.DiffCounters(before, p.ReadCounters(ctx, b.tb, b.app))
-		if os.Getenv("LK_DUMP") != "" {
-			res, _ := get(ctx, b.tb, b.pod("reviews-v1-0"), nil, adminAddr, "", "/metrics")
-			for _, l := range strings.Split(res.body, "\n") {
-				if strings.HasPrefix(l, "request_total") || strings.Contains(l, "authz") {
-					t.Log(l)
-				}
-			}
-		}
 		if got, unit, ok := mesh.InboundTotal(deltas, "productpage"); !ok || got < 20 || unit != mesh.UnitRequests {
 			t.Errorf("proxies counted %d %s into productpage (ok %v), want >= 20 requests", got, unit, ok)
 		}
