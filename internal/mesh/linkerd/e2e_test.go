@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -344,6 +345,7 @@ func TestLinkerdMeshInNamespaces(t *testing.T) {
 	t.Run("control plane killed", func(t *testing.T) {
 		p := install(t, b, nil)
 		checkPasses(t, p, b)
+		before := p.ReadCounters(ctx, b.tb, b.app)
 		if err := p.ControlPlane().Stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -359,10 +361,25 @@ func TestLinkerdMeshInNamespaces(t *testing.T) {
 			n++
 		}
 		t.Logf("%d requests served through mTLS in the 5 s after the control plane was killed", n)
-		// The proxies stay readable.
-		for _, pc := range p.ReadCounters(ctx, b.tb, b.app) {
-			if pc.Err != nil {
-				t.Fatalf("proxy %s unreadable: %v", pc.Pod, pc.Err)
+		// It is recorded: every proxy's counters, as stored with a trial, show the
+		// failed control-plane streams and no ready destination controller.
+		deltas := mesh.DiffCounters(before, p.ReadCounters(ctx, b.tb, b.app))
+		if len(deltas) != 4 {
+			t.Fatalf("%d proxies read, want 4", len(deltas))
+		}
+		for _, d := range deltas {
+			if d.Err != "" {
+				t.Fatalf("proxy %s unreadable after the control plane died: %s", d.Pod, d.Err)
+			}
+			var failures uint64
+			for k, v := range d.Counters {
+				if strings.HasPrefix(k, "control_response_total{") && strings.Contains(k, "classification=failure") {
+					failures += v
+				}
+			}
+			ready, ok := d.Gauges["control_destination_balancer_endpoints{addr="+netip.AddrPortFrom(p.cpIP, DestinationPort).String()+",endpoint_state=ready}"]
+			if failures == 0 || !ok || ready != 0 {
+				t.Errorf("proxy %s: %d failed control-plane responses, %d ready destination endpoints (present %v); want failures and none ready", d.Pod, failures, ready, ok)
 			}
 		}
 	})

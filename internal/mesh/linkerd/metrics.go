@@ -166,15 +166,19 @@ func readTraffic(ctx context.Context, sub substrate.Substrate, pod topology.Pod)
 }
 
 // keptFamilies are the metric families stored with a trial: request and response
-// counts, connection counts, transport bytes, identity and control-plane health,
-// process resources. Per-label series are flattened as name{k=v,...}.
+// counts, connection counts, transport bytes, authorization decisions, identity and
+// control-plane health, process resources (where the build exports them). Per-label
+// series are flattened as name{k=v,...}.
 var keptFamilies = []string{
 	"request_total", "response_total", "tcp_open_total", "tcp_close_total",
 	"tcp_read_bytes_total", "tcp_write_bytes_total", "tcp_open_connections",
 	"inbound_http_authz_allow_total", "inbound_http_authz_deny_total",
 	"inbound_tcp_authz_allow_total", "inbound_tcp_authz_deny_total",
-	"identity_cert_refresh_count", "identity_cert_expiration_timestamp_seconds",
-	"control_response_total", "control_request_total",
+	// The control plane as the proxy sees it: a dead control plane shows as failed
+	// responses and no ready endpoint, while the data plane keeps serving.
+	"control_request_total", "control_response_total",
+	"control_destination_balancer_endpoints", "control_policy_balancer_endpoints",
+	"control_identity_cert_refreshes_total", "control_identity_cert_expiration_timestamp_seconds",
 	"process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds",
 }
 
