@@ -92,6 +92,8 @@ func (c *CA) SignPublicKey(pub any, dnsNames []string, spiffeID string, validity
 	if notAfter.After(c.cert.NotAfter) {
 		notAfter = c.cert.NotAfter
 	}
+	// Certificates carry whole seconds; what is returned must be what is signed.
+	notAfter = notAfter.Truncate(time.Second)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{Organization: []string{c.TrustDomain}},

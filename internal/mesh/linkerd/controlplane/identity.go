@@ -31,7 +31,6 @@ type identityServer struct {
 	key      []byte
 	validity time.Duration
 	known    map[string]bool
-	cfg      *Config
 }
 
 // Certify signs a proxy's CSR when its token proves the identity it asks for.

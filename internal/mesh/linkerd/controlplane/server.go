@@ -23,26 +23,46 @@ import (
 	"github.com/meshmark/meshmark/internal/pki"
 )
 
-// Run serves the three APIs until ctx ends. Each listens with TLS under the identity
-// Linkerd gives that component, issued from the CA at start; destination and policy
-// verify the client certificate of a proxy that presents one, as they sit behind
-// Linkerd's own mTLS.
+// Server is the control plane with its three listeners open.
+type Server struct {
+	servers []namedServer
+}
+
+type namedServer struct {
+	name string
+	ln   net.Listener
+	srv  *grpc.Server
+}
+
+// Run serves the three APIs until ctx ends.
 func Run(ctx context.Context, cfg *Config) error {
-	caCert, err := os.ReadFile(cfg.CACert)
+	s, err := Listen(cfg)
 	if err != nil {
 		return err
+	}
+	return s.Serve(ctx)
+}
+
+// Listen loads the CA and opens the three listeners. Each API speaks TLS under the
+// identity Linkerd gives that component, issued from the CA at start; destination and
+// policy verify the client certificate of a proxy that presents one, as they sit
+// behind Linkerd's own mTLS.
+func Listen(cfg *Config) (*Server, error) {
+	caCert, err := os.ReadFile(cfg.CACert)
+	if err != nil {
+		return nil, err
 	}
 	caKey, err := os.ReadFile(cfg.CAKey)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ca, err := pki.LoadCA(caCert, caKey)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tokenKey, err := os.ReadFile(cfg.TokenKey)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	validity := cfg.CertValidity.Duration
 	if validity <= 0 {
@@ -55,44 +75,52 @@ func Run(ctx context.Context, cfg *Config) error {
 
 	identityTLS, err := serverTLS(ca, IdentityName(IdentityAccount, ControlNamespace, cfg.TrustDomain), tls.NoClientCert)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	destTLS, err := serverTLS(ca, IdentityName(DestinationAccount, ControlNamespace, cfg.TrustDomain), tls.VerifyClientCertIfGiven)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	idSrv := grpc.NewServer(grpc.Creds(credentials.NewTLS(identityTLS)))
-	pbidentity.RegisterIdentityServer(idSrv, &identityServer{ca: ca, key: tokenKey, validity: validity, known: known, cfg: cfg})
+	pbidentity.RegisterIdentityServer(idSrv, &identityServer{ca: ca, key: tokenKey, validity: validity, known: known})
 	destSrv := grpc.NewServer(grpc.Creds(credentials.NewTLS(destTLS)))
 	pbdest.RegisterDestinationServer(destSrv, &destinationServer{cfg: cfg})
 	polSrv := grpc.NewServer(grpc.Creds(credentials.NewTLS(destTLS)))
 	pbinbound.RegisterInboundServerPoliciesServer(polSrv, &inboundServer{cfg: cfg})
 	pboutbound.RegisterOutboundPoliciesServer(polSrv, outboundServer{})
 
-	servers := []struct {
-		name string
-		addr string
-		srv  *grpc.Server
-	}{{"identity", cfg.IdentityAddr, idSrv}, {"destination", cfg.DestinationAddr, destSrv}, {"policy", cfg.PolicyAddr, polSrv}}
-	errc := make(chan error, len(servers))
-	for _, s := range servers {
-		ln, err := net.Listen("tcp", s.addr)
+	s := &Server{}
+	for _, c := range []struct {
+		name, addr string
+		srv        *grpc.Server
+	}{{"identity", cfg.IdentityAddr, idSrv}, {"destination", cfg.DestinationAddr, destSrv}, {"policy", cfg.PolicyAddr, polSrv}} {
+		ln, err := net.Listen("tcp", c.addr)
 		if err != nil {
-			for _, o := range servers {
-				o.srv.Stop()
+			for _, o := range s.servers {
+				o.ln.Close()
 			}
-			return fmt.Errorf("%s: %w", s.name, err)
+			return nil, fmt.Errorf("%s API: %w", c.name, err)
 		}
-		log.Printf("%s API on %s", s.name, s.addr)
-		go func() { errc <- s.srv.Serve(ln) }()
+		log.Printf("%s API on %s", c.name, c.addr)
+		s.servers = append(s.servers, namedServer{c.name, ln, c.srv})
 	}
+	return s, nil
+}
+
+// Serve answers until ctx ends or a listener fails.
+func (s *Server) Serve(ctx context.Context) error {
+	errc := make(chan error, len(s.servers))
+	for _, ns := range s.servers {
+		go func() { errc <- ns.srv.Serve(ns.ln) }()
+	}
+	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	for _, s := range servers {
-		s.srv.Stop()
+	for _, ns := range s.servers {
+		ns.srv.Stop()
 	}
 	if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return err
