@@ -275,11 +275,7 @@ func (p *Profile) controlPlaneConfig(app *topology.App, meshed []topology.Pod, i
 	}
 	for _, pod := range meshed {
 		isMeshed[pod.Name] = true
-		w := controlplane.Workload{Pod: pod.Name, Identity: p.Identity(app, pod)}
-		if pod.Port > 0 {
-			w.Ports = []int{pod.Port}
-		}
-		cfg.Workloads = append(cfg.Workloads, w)
+		cfg.Workloads = append(cfg.Workloads, controlplane.Workload{Pod: pod.Name, Identity: p.Identity(app, pod)})
 	}
 	for _, s := range app.Services {
 		cs := controlplane.Service{Name: s.Name, Port: s.Port}
@@ -402,7 +398,7 @@ func (p *Profile) proxyEnv(app *topology.App, pod topology.Pod, identity, identi
 	dstName := controlplane.IdentityName(controlplane.DestinationAccount, controlplane.ControlNamespace, p.opts.TrustDomain)
 	idName := controlplane.IdentityName(controlplane.IdentityAccount, controlplane.ControlNamespace, p.opts.TrustDomain)
 	workload, _ := json.Marshal(map[string]string{"ns": app.Namespace, "pod": pod.Name})
-	context, _ := json.Marshal(map[string]string{"ns": app.Namespace, "nodeName": pod.Node, "pod": pod.Name})
+	dstContext, _ := json.Marshal(map[string]string{"ns": app.Namespace, "nodeName": pod.Node, "pod": pod.Name})
 	defaultPolicy := "all-unauthenticated"
 	if p.mode == mesh.MTLSStrict || len(p.authz) > 0 {
 		defaultPolicy = "all-authenticated"
@@ -435,7 +431,7 @@ func (p *Profile) proxyEnv(app *topology.App, pod topology.Pod, identity, identi
 		"LINKERD2_PROXY_OUTBOUND_CONNECT_KEEPALIVE=10000ms",
 		"LINKERD2_PROXY_INBOUND_ACCEPT_USER_TIMEOUT=30s",
 		"LINKERD2_PROXY_OUTBOUND_CONNECT_USER_TIMEOUT=30s",
-		"LINKERD2_PROXY_DESTINATION_CONTEXT=" + string(context),
+		"LINKERD2_PROXY_DESTINATION_CONTEXT=" + string(dstContext),
 		"LINKERD2_PROXY_IDENTITY_DIR=" + identityDir,
 		"LINKERD2_PROXY_IDENTITY_TRUST_ANCHORS=" + string(ca.CertPEM()),
 		"LINKERD2_PROXY_IDENTITY_TOKEN_FILE=" + tokenFile,

@@ -62,7 +62,7 @@ type Config struct {
 	// Authz, when set, admits only these client identities (plus localhost) inbound.
 	Authz    []string  `json:"authz,omitempty"`
 	Services []Service `json:"services"`
-	// Workloads are the meshed pods, by the name in LINKERD2_PROXY_POLICY_WORKLOAD.
+	// Workloads are the meshed pods; only their identities are certified.
 	Workloads []Workload `json:"workloads"`
 }
 
@@ -94,7 +94,6 @@ type Endpoint struct {
 type Workload struct {
 	Pod      string `json:"pod"`
 	Identity string `json:"identity"`
-	Ports    []int  `json:"ports,omitempty"`
 }
 
 // Duration is a time.Duration written as "24h".
