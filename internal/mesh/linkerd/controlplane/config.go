@@ -9,10 +9,10 @@
 //   - destination (Get, GetProfile): endpoints with their TLS identity, weight and the
 //     HTTP/2 protocol hint Linkerd gives meshed endpoints; service profiles whose
 //     weighted dst_overrides carry a service's version split;
-//   - policy (inbound GetPort/WatchPort): Linkerd's default policy (all-unauthenticated,
+//   - policy: inbound (GetPort/WatchPort) Linkerd's default policy (all-unauthenticated,
 //     or all-authenticated under strict mTLS), or only named client identities when the
-//     study sets authz. Outbound policy answers NotFound, as Linkerd's policy controller
-//     does for an address it has no Service for, so the proxy routes by the profile.
+//     study sets authz; outbound (Get/Watch) a service address's routes with the same
+//     split, NotFound for any other address, as Linkerd's policy controller answers.
 //
 // Every API keeps its streams open after the first message, so a proxy notices when the
 // control plane goes away and keeps serving from what it last received.

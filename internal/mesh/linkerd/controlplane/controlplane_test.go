@@ -265,10 +265,29 @@ func TestPolicyDefaultsStrictAndAuthz(t *testing.T) {
 					t.Errorf("authz policy admits %v", ids)
 				}
 			}
-			// Outbound: NotFound, so the proxy routes by the service profile.
-			_, err = pboutbound.NewOutboundPoliciesClient(cc).Get(ctx, &pboutbound.TrafficSpec{})
-			if status.Code(err) != codes.NotFound {
-				t.Errorf("outbound policy: %v, want NotFound", err)
+			// Outbound: a service address gets its routes, anything else NotFound.
+			ob := pboutbound.NewOutboundPoliciesClient(cc)
+			if _, err = ob.Get(ctx, &pboutbound.TrafficSpec{Target: &pboutbound.TrafficSpec_Addr{Addr: tcpAddr("198.18.1.3", 9080)}}); status.Code(err) != codes.NotFound {
+				t.Errorf("outbound policy for a pod address: %v, want NotFound", err)
+			}
+			pol, err := ob.Get(ctx, &pboutbound.TrafficSpec{Target: &pboutbound.TrafficSpec_Addr{Addr: tcpAddr("198.19.128.2", 9080)}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			det := pol.GetProtocol().GetDetect()
+			if det.GetTimeout() == nil || det.GetOpaque() == nil || det.GetHttp2() == nil || pol.GetMetadata().GetResource().GetName() != "reviews" {
+				t.Fatalf("outbound policy %v", pol)
+			}
+			var split []string
+			for _, wb := range det.GetHttp1().GetRoutes()[0].GetRules()[0].GetBackends().GetRandomAvailable().GetBackends() {
+				be := wb.GetBackend().GetBackend()
+				split = append(split, fmt.Sprintf("%s=%d", be.GetBalancer().GetDiscovery().GetDst().GetPath(), wb.GetWeight()))
+				if be.GetQueue().GetCapacity() == 0 || be.GetBalancer().GetPeakEwma() == nil {
+					t.Errorf("backend without queue or balancer: %v", be)
+				}
+			}
+			if got := strings.Join(split, " "); got != "reviews-v1.bookinfo.svc.cluster.local:9080=20 reviews-v2.bookinfo.svc.cluster.local:9080=80" {
+				t.Errorf("outbound split %s", got)
 			}
 		})
 	}

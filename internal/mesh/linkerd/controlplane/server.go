@@ -88,7 +88,7 @@ func Listen(cfg *Config) (*Server, error) {
 	pbdest.RegisterDestinationServer(destSrv, &destinationServer{cfg: cfg})
 	polSrv := grpc.NewServer(grpc.Creds(credentials.NewTLS(destTLS)))
 	pbinbound.RegisterInboundServerPoliciesServer(polSrv, &inboundServer{cfg: cfg})
-	pboutbound.RegisterOutboundPoliciesServer(polSrv, outboundServer{})
+	pboutbound.RegisterOutboundPoliciesServer(polSrv, &outboundServer{cfg: cfg})
 
 	s := &Server{}
 	for _, c := range []struct {
