@@ -364,10 +364,16 @@ func TestLinkerdMeshInNamespaces(t *testing.T) {
 		// It is recorded: every proxy's counters, as stored with a trial, show the
 		// failed control-plane streams and no ready destination controller.
 		deltas := mesh.DiffCounters(before, p.ReadCounters(ctx, b.tb, b.app))
-		if len(deltas) != 4 {
-			t.Fatalf("%d proxies read, want 4", len(deltas))
+		if len(deltas) != 5 {
+			t.Fatalf("%d entries read, want 4 proxies and the control plane", len(deltas))
 		}
 		for _, d := range deltas {
+			if d.Component == ControlPlaneComponent {
+				if !strings.Contains(d.Err, "identity, destination, policy API not answering") {
+					t.Errorf("the dead control plane is recorded as %+v", d)
+				}
+				continue
+			}
 			if d.Err != "" {
 				t.Fatalf("proxy %s unreadable after the control plane died: %s", d.Pod, d.Err)
 			}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"sort"
 	"strings"
 	"sync"
@@ -250,7 +251,46 @@ func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, _ *
 		}()
 	}
 	wg.Wait()
+	if cp := p.controlPlaneHealth(ctx, sub); cp != nil {
+		out = append(out, *cp)
+	}
 	return out
+}
+
+// ControlPlaneComponent names the control plane's entry among the proxy counters.
+const ControlPlaneComponent = "linkerd-control-plane"
+
+// controlPlaneHealth is an entry for the control plane beside the proxies: its three
+// APIs answer a TCP connect, or Err says which does not. A control plane that died
+// during a trial is stored with the trial that way, while the proxies' own
+// control_response_total counts the streams it broke.
+func (p *Profile) controlPlaneHealth(ctx context.Context, sub substrate.Substrate) *mesh.ProxyCounters {
+	p.mu.Lock()
+	cp, pod, ip := p.cp, p.cpPod, p.cpIP
+	p.mu.Unlock()
+	if cp == nil {
+		return nil
+	}
+	pc := &mesh.ProxyCounters{Component: ControlPlaneComponent, Pod: pod.Name, Time: time.Now(), Gauges: map[string]uint64{}}
+	var down []string
+	for _, api := range []struct {
+		name string
+		port uint16
+	}{{"identity", IdentityPort}, {"destination", DestinationPort}, {"policy", PolicyPort}} {
+		dctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
+		c, err := sub.DialContext(dctx, pod, "tcp", netip.AddrPortFrom(ip, api.port).String())
+		cancel()
+		if err != nil {
+			down = append(down, api.name)
+			continue
+		}
+		c.Close()
+		pc.Gauges[api.name+"_api_up"] = 1
+	}
+	if len(down) > 0 {
+		pc.Err = fmt.Errorf("control plane (pid %d, log %s): %s API not answering", cp.PID(), cp.LogPath(), strings.Join(down, ", "))
+	}
+	return pc
 }
 
 // proxyVersion reads proxy_build_info's version label.

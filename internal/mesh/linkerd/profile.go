@@ -491,6 +491,9 @@ func (p *Profile) installPod(ctx context.Context, sub substrate.Substrate, app *
 	p.proxies[pod.Name] = px
 	p.mu.Unlock()
 
+	if err := p.waitControlPlaneReachable(ctx, sub, pod); err != nil {
+		return err
+	}
 	proc, err := sub.Start(ctx, pod, substrate.ProcessSpec{
 		Name: "linkerd-proxy",
 		Role: substrate.RoleSidecar,
@@ -516,6 +519,32 @@ func (p *Profile) installPod(ctx context.Context, sub substrate.Substrate, app *
 	px.rules = &ic
 	p.mu.Unlock()
 	return nil
+}
+
+// waitControlPlaneReachable returns once a connection from the pod reaches the
+// control plane's identity API, so a proxy starts only where it can be certified and a
+// network that cannot carry the pod's control traffic is reported as such, naming the
+// pod, instead of as a proxy that never became ready.
+func (p *Profile) waitControlPlaneReachable(ctx context.Context, sub substrate.Substrate, pod topology.Pod) error {
+	p.mu.Lock()
+	addr := netip.AddrPortFrom(p.cpIP, IdentityPort).String()
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		dctx, dcancel := context.WithTimeout(ctx, time.Second)
+		c, err := sub.DialContext(dctx, pod, "tcp", addr)
+		dcancel()
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the control plane at %s is not reachable from the pod: %w", addr, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // redactEnv renders env for provenance, one variable a line, without the trust anchor
