@@ -27,10 +27,10 @@ const benchRate = 200
 
 // BenchmarkPerHopLinkerdVsEnvoy sends keep-alive HTTP/1.1 requests at benchRate from
 // the load generator's pod to productpage's service address in the same testbed: with
-// no mesh, through two Envoy sidecars (envoy-sidecar, client meshed) and through two
-// linkerd2-proxies (linkerd, client meshed), one after the other in the same run. Both
-// meshes speak mTLS between the proxies (Envoy's auto-mTLS in permissive mode,
-// Linkerd's by default) and run 2 worker threads. It reports the median and p99
+// no mesh, through two Envoy sidecars (envoy-sidecar) and through two linkerd2-proxies
+// (linkerd), one after the other in the same run, both with strict mTLS (so the client
+// pod is meshed too, as in BenchmarkSidecarHopPerProtocol of envoysidecar, which
+// measures Envoy alone on loopback) and 2 worker threads. It reports the median and p99
 // latency, the added median latency per proxy hop against no mesh, and the proxies'
 // CPU time per request (utime+stime of every sidecar process, from /proc).
 //
@@ -44,8 +44,8 @@ func BenchmarkPerHopLinkerdVsEnvoy(b *testing.B) {
 		raw           map[string]any
 	}{
 		{"none", none.Name, nil},
-		{"envoy", envoysidecar.Name, map[string]any{"mesh_clients": "on"}},
-		{"linkerd", Name, map[string]any{"mesh_clients": "on"}},
+		{"envoy-mtls-strict", envoysidecar.Name, map[string]any{"mtls": "strict"}},
+		{"linkerd-mtls-strict", Name, map[string]any{"mtls": "strict"}},
 	} {
 		p, err := mesh.New(m.profile, m.raw)
 		if err != nil {
