@@ -14,7 +14,7 @@ func init() {
 	register(func() *cobra.Command {
 		var (
 			graphArg, service, version, pod, listen string
-			resolve                                 []string
+			resolve, callees                        []string
 			callTimeout                             time.Duration
 			printGraph                              bool
 		)
@@ -52,9 +52,13 @@ With --print, write the graph file of a built-in graph and exit.`,
 				if err != nil {
 					return withExitCode(2, err)
 				}
+				authorities, err := workload.ParseCallees(callees)
+				if err != nil {
+					return withExitCode(2, err)
+				}
 				srv, err := workload.NewServer(g, workload.ServerOptions{
 					Service: service, Version: version, Pod: pod,
-					Resolve: overrides, CallTimeout: callTimeout,
+					Resolve: overrides, Callees: authorities, CallTimeout: callTimeout,
 				})
 				if err != nil {
 					return withExitCode(2, err)
@@ -77,6 +81,7 @@ With --print, write the graph file of a built-in graph and exit.`,
 		f.StringVar(&pod, "pod", "", "pod name reported in traces (default: $POD_NAME, then the host name)")
 		f.StringVar(&listen, "listen", "", "address to listen on (default: :<service port>)")
 		f.StringArrayVar(&resolve, "resolve", nil, "name=ip or name=ip:port: where calls to a service go (repeatable)")
+		f.StringArrayVar(&callees, "callee", nil, "service=host:port: the authority calls to a service use in their URLs instead of service:port (repeatable; meshes that address services by their own names set it)")
 		f.DurationVar(&callTimeout, "call-timeout", 30*time.Second, "time limit for one request's whole script")
 		f.BoolVar(&printGraph, "print", false, "print the graph file of the built-in named by --graph and exit")
 		return cmd

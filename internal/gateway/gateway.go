@@ -8,6 +8,7 @@
 package gateway
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"strconv"
@@ -49,6 +50,9 @@ type Upstream struct {
 	Service  string
 	Addr     string // the service's virtual ip:port
 	Protocol string // "http", "http2" or "grpc", as the workload graph says
+	// Host is the Host header toward the service; empty means Service. A mesh whose
+	// clients use its own names (traefik-mesh) sets it, with Addr its proxy.
+	Host string
 }
 
 // Listen says where the gateway listens; the zero value is Port on every address and
@@ -108,7 +112,7 @@ func Bootstrap(pod string, up Upstream, at Listen) ([]byte, error) {
 					ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: up.Service},
 					Timeout:          durationpb.New(0), // the load generator owns timeouts
 					// Callees are addressed by name, as a gateway's route rewrites the host.
-					HostRewriteSpecifier: &routev3.RouteAction_HostRewriteLiteral{HostRewriteLiteral: up.Service},
+					HostRewriteSpecifier: &routev3.RouteAction_HostRewriteLiteral{HostRewriteLiteral: cmp.Or(up.Host, up.Service)},
 				}},
 			}},
 			ResponseHeadersToAdd: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: HopHeader, Value: pod}}},

@@ -146,3 +146,23 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	*v.(*[]byte) = data.Materialize()
 	return nil
 }
+
+// The Host toward the upstream is the service's name, or the mesh's own name for it
+// when the upstream is a mesh proxy that routes by it (traefik-mesh).
+func TestGatewayHostRewrite(t *testing.T) {
+	for _, c := range []struct {
+		up   Upstream
+		want string
+	}{
+		{Upstream{Service: "web", Addr: "198.19.128.1:8080"}, `"hostRewriteLiteral": "web"`},
+		{Upstream{Service: "web", Addr: "198.18.1.1:5000", Host: "web.default.traefik.mesh:5000"}, `"hostRewriteLiteral": "web.default.traefik.mesh:5000"`},
+	} {
+		b, err := Bootstrap("gw-0", c.up, Listen{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), c.want) {
+			t.Errorf("%+v: bootstrap lacks %s", c.up, c.want)
+		}
+	}
+}

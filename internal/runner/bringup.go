@@ -156,6 +156,7 @@ func (r *runner) startWorkload(ctx context.Context, d *deployment) error {
 				argv[i+1] = graphArg
 			}
 		}
+		argv = append(argv, meshAddressArgs(d, pod)...)
 		wg.Add(1)
 		go func(pod topology.Pod) {
 			defer wg.Done()
@@ -175,6 +176,28 @@ func (r *runner) startWorkload(ctx context.Context, d *deployment) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// meshAddressArgs tells a workload how to address its callees when the mesh has names
+// of its own (mesh.Addressing), as `meshmark service` flags.
+func meshAddressArgs(d *deployment, from topology.Pod) []string {
+	ma, ok := d.profile.(mesh.Addressing)
+	if !ok {
+		return nil
+	}
+	var args []string
+	for _, s := range d.app.Services {
+		authority, dial, ok := ma.CalleeAddress(from, s.Name)
+		if !ok {
+			continue
+		}
+		host, _, err := net.SplitHostPort(authority)
+		if err != nil {
+			continue
+		}
+		args = append(args, "--callee", s.Name+"="+authority, "--resolve", host+"="+dial)
+	}
+	return args
 }
 
 // healthy polls the service's health endpoint from inside its own pod, straight to the
@@ -305,7 +328,14 @@ func (r *runner) startGateway(ctx context.Context, d *deployment, pod topology.P
 	if entry == nil {
 		return fmt.Errorf("no entry service %s", d.entry.Service)
 	}
-	cfg, err := gateway.Bootstrap(pod.Name, gateway.Upstream{Service: entry.Name, Addr: mesh.Addr(entry.VIP, entry.Port), Protocol: entry.Protocol}, gateway.Listen{})
+	up := gateway.Upstream{Service: entry.Name, Addr: mesh.Addr(entry.VIP, entry.Port), Protocol: entry.Protocol}
+	if ma, ok := d.profile.(mesh.Addressing); ok {
+		// The gateway calls the entry service by the mesh's name, through its node's proxy.
+		if authority, dial, ok := ma.CalleeAddress(pod, entry.Name); ok {
+			up.Addr, up.Host = dial, authority
+		}
+	}
+	cfg, err := gateway.Bootstrap(pod.Name, up, gateway.Listen{})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/load"
+	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/study"
 )
@@ -262,6 +263,11 @@ func (r *runner) targetURL(d *deployment, e *study.Experiment, path string) stri
 	if e.Path == study.PathIngress {
 		return "http://" + gateway.Service + ":" + strconv.Itoa(gateway.Port) + path
 	}
+	if ma, ok := d.profile.(mesh.Addressing); ok {
+		if authority, _, ok := ma.CalleeAddress(d.client, d.entry.Service); ok {
+			return "http://" + authority + path // the mesh's own name for the entry
+		}
+	}
 	return "http://" + d.entry.Service + ":" + strconv.Itoa(d.entry.Port) + path
 }
 
@@ -317,13 +323,36 @@ func (r *runner) dialer(d *deployment) load.DialFunc {
 		if err != nil {
 			return nil, err
 		}
-		if vip, ok := d.tb.ServiceVIP(host); ok {
+		if dial, ok := meshDial(d, host, port); ok {
+			addr = dial
+		} else if vip, ok := d.tb.ServiceVIP(host); ok {
 			addr = net.JoinHostPort(vip.String(), port)
 		} else if ip, err := netip.ParseAddr(host); err != nil || !testbedRange.Contains(ip) {
 			return nil, fmt.Errorf("load target %s is not a service of this testbed", host)
 		}
 		return d.tb.DialContext(ctx, d.client, network, addr)
 	}
+}
+
+// meshDial resolves a mesh's own name for a service (mesh.Addressing) the way the
+// load generator's pod would, to an address inside the testbed.
+func meshDial(d *deployment, host, port string) (string, bool) {
+	ma, ok := d.profile.(mesh.Addressing)
+	if !ok {
+		return "", false
+	}
+	for _, s := range d.app.Services {
+		authority, dial, ok := ma.CalleeAddress(d.client, s.Name)
+		if !ok {
+			continue
+		}
+		if h, p, err := net.SplitHostPort(authority); err == nil && h == host && p == port {
+			if ip, err := netip.ParseAddrPort(dial); err == nil && testbedRange.Contains(ip.Addr()) {
+				return dial, true
+			}
+		}
+	}
+	return "", false
 }
 
 var testbedRange = netip.MustParsePrefix("198.18.0.0/15")

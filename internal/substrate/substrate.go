@@ -18,6 +18,9 @@ import (
 const (
 	ProxyUID    = 1337
 	WorkloadUID = 2000
+	// LinkerdProxyUID is the uid Linkerd runs linkerd2-proxy as; linkerd2-proxy-init
+	// excludes it from interception the way istio-iptables excludes ProxyUID.
+	LinkerdProxyUID = 2102
 )
 
 // Role says what a process is for; the resource sampler aggregates by it.

@@ -53,6 +53,10 @@ type ServerOptions struct {
 	Pod     string // reported in traces; empty means $POD_NAME, then the host name
 	// Resolve overrides name resolution for calls: service name → "ip" or "ip:port".
 	Resolve map[string]string
+	// Callees replaces, per called service, the "name:port" of its URLs with another
+	// authority (host:port): meshes whose clients address services by mesh names
+	// (Traefik Mesh: <svc>.<ns>.traefik.mesh on a port of the node's proxy) set it.
+	Callees map[string]string
 	// CallTimeout bounds each request's whole script; 0 means 30s.
 	CallTimeout time.Duration
 }
@@ -145,7 +149,7 @@ func NewServer(g *Graph, opts ServerOptions) (*Server, error) {
 		s.timeout = 30 * time.Second
 	}
 	var maxSize int64
-	s.program = compile(g, ver.Script, &maxSize)
+	s.program = compile(g, ver.Script, opts.Callees, &maxSize)
 	s.payload = make([]byte, maxSize)
 	s.padding = bytes.Repeat([]byte{'x'}, int(svc.ResponseSize))
 	s.client = &http.Client{Transport: newTransport(opts.Resolve, false)}
@@ -171,7 +175,7 @@ func NewServer(g *Graph, opts ServerOptions) (*Server, error) {
 	return s, nil
 }
 
-func compile(g *Graph, sc Script, maxSize *int64) []op {
+func compile(g *Graph, sc Script, callees map[string]string, maxSize *int64) []op {
 	out := make([]op, 0, len(sc))
 	for _, st := range sc {
 		switch {
@@ -187,6 +191,9 @@ func compile(g *Graph, sc Script, maxSize *int64) []op {
 			}
 			*maxSize = max(*maxSize, st.Call.Size)
 			target := callee.Name + ":" + strconv.Itoa(callee.Port)
+			if a, ok := callees[callee.Name]; ok {
+				target = a // the mesh's own name for the callee
+			}
 			u := &upstream{
 				service:     callee.Name,
 				protocol:    callee.Protocol,
@@ -203,7 +210,7 @@ func compile(g *Graph, sc Script, maxSize *int64) []op {
 		case st.Sleep != nil:
 			out = append(out, op{sleep: st.Sleep})
 		case st.Concurrent != nil:
-			out = append(out, op{group: compile(g, st.Concurrent, maxSize)})
+			out = append(out, op{group: compile(g, st.Concurrent, callees, maxSize)})
 		default:
 			out = append(out, op{cpu: st.CPU})
 		}
@@ -297,6 +304,26 @@ func ParseResolve(specs []string) (map[string]string, error) {
 		}
 		if net.ParseIP(host) == nil {
 			return nil, fmt.Errorf("--resolve %q: %q is not an IP address", spec, host)
+		}
+		out[name] = to
+	}
+	return out, nil
+}
+
+// ParseCallees reads --callee values of the form service=host:port.
+func ParseCallees(specs []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, spec := range specs {
+		name, to, ok := strings.Cut(spec, "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("--callee %q: want service=host:port", spec)
+		}
+		host, port, err := net.SplitHostPort(to)
+		if err != nil || host == "" {
+			return nil, fmt.Errorf("--callee %q: %q is not host:port", spec, to)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("--callee %q: port %q out of range", spec, port)
 		}
 		out[name] = to
 	}

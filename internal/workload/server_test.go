@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -607,5 +608,49 @@ func TestServedCountsRequests(t *testing.T) {
 	}
 	if got := read(); got != "7" {
 		t.Errorf("served after 7 requests and a health check: %q", got)
+	}
+}
+
+// A mesh that addresses services by its own names (Traefik Mesh) rewrites the callee
+// authority; the call then carries that name as its Host and dials where Resolve says.
+func TestCalleeAuthority(t *testing.T) {
+	g := mustParse(t, `name: g
+services:
+  - name: a
+    script:
+      - call: b
+  - name: b
+`)
+	callee, err := NewServer(g, ServerOptions{Service: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := make(chan string, 1)
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hosts <- r.Host
+		callee.ServeHTTP(w, r)
+	}))
+	defer b.Close()
+	srv, err := NewServer(g, ServerOptions{Service: "a",
+		Callees: map[string]string{"b": "b.default.traefik.mesh:5001"},
+		Resolve: map[string]string{"b.default.traefik.mesh": b.Listener.Addr().String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	srv.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	if rec.Code != 200 {
+		t.Fatalf("a answered %d: %s", rec.Code, rec.Body)
+	}
+	if h := <-hosts; h != "b.default.traefik.mesh:5001" {
+		t.Errorf("b saw Host %q, want the mesh name", h)
+	}
+	for _, bad := range []string{"b", "b=", "b=host", "b=host:0", "=h:1"} {
+		if _, err := ParseCallees([]string{bad}); err == nil {
+			t.Errorf("ParseCallees(%q) accepted", bad)
+		}
+	}
+	if m, err := ParseCallees([]string{"b=b.ns.traefik.mesh:5001"}); err != nil || m["b"] != "b.ns.traefik.mesh:5001" {
+		t.Errorf("ParseCallees: %v %v", m, err)
 	}
 }

@@ -73,6 +73,9 @@ type layout struct {
 	// appAddr, when set, is where the inbound side reaches the local app instead of
 	// the pod IP (tests put the app and the inbound listener on different addresses).
 	appAddr string
+	// outboundOnly leaves out the inbound side: a proxy that carries other pods'
+	// outgoing traffic (a per-node proxy) serves no app of its own.
+	outboundOnly bool
 }
 
 var istioLayout = layout{
@@ -110,6 +113,18 @@ func BuildBootstrap(app *topology.App, pod topology.Pod, opts mesh.Options, mode
 	return generator{app: app, pod: pod, opts: opts, mode: mode, certs: certs, lay: istioLayout}.bootstrap()
 }
 
+// BuildOutboundBootstrap generates the outbound half of a sidecar for a proxy that
+// carries the outgoing traffic of other pods (a per-node proxy running in node's
+// namespace): the 15001 original-destination listener, one Host-routed listener per
+// service port with the weighted splits, and the service clusters, without mTLS and
+// without an inbound side. With telemetry off it still keeps every cluster's
+// upstream_rq_total, the per-service count the node proxy is checked by.
+func BuildOutboundBootstrap(app *topology.App, node topology.Pod, opts mesh.Options) (*bootstrapv3.Bootstrap, error) {
+	lay := istioLayout
+	lay.outboundOnly = true
+	return generator{app: app, pod: node, opts: opts, mode: mesh.MTLSOff, lay: lay}.bootstrap()
+}
+
 // MarshalBootstrap renders a bootstrap as the JSON Envoy reads with -c.
 func MarshalBootstrap(b *bootstrapv3.Bootstrap) ([]byte, error) {
 	return protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(b)
@@ -120,9 +135,13 @@ func (g generator) bootstrap() (*bootstrapv3.Bootstrap, error) {
 	if err != nil {
 		return nil, err
 	}
+	kind := "sidecar"
+	if g.lay.outboundOnly {
+		kind = "router"
+	}
 	b := &bootstrapv3.Bootstrap{
 		Node: &corev3.Node{
-			Id:      fmt.Sprintf("sidecar~%s~%s.%s~%s.svc.cluster.local", g.pod.IP, g.pod.Name, g.app.Namespace, g.app.Namespace),
+			Id:      fmt.Sprintf("%s~%s~%s.%s~%s.svc.cluster.local", kind, g.pod.IP, g.pod.Name, g.app.Namespace, g.app.Namespace),
 			Cluster: strings.TrimPrefix(g.pod.Service+"."+g.app.Namespace, "."),
 		},
 		Admin: &bootstrapv3.Admin{Address: socketAddr(g.lay.adminAddr, g.lay.adminPort)},
@@ -134,17 +153,22 @@ func (g generator) bootstrap() (*bootstrapv3.Bootstrap, error) {
 	if !g.opts.Telemetry {
 		// Keep only what the enrollment check and liveness need; everything else is
 		// the telemetry cost being switched off.
+		keep := []*matcherv3.StringMatcher{
+			{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: "server."}},
+			{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{
+				Regex: `^http\.(inbound|outbound)_.*\.downstream_rq_total$`}}},
+			{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{
+				Regex: `^listener\..*\.ssl\.(handshake|connection_error|fail_verify_no_cert)$`}}},
+			{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{
+				Regex: `^cluster\.inbound\|[0-9]+\|\|\.upstream_rq_completed$|^cluster\.outbound\|.*\.upstream_rq_retry$`}}},
+		}
+		if g.lay.outboundOnly {
+			keep = append(keep, &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{
+				Regex: `^cluster\.outbound\|.*\.upstream_rq_total$`}}})
+		}
 		b.StatsConfig = &metricsv3.StatsConfig{StatsMatcher: &metricsv3.StatsMatcher{
 			StatsMatcher: &metricsv3.StatsMatcher_InclusionList{InclusionList: &matcherv3.ListStringMatcher{
-				Patterns: []*matcherv3.StringMatcher{
-					{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: "server."}},
-					{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{
-						Regex: `^http\.(inbound|outbound)_.*\.downstream_rq_total$`}}},
-					{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{
-						Regex: `^listener\..*\.ssl\.(handshake|connection_error|fail_verify_no_cert)$`}}},
-					{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{
-						Regex: `^cluster\.inbound\|[0-9]+\|\|\.upstream_rq_completed$|^cluster\.outbound\|.*\.upstream_rq_retry$`}}},
-				},
+				Patterns: keep,
 			}},
 		}}
 	}
@@ -184,6 +208,9 @@ func (g generator) resources() (Resources, error) {
 		res.Listeners = append(res.Listeners, l)
 	}
 
+	if g.lay.outboundOnly {
+		return res, nil
+	}
 	// Inbound: the pod's own port, if it serves one.
 	in, inClusters := g.virtualInbound()
 	res.Listeners = append(res.Listeners, in)

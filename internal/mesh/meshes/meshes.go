@@ -5,5 +5,8 @@ package meshes
 import (
 	// Each profile registers itself in its init.
 	_ "github.com/meshmark/meshmark/internal/mesh/envoysidecar"
+	_ "github.com/meshmark/meshmark/internal/mesh/linkerd"
+	_ "github.com/meshmark/meshmark/internal/mesh/nodeenvoy"
 	_ "github.com/meshmark/meshmark/internal/mesh/none"
+	_ "github.com/meshmark/meshmark/internal/mesh/traefikmesh"
 )
