@@ -20,7 +20,7 @@ func init() {
 		)
 		cmd := &cobra.Command{
 			Use:   "service --graph FILE|BUILTIN --service NAME [--version V] [--listen ADDR]",
-			Short: "Run one service of a workload graph as an HTTP server (what each pod runs)",
+			Short: "Run one service of a workload graph over HTTP/1.1, h2c or gRPC (what each pod runs)",
 			Long: `Run one service of a service graph (see docs/graph.md): it answers HTTP/1.1 and
 cleartext HTTP/2, and gRPC when the graph says the service speaks it. Each request runs
 the service's script (calls, sleeps, CPU burn) and is answered with a JSON trace of every

@@ -1000,8 +1000,8 @@ func checkRows(run *results.Run, groups []*analysis.Group) []CheckRow {
 				Detail: fmt.Sprintf("%d of %d trials fell behind their schedule", behind, total)})
 		}
 		if total > 0 && m.Profile != "none" {
-			out = append(out, CheckRow{Mesh: m.Label, Check: "every request crossed the entry sidecars", Pass: bypassed == 0,
-				Detail: fmt.Sprintf("in %d of %d trials the sidecars counted fewer requests than were answered", bypassed, total)})
+			out = append(out, CheckRow{Mesh: m.Label, Check: "every request crossed the mesh's proxies at the entry service", Pass: bypassed == 0,
+				Detail: fmt.Sprintf("in %d of %d trials the proxies counted fewer requests (or, for L4 proxies, no connection) than were answered", bypassed, total)})
 		}
 		if row, ok := faultCheck(run, m.Label); ok {
 			out = append(out, row)

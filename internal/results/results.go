@@ -288,7 +288,7 @@ func (f Fault) String() string {
 // Flags the runner or analysis may attach to a trial.
 const (
 	FlagGeneratorBehind = "generator-behind"
-	// FlagProxyBypassed: the entry service's sidecars counted fewer requests than were
+	// FlagProxyBypassed: the mesh's proxies at the entry service counted fewer requests than were
 	// answered, so some traffic did not cross the mesh.
 	FlagProxyBypassed = "proxy-bypassed"
 	FlagOutlier       = "outlier"
