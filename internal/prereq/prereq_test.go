@@ -61,6 +61,8 @@ func TestProxyInstalledFromToolsSource(t *testing.T) {
 	src, tools := t.TempDir(), t.TempDir()
 	t.Setenv("MESHMARK_TOOLS", tools)
 	t.Setenv(ToolsSourceEnv, src)
+	// make puts the project's own tools dir on PATH, where a real traefik may be.
+	t.Setenv("PATH", "/usr/bin:/bin")
 	if _, err := ProxyBin("traefik"); err == nil || !strings.Contains(err.Error(), "meshmark setup") {
 		t.Fatalf("ProxyBin before setup = %v, want an error saying how to install it", err)
 	}
@@ -97,7 +99,6 @@ func TestProxyInstalledFromToolsSource(t *testing.T) {
 	// Without a tools source, setup explains instead of failing.
 	t.Setenv(ToolsSourceEnv, "")
 	t.Setenv("MESHMARK_TOOLS", t.TempDir())
-	t.Setenv("PATH", t.TempDir())
 	for _, it := range Items() {
 		if it.Name == "ztunnel" && (it.Install != "" || !it.Optional || !strings.Contains(it.Hint, ToolsSourceEnv)) {
 			t.Errorf("ztunnel without a tools source: %+v", it)
