@@ -8,7 +8,6 @@ import (
 
 	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/mesh"
-	"github.com/meshmark/meshmark/internal/mesh/linkerd"
 	"github.com/meshmark/meshmark/internal/prereq"
 	"github.com/meshmark/meshmark/internal/results"
 )
@@ -42,12 +41,6 @@ func TestLinkerdBesideEnvoyAndBaseline(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	// The control plane is `meshmark linkerd-controlplane`: this test binary is not
-	// meshmark, the one TestMain built is.
-	prev := linkerd.ControlPlaneBinary
-	linkerd.ControlPlaneBinary = func() (string, error) { return meshmarkBin, nil }
-	t.Cleanup(func() { linkerd.ControlPlaneBinary = prev })
-
 	run, db := runStudy(t, parseStudy(t, linkerdStudy))
 	if len(run.Trials) != 6 {
 		t.Fatalf("stored %d trials, want 3 meshes × 2 repeats", len(run.Trials))

@@ -27,6 +27,10 @@ const helperEnv = "MESHMARK_LINKERD_HELPER"
 // refuseIdentityEnv makes the control plane (this binary) refuse every Certify.
 const refuseIdentityEnv = "MESHMARK_LINKERD_TEST_REFUSE_IDENTITY"
 
+// This switches the package's dispatch off: TestMain below serves the control
+// plane itself, so that a test can make it refuse identities.
+var _ = func() bool { dispatchControlPlane = false; return true }()
+
 // TestMain lets the test binary stand in for meshmark: as a pod's workload, and as
 // `meshmark linkerd-controlplane`, which the profile starts from ControlPlaneBinary
 // (by default os.Executable, here this binary).
