@@ -145,7 +145,7 @@ func TestInvalid(t *testing.T) {
 		{"duplicate mesh names", "name: side", "name: base",
 			[]string{`f.yaml:11:13: spec.meshes[1].name: "base" is already the name of spec.meshes[0]: give each mesh its own name`}},
 		{"unknown profile", "profile: envoy-sidecar", "profile: envoy-sidecr",
-			[]string{`f.yaml:12:16: spec.meshes[1].profile: "envoy-sidecr": unknown profile, expected one of envoy-sidecar, none (did you mean "envoy-sidecar"?)`}},
+			[]string{`f.yaml:12:16: spec.meshes[1].profile: "envoy-sidecr": unknown profile, expected one of ` + strings.Join(KnownProfiles(), ", ") + ` (did you mean "envoy-sidecar"?)`}},
 		{"no baseline", "profile: none", "profile: envoy-sidecar",
 			[]string{`f.yaml:9:5: spec.meshes: comparing 2 meshes needs a baseline: add a mesh with profile none, or name one in spec.baseline`}},
 		{"baseline names no mesh", "  experiments:\n", "  baseline: bsae\n  experiments:\n",

@@ -1,0 +1,229 @@
+package ambient
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/substrate"
+	"github.com/meshmark/meshmark/internal/topology"
+)
+
+func sortNodes(ns []*nodeProxy) {
+	sort.Slice(ns, func(i, j int) bool { return ns[i].node < ns[j].node })
+}
+
+// Check proves enrollment from ztunnel's own metrics: every enrolled pod sends probe
+// requests to every service through its interception; afterwards each pod must appear
+// in its node's ztunnel as a source (outbound crossed it) and each service pod as a
+// destination reached over mutual TLS (HBONE); a pod not handed to ztunnel shows up in
+// neither and fails the check. Connections between pods on different nodes must be
+// HBONE on port 15008 (seen in the source pod's socket table, where ztunnel opens
+// them). A client outside the mesh then dials every service pod directly: accepted
+// under permissive, refused under strict.
+func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topology.App) (mesh.Enrollment, error) {
+	e := mesh.Enrollment{Mesh: Name, MTLS: p.mode, Pass: true, CheckedAt: time.Now()}
+	p.mu.Lock()
+	enrolled := map[string]bool{}
+	for name := range p.enrolled {
+		enrolled[name] = true
+	}
+	nodes := map[string]*nodeProxy{}
+	for k, v := range p.nodes {
+		nodes[k] = v
+	}
+	p.mu.Unlock()
+	if len(nodes) == 0 {
+		return e, fmt.Errorf("%s: not installed", Name)
+	}
+	meshedPods := p.MeshedPods(app)
+	meshed := map[string]bool{}
+	for _, pod := range meshedPods {
+		meshed[pod.Name] = true
+	}
+	before := map[string][]Series{}
+	for name, n := range nodes {
+		s, err := ScrapeMetrics(ctx, sub, n.pod)
+		if err != nil {
+			return e, err
+		}
+		before[name] = s
+	}
+
+	hbone := map[string]bool{}
+	for _, from := range meshedPods {
+		for _, s := range app.Services {
+			for range probesPerService(s) {
+				r, err := mesh.ProbeHTTP(ctx, sub, from, fmt.Sprintf("%s:%d", s.VIP, s.Port), "", "/")
+				if err != nil || r.Status >= 500 {
+					e.Fail("pod %s: request to %s failed: %v (HTTP %d)", from.Name, s.Name, err, r.Status)
+					break
+				}
+			}
+		}
+		// Cross-node HBONE: ztunnel keeps pooled HBONE connections open for a while,
+		// so the source pod's socket table shows them after the probes.
+		out, err := sub.Exec(ctx, from, nil, "ss", "-Htn", "state", "established")
+		if err == nil {
+			for _, l := range strings.Split(string(out), "\n") {
+				f := strings.Fields(l)
+				if len(f) >= 4 {
+					if host, port, err := net.SplitHostPort(f[len(f)-2]); err == nil && port == fmt.Sprint(HBONEPort) {
+						hbone[from.Name+">"+host] = true
+					}
+				}
+			}
+		}
+	}
+
+	after := map[string][]Series{}
+	for name, n := range nodes {
+		s, err := ScrapeMetrics(ctx, sub, n.pod)
+		if err != nil {
+			return e, err
+		}
+		after[name] = s
+	}
+	delta := func(node, metric string, match map[string]string) float64 {
+		return Sum(after[node], metric, match) - Sum(before[node], metric, match)
+	}
+
+	for _, pod := range app.Pods() {
+		pe := mesh.PodEnrollment{Pod: pod.Name, Service: pod.Service, Meshed: meshed[pod.Name]}
+		if !pe.Meshed {
+			e.Pods = append(e.Pods, pe)
+			continue
+		}
+		pe.Sidecar = enrolled[pod.Name] // handed to its node's ztunnel
+		out := delta(pod.Node, metricOpened, map[string]string{"reporter": "source", "source_workload": pod.Name})
+		pe.OutboundRequests = uint64(out)
+		if out == 0 {
+			e.Fail("pod %s: no outbound connection crossed ztunnel on %s", pod.Name, pod.Node)
+		}
+		if pod.Service != "" {
+			in := delta(pod.Node, metricOpened, map[string]string{"reporter": "destination", "destination_workload": pod.Name})
+			inMTLS := delta(pod.Node, metricOpened, map[string]string{"reporter": "destination", "destination_workload": pod.Name, "connection_security_policy": "mutual_tls"})
+			pe.InboundRequests, pe.InboundMTLS = uint64(in), uint64(inMTLS)
+			pe.InboundPlaintext = uint64(in - inMTLS)
+			pe.Answered = in > 0
+			if inMTLS == 0 && receivesTraffic(app, pod) {
+				e.Fail("pod %s: no inbound mTLS connection counted by ztunnel on %s", pod.Name, pod.Node)
+			}
+		}
+		pe.MTLSObserved = mesh.ObservedMode(pe.InboundMTLS, pe.InboundPlaintext)
+		pe.Notes = append(pe.Notes, "counts are connections (ztunnel is L4); the version split is per connection")
+		if !pe.Sidecar {
+			e.Fail("pod %s: not handed to ztunnel", pod.Name)
+		}
+		e.Pods = append(e.Pods, pe)
+	}
+
+	// Cross-node traffic must be HBONE.
+	crossNode := false
+	for _, from := range meshedPods {
+		for _, s := range app.Services {
+			for _, v := range s.Versions {
+				for _, to := range v.Endpoints {
+					if to.Node != from.Node && receivesTraffic(app, to) {
+						crossNode = true
+						if hbone[from.Name+">"+to.IP.String()] {
+							e.Pods = appendNote(e.Pods, from.Name, fmt.Sprintf("HBONE to %s (%s:%d) seen", to.Name, to.IP, HBONEPort))
+						}
+					}
+				}
+			}
+		}
+	}
+	if crossNode && len(hbone) == 0 {
+		e.Fail("no HBONE (port %d) connection between nodes seen in any pod", HBONEPort)
+	}
+
+	// Plaintext from outside the mesh.
+	if outsider, what, ok := p.outsider(sub, app); ok {
+		refusedAll := true
+		for _, s := range app.Services {
+			for _, v := range s.Versions {
+				for _, to := range v.Endpoints {
+					r, err := mesh.ProbeHTTP(ctx, sub, outsider, fmt.Sprintf("%s:%d", to.IP, to.Port), "", "/")
+					accepted := err == nil && r.Status < 500
+					if accepted {
+						refusedAll = false
+					}
+					if p.mode == mesh.MTLSStrict && accepted {
+						e.Fail("pod %s accepted plaintext from %s under strict mTLS", to.Name, what)
+					}
+					if p.mode != mesh.MTLSStrict && !accepted {
+						e.Fail("pod %s refused plaintext from %s under permissive mTLS: %v", to.Name, what, err)
+					}
+				}
+			}
+		}
+		if p.mode == mesh.MTLSStrict {
+			e.PlaintextRefused = &refusedAll
+		}
+	} else if p.mode == mesh.MTLSStrict {
+		e.Fail("no pod outside the mesh to test that plaintext is refused")
+	}
+	return e, nil
+}
+
+func appendNote(pods []mesh.PodEnrollment, pod, note string) []mesh.PodEnrollment {
+	for i := range pods {
+		if pods[i].Pod == pod {
+			pods[i].Notes = append(pods[i].Notes, note)
+		}
+	}
+	return pods
+}
+
+// receivesTraffic says whether the service split sends pod any connection.
+func receivesTraffic(app *topology.App, pod topology.Pod) bool {
+	for _, s := range app.Services {
+		split := false
+		if len(s.Versions) > 1 {
+			for _, v := range s.Versions {
+				split = split || v.Weight > 0
+			}
+		}
+		for _, v := range s.Versions {
+			for _, ep := range v.Endpoints {
+				if ep.Name == pod.Name {
+					return !split || v.Weight > 0
+				}
+			}
+		}
+	}
+	return false
+}
+
+// probesPerService sends enough requests that every positive-weight endpoint is hit.
+func probesPerService(s topology.Service) int {
+	n := 0
+	for _, v := range s.Versions {
+		n += len(v.Endpoints)
+	}
+	return max(4, 4*n)
+}
+
+// outsider picks a vantage point outside the mesh: an unmeshed client, else the node
+// namespace of the first service pod.
+func (p *Profile) outsider(sub substrate.Substrate, app *topology.App) (topology.Pod, string, bool) {
+	if !p.opts.ClientsMeshed(p.mode) && len(app.Clients) > 0 {
+		return app.Clients[0], "unmeshed client " + app.Clients[0].Name, true
+	}
+	if np, ok := sub.(nodePodder); ok {
+		for _, pod := range app.Pods() {
+			if pod.Node == "" {
+				continue
+			}
+			if n, err := np.NodePod(pod.Node); err == nil {
+				return n, "node " + pod.Node + " namespace", true
+			}
+		}
+	}
+	return topology.Pod{}, "", false
+}
