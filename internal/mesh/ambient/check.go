@@ -45,14 +45,20 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 	for _, pod := range meshedPods {
 		meshed[pod.Name] = true
 	}
-	before := map[string][]Series{}
-	for name, n := range nodes {
-		s, err := ScrapeMetrics(ctx, sub, n.pod)
-		if err != nil {
-			return e, err
+	// A ztunnel that cannot be read is a failed enrollment (its pods have no proxy),
+	// not a check that could not run.
+	scrape := func(when string) map[string][]Series {
+		out := map[string][]Series{}
+		for name, n := range nodes {
+			s, err := ScrapeMetrics(ctx, sub, n.pod)
+			if err != nil {
+				e.Fail("ztunnel on %s %s the probes: %v (log: %s)", name, when, err, n.logPath())
+			}
+			out[name] = s
 		}
-		before[name] = s
+		return out
 	}
+	before := scrape("before")
 
 	hbone := map[string]bool{}
 	for _, from := range meshedPods {
@@ -71,8 +77,9 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 		if err == nil {
 			for _, l := range strings.Split(string(out), "\n") {
 				f := strings.Fields(l)
+				// With a state filter ss prints Recv-Q, Send-Q, local, peer.
 				if len(f) >= 4 {
-					if host, port, err := net.SplitHostPort(f[len(f)-2]); err == nil && port == fmt.Sprint(HBONEPort) {
+					if host, port, err := net.SplitHostPort(f[3]); err == nil && port == fmt.Sprint(HBONEPort) {
 						hbone[from.Name+">"+host] = true
 					}
 				}
@@ -80,14 +87,7 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 		}
 	}
 
-	after := map[string][]Series{}
-	for name, n := range nodes {
-		s, err := ScrapeMetrics(ctx, sub, n.pod)
-		if err != nil {
-			return e, err
-		}
-		after[name] = s
-	}
+	after := scrape("after")
 	delta := func(node, metric string, match map[string]string) float64 {
 		return Sum(after[node], metric, match) - Sum(before[node], metric, match)
 	}
@@ -122,24 +122,27 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 		e.Pods = append(e.Pods, pe)
 	}
 
-	// Cross-node traffic must be HBONE.
-	crossNode := false
+	// Traffic between nodes must be HBONE: every pod with a destination on another
+	// node must hold an HBONE connection to one.
 	for _, from := range meshedPods {
+		expected, seen := false, false
 		for _, s := range app.Services {
 			for _, v := range s.Versions {
 				for _, to := range v.Endpoints {
-					if to.Node != from.Node && receivesTraffic(app, to) {
-						crossNode = true
-						if hbone[from.Name+">"+to.IP.String()] {
-							e.Pods = appendNote(e.Pods, from.Name, fmt.Sprintf("HBONE to %s (%s:%d) seen", to.Name, to.IP, HBONEPort))
-						}
+					if to.Node == from.Node || !receivesTraffic(app, to) {
+						continue
+					}
+					expected = true
+					if hbone[from.Name+">"+to.IP.String()] {
+						seen = true
+						e.Pods = appendNote(e.Pods, from.Name, fmt.Sprintf("HBONE to %s (%s:%d) on another node", to.Name, to.IP, HBONEPort))
 					}
 				}
 			}
 		}
-	}
-	if crossNode && len(hbone) == 0 {
-		e.Fail("no HBONE (port %d) connection between nodes seen in any pod", HBONEPort)
+		if expected && !seen {
+			e.Fail("pod %s: no HBONE connection (port %d) to a pod on another node", from.Name, HBONEPort)
+		}
 	}
 
 	// Plaintext from outside the mesh.
@@ -226,4 +229,11 @@ func (p *Profile) outsider(sub substrate.Substrate, app *topology.App) (topology
 		}
 	}
 	return topology.Pod{}, "", false
+}
+
+func (n *nodeProxy) logPath() string {
+	if n.proc == nil {
+		return "-"
+	}
+	return n.proc.LogPath()
 }
