@@ -186,3 +186,22 @@ func BuildLocalConfig(app *topology.App, meshed map[string]bool, identity func(t
 // Marshal renders the config file as YAML (port maps need integer keys, which JSON
 // cannot express).
 func (c LocalConfig) Marshal() ([]byte, error) { return yaml.Marshal(c) }
+
+// SplitNote says, for the record kept with the results, how each split service is
+// balanced without a waypoint: per connection, by endpoint capacity.
+func SplitNote(app *topology.App) string {
+	var b strings.Builder
+	b.WriteString("No waypoint: ztunnel is L4. Version splits are applied per connection (endpoint capacity), not per request;\n" +
+		"with keep-alive connections, the request split follows the connection split only on average.\n")
+	for _, s := range app.Services {
+		if len(s.Versions) < 2 {
+			continue
+		}
+		fmt.Fprintf(&b, "%s:", s.Name)
+		for _, v := range s.Versions {
+			fmt.Fprintf(&b, " %s=%d", v.Name, v.Weight)
+		}
+		b.WriteString(" (connection-level)\n")
+	}
+	return b.String()
+}

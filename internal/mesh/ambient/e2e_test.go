@@ -340,6 +340,9 @@ func TestAuthorizationPolicyDeniesCaller(t *testing.T) {
 	if _, ok := p.Configs()["ztunnel-config.yaml"]; !ok {
 		t.Error("no ztunnel config in Configs")
 	}
+	if note := string(p.Configs()["traffic-split.txt"]); !strings.Contains(note, "reviews: v1=25 v2=75 (connection-level)") {
+		t.Errorf("Configs do not say the reviews split is per connection: %q", note)
+	}
 }
 
 // TestZtunnelKilledMidRun: with a node's ztunnel gone, requests through it fail fast

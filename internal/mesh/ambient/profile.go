@@ -300,6 +300,7 @@ func (p *Profile) install(ctx context.Context, sub substrate.Substrate, app *top
 	p.mu.Lock()
 	p.configs["ztunnel-config.yaml"] = cfgJSON
 	p.configs["inpod.rules"] = []byte(InPodRules())
+	p.configs["traffic-split.txt"] = []byte(SplitNote(app))
 	p.mu.Unlock()
 
 	// One ztunnel per node, started in parallel.
