@@ -36,6 +36,7 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 	for k, v := range p.nodes {
 		nodes[k] = v
 	}
+	wp := p.waypoint
 	p.mu.Unlock()
 	if len(nodes) == 0 {
 		return e, fmt.Errorf("%s: not installed", Name)
@@ -73,17 +74,8 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 		}
 		// Cross-node HBONE: ztunnel keeps pooled HBONE connections open for a while,
 		// so the source pod's socket table shows them after the probes.
-		out, err := sub.Exec(ctx, from, nil, "ss", "-Htn", "state", "established")
-		if err == nil {
-			for _, l := range strings.Split(string(out), "\n") {
-				f := strings.Fields(l)
-				// With a state filter ss prints Recv-Q, Send-Q, local, peer.
-				if len(f) >= 4 {
-					if host, port, err := net.SplitHostPort(f[3]); err == nil && port == fmt.Sprint(HBONEPort) {
-						hbone[from.Name+">"+host] = true
-					}
-				}
-			}
+		for _, peer := range hbonePeers(ctx, sub, from) {
+			hbone[from.Name+">"+peer] = true
 		}
 	}
 
@@ -115,7 +107,11 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 			}
 		}
 		pe.MTLSObserved = mesh.ObservedMode(pe.InboundMTLS, pe.InboundPlaintext)
-		pe.Notes = append(pe.Notes, "counts are connections (ztunnel is L4); the version split is per connection")
+		if wp == nil {
+			pe.Notes = append(pe.Notes, "counts are connections (ztunnel is L4); the version split is per connection")
+		} else {
+			pe.Notes = append(pe.Notes, "counts are ztunnel's connections; the waypoint applies the version split per request")
+		}
 		if !pe.Sidecar {
 			e.Fail("pod %s: not handed to ztunnel", pod.Name)
 		}
@@ -123,8 +119,33 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 	}
 
 	// Traffic between nodes must be HBONE: every pod with a destination on another
-	// node must hold an HBONE connection to one.
+	// node must hold an HBONE connection to one; through a waypoint, every pod holds
+	// one to the waypoint, and the waypoint to every destination on another node.
+	if wp != nil {
+		for _, from := range meshedPods {
+			if !hbone[from.Name+">"+wp.pod.IP.String()] {
+				e.Fail("pod %s: no HBONE connection (port %d) to the waypoint %s", from.Name, HBONEPort, wp.pod.IP)
+			}
+		}
+		fromWaypoint := map[string]bool{}
+		for _, peer := range hbonePeers(ctx, sub, wp.pod) {
+			fromWaypoint[peer] = true
+		}
+		for _, pod := range app.Pods() {
+			if pod.Service == "" || pod.Node == wp.pod.Node || !receivesTraffic(app, pod) {
+				continue
+			}
+			if !fromWaypoint[pod.IP.String()] {
+				e.Fail("waypoint: no HBONE connection (port %d) to %s on %s", HBONEPort, pod.Name, pod.Node)
+			} else {
+				e.Pods = appendNote(e.Pods, pod.Name, fmt.Sprintf("HBONE from the waypoint on %s", wp.pod.Node))
+			}
+		}
+	}
 	for _, from := range meshedPods {
+		if wp != nil {
+			break
+		}
 		expected, seen := false, false
 		for _, s := range app.Services {
 			for _, v := range s.Versions {
@@ -143,6 +164,10 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 		if expected && !seen {
 			e.Fail("pod %s: no HBONE connection (port %d) to a pod on another node", from.Name, HBONEPort)
 		}
+	}
+
+	if wp != nil {
+		p.checkWaypoint(ctx, sub, app, &e, wp)
 	}
 
 	// Plaintext from outside the mesh.
@@ -236,4 +261,39 @@ func (n *nodeProxy) logPath() string {
 		return "-"
 	}
 	return n.proc.LogPath()
+}
+
+// checkWaypoint: the waypoint must have routed requests into every service the probes
+// reached.
+func (p *Profile) checkWaypoint(ctx context.Context, sub substrate.Substrate, app *topology.App, e *mesh.Enrollment, wp *waypointProxy) {
+	pc := readWaypoint(ctx, sub, app, wp)
+	if pc.Err != nil {
+		e.Fail("waypoint: %v (log: %s)", pc.Err, wp.proc.LogPath())
+		return
+	}
+	for _, s := range app.Services {
+		if pc.Inbound[s.Name] == 0 {
+			e.Fail("waypoint routed no request into %s", s.Name)
+		}
+	}
+}
+
+// hbonePeers lists the addresses a namespace holds established connections to on the
+// HBONE port (ztunnel and the waypoint keep them pooled after use).
+func hbonePeers(ctx context.Context, sub substrate.Substrate, in topology.Pod) []string {
+	out, err := sub.Exec(ctx, in, nil, "ss", "-Htn", "state", "established")
+	if err != nil {
+		return nil
+	}
+	var peers []string
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		// With a state filter ss prints Recv-Q, Send-Q, local, peer.
+		if len(f) >= 4 {
+			if host, port, err := net.SplitHostPort(f[3]); err == nil && port == fmt.Sprint(HBONEPort) {
+				peers = append(peers, host)
+			}
+		}
+	}
+	return peers
 }

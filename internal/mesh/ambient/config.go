@@ -3,6 +3,7 @@ package ambient
 import (
 	"fmt"
 	"gopkg.in/yaml.v3"
+	"net/netip"
 	"sort"
 	"strings"
 
@@ -47,6 +48,21 @@ type Service struct {
 	Hostname  string      `json:"hostname" yaml:"hostname"`
 	VIPs      []string    `json:"vips" yaml:"vips"`
 	Ports     map[int]int `json:"ports" yaml:"ports"`
+	// Waypoint, when set, makes every ztunnel send this service's traffic to the
+	// waypoint over HBONE instead of to an endpoint.
+	Waypoint *GatewayAddress `json:"waypoint,omitempty" yaml:"waypoint,omitempty"`
+}
+
+// GatewayAddress is where a waypoint listens: "network/ip" and its HBONE port.
+type GatewayAddress struct {
+	Destination   string `yaml:"destination"`
+	HBONEMTLSPort int    `yaml:"hboneMtlsPort"`
+}
+
+// WaypointWorkload places the namespace's waypoint: its address, node and identity.
+type WaypointWorkload struct {
+	Name, ServiceAccount, Node string
+	IP                         netip.Addr
 }
 
 // Policy is ztunnel's Authorization: rules are OR of AND of OR of matches.
@@ -113,7 +129,7 @@ func StrictPolicy(ns string) Policy {
 // service's connections over its endpoints by their capacity, so a version's weight
 // is spread over its pods as capacity: the reviews split is honoured per connection
 // (L4), not per request.
-func BuildLocalConfig(app *topology.App, meshed map[string]bool, identity func(topology.Pod) (sa string), trustDomain string, policies []Policy) (LocalConfig, error) {
+func BuildLocalConfig(app *topology.App, meshed map[string]bool, identity func(topology.Pod) (sa string), trustDomain string, policies []Policy, wp *WaypointWorkload) (LocalConfig, error) {
 	ns := app.Namespace
 	var cfg LocalConfig
 	seen := map[string]bool{}
@@ -143,6 +159,9 @@ func BuildLocalConfig(app *topology.App, meshed map[string]bool, identity func(t
 		}
 		host := serviceHost(s.Name, ns)
 		svc := Service{Name: s.Name, Namespace: ns, Hostname: host, VIPs: []string{"/" + s.VIP.String()}, Ports: map[int]int{s.Port: 0}}
+		if wp != nil {
+			svc.Waypoint = &GatewayAddress{Destination: "/" + wp.IP.String(), HBONEMTLSPort: HBONEPort}
+		}
 		// As envoy-sidecar: weights only split a service with several versions; a
 		// service whose versions all weigh 0 spreads evenly over every endpoint.
 		split := false
@@ -175,6 +194,14 @@ func BuildLocalConfig(app *topology.App, meshed map[string]bool, identity func(t
 	for _, c := range app.Clients {
 		add(c, nil, 1)
 	}
+	if wp != nil {
+		cfg.Workloads = append(cfg.Workloads, LocalWorkload{
+			UID: workloadUID(ns, wp.Name), Name: wp.Name, Namespace: ns, ServiceAccount: wp.ServiceAccount,
+			TrustDomain: trustDomain, WorkloadIPs: []string{wp.IP.String()}, Protocol: "HBONE", Node: wp.Node,
+			ClusterID: clusterID, WorkloadName: wp.Name, CanonicalName: wp.Name, Capacity: 1,
+			Services: map[string]map[int]int{},
+		})
+	}
 	sort.Slice(cfg.Workloads, func(i, j int) bool { return cfg.Workloads[i].Name < cfg.Workloads[j].Name })
 	cfg.Policies = append([]Policy{}, policies...)
 	if cfg.Services == nil {
@@ -189,10 +216,16 @@ func (c LocalConfig) Marshal() ([]byte, error) { return yaml.Marshal(c) }
 
 // SplitNote says, for the record kept with the results, how each split service is
 // balanced without a waypoint: per connection, by endpoint capacity.
-func SplitNote(app *topology.App) string {
+func SplitNote(app *topology.App, waypoint bool) string {
 	var b strings.Builder
-	b.WriteString("No waypoint: ztunnel is L4. Version splits are applied per connection (endpoint capacity), not per request;\n" +
-		"with keep-alive connections, the request split follows the connection split only on average.\n")
+	level := "connection-level"
+	if waypoint {
+		level = "request-level, in the waypoint"
+		b.WriteString("Waypoint: version splits are applied per request by the namespace waypoint (Envoy, L7).\n")
+	} else {
+		b.WriteString("No waypoint: ztunnel is L4. Version splits are applied per connection (endpoint capacity), not per request;\n" +
+			"with keep-alive connections, the request split follows the connection split only on average.\n")
+	}
 	for _, s := range app.Services {
 		if len(s.Versions) < 2 {
 			continue
@@ -201,7 +234,7 @@ func SplitNote(app *topology.App) string {
 		for _, v := range s.Versions {
 			fmt.Fprintf(&b, " %s=%d", v.Name, v.Weight)
 		}
-		b.WriteString(" (connection-level)\n")
+		fmt.Fprintf(&b, " (%s)\n", level)
 	}
 	return b.String()
 }

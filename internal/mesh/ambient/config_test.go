@@ -28,7 +28,7 @@ func splitApp() *topology.App {
 func TestLocalConfigSplitsByCapacity(t *testing.T) {
 	app := splitApp()
 	meshed := map[string]bool{"pp-0": true, "rv1-0": true, "rv2-0": true, "rv2-1": true, "rv3-0": true}
-	cfg, err := BuildLocalConfig(app, meshed, ServiceAccount, "cluster.local", []Policy{StrictPolicy("bookinfo")})
+	cfg, err := BuildLocalConfig(app, meshed, ServiceAccount, "cluster.local", []Policy{StrictPolicy("bookinfo")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestLocalConfigSplitsByCapacity(t *testing.T) {
 		t.Fatalf("not YAML: %v", err)
 	}
 	app.Services[0].VIP = netip.Addr{}
-	if _, err := BuildLocalConfig(app, meshed, ServiceAccount, "cluster.local", nil); err == nil {
+	if _, err := BuildLocalConfig(app, meshed, ServiceAccount, "cluster.local", nil, nil); err == nil {
 		t.Error("a service without VIP was accepted")
 	}
 }

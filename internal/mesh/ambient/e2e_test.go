@@ -7,6 +7,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -458,4 +460,80 @@ func TestMissingBinary(t *testing.T) {
 	if n := len(tb.Processes()); n != 0 {
 		t.Errorf("%d processes started", n)
 	}
+}
+
+// versionsOverOneConnection sends n requests to a service over one keep-alive
+// connection from pod and counts which pod answered each.
+func versionsOverOneConnection(t *testing.T, b bed, from topology.Pod, s *topology.Service, n int) map[string]int {
+	t.Helper()
+	dials := 0
+	tr := &http.Transport{MaxConnsPerHost: 1, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials++
+		return b.tb.DialContext(ctx, from, network, addr)
+	}}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	seen := map[string]int{}
+	for range n {
+		resp, err := client.Get(fmt.Sprintf("http://%s:%d/", s.VIP, s.Port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		pod, _, _ := strings.Cut(string(body), " ")
+		seen[pod]++
+	}
+	if dials != 1 {
+		t.Fatalf("%d connections, want 1", dials)
+	}
+	return seen
+}
+
+// TestWaypointSplitsPerRequest: with the waypoint, the reviews split applies to every
+// request, so one keep-alive connection reaches both versions; without it ztunnel
+// balances connections, so one connection stays on one pod.
+func TestWaypointSplitsPerRequest(t *testing.T) {
+	b := newBed(t)
+	reviews := b.app.Service("reviews")
+	t.Run("waypoint", func(t *testing.T) {
+		p := install(t, b, map[string]any{"mtls": "strict", "waypoint": "on"})
+		e := check(t, p, b)
+		if !e.Pass {
+			t.Fatalf("check failed: %v", e.Failures)
+		}
+		seen := versionsOverOneConnection(t, b, b.pod("loadgen"), reviews, 40)
+		if seen["reviews-v1-0"] == 0 || seen["reviews-v2-0"] == 0 {
+			t.Errorf("one connection through the waypoint reached %v, want both versions", seen)
+		}
+		t.Logf("40 requests on one connection through the waypoint (split 25/75): %v", seen)
+		if note := string(p.Configs()["traffic-split.txt"]); !strings.Contains(note, "reviews: v1=25 v2=75 (request-level, in the waypoint)") {
+			t.Errorf("Configs: %q", note)
+		}
+		counters := p.ReadCounters(context.Background(), b.tb, b.app)
+		found := false
+		for _, c := range counters {
+			if c.Component == "waypoint" {
+				found = true
+				if c.Err != nil || c.Unit != mesh.UnitRequests || c.Inbound["reviews"] < 40 {
+					t.Errorf("waypoint counters: %+v", c)
+				}
+			} else if c.Inbound != nil {
+				t.Errorf("ztunnel on %s counts inbound %v although the waypoint counts requests", c.Pod, c.Inbound)
+			}
+		}
+		if !found {
+			t.Error("no waypoint counters")
+		}
+		if err := p.Uninstall(context.Background(), b.tb); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("no waypoint", func(t *testing.T) {
+		install(t, b, map[string]any{"mtls": "strict"})
+		seen := versionsOverOneConnection(t, b, b.pod("loadgen"), reviews, 40)
+		if len(seen) != 1 {
+			t.Errorf("one connection through ztunnel alone reached %v, want one pod", seen)
+		}
+	})
 }

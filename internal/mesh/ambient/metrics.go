@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/substrate"
+	"github.com/meshmark/meshmark/internal/telemetry"
 	"github.com/meshmark/meshmark/internal/topology"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -112,13 +113,15 @@ func Sum(series []Series, name string, match map[string]string) float64 {
 
 // ReadCounters snapshots every node's ztunnel (mesh.Telemetry): inbound connections per
 // destination service (counted by the destination's ztunnel), and connection and byte
-// totals per reporter.
+// totals per reporter; with a waypoint, the waypoint's requests per service instead of
+// ztunnel's connections.
 func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, app *topology.App) []mesh.ProxyCounters {
 	p.mu.Lock()
 	nodes := make([]*nodeProxy, 0, len(p.nodes))
 	for _, n := range p.nodes {
 		nodes = append(nodes, n)
 	}
+	wp := p.waypoint
 	p.mu.Unlock()
 	sortNodes(nodes)
 	out := make([]mesh.ProxyCounters, len(nodes))
@@ -127,8 +130,15 @@ func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, app
 		pc := mesh.ProxyCounters{Component: "ztunnel", Pod: n.node, Time: time.Now(), Err: err, Unit: mesh.UnitConnections}
 		if err == nil {
 			pc.Inbound = map[string]uint64{}
+			if wp != nil {
+				// With a waypoint, the waypoint counts requests into each service;
+				// ztunnel's connections would mix units.
+				pc.Inbound = nil
+			}
 			for _, s := range app.Services {
-				pc.Inbound[s.Name] = uint64(Sum(series, metricOpened, map[string]string{"reporter": "destination", "destination_canonical_service": s.Name}))
+				if wp == nil {
+					pc.Inbound[s.Name] = uint64(Sum(series, metricOpened, map[string]string{"reporter": "destination", "destination_canonical_service": s.Name}))
+				}
 			}
 			pc.Counters = map[string]uint64{}
 			for _, m := range []string{metricOpened, metricClosed, metricSent, metricReceived} {
@@ -139,5 +149,29 @@ func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, app
 		}
 		out[i] = pc
 	}
+	if wp != nil {
+		out = append(out, readWaypoint(ctx, sub, app, wp))
+	}
 	return out
+}
+
+// readWaypoint snapshots the waypoint Envoy's admin: requests per service.
+func readWaypoint(ctx context.Context, sub substrate.Substrate, app *topology.App, wp *waypointProxy) mesh.ProxyCounters {
+	c := telemetry.NewClient(fmt.Sprintf("127.0.0.1:%d", WaypointAdminPort), func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return sub.DialContext(ctx, wp.pod, network, addr)
+	})
+	sctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
+	defer cancel()
+	snap, err := c.Snapshot(sctx)
+	pc := mesh.ProxyCounters{Component: "waypoint", Pod: wp.pod.Name, Time: snap.Time, Err: err, Unit: mesh.UnitRequests}
+	if err != nil {
+		pc.Time = time.Now()
+		return pc
+	}
+	pc.Version, pc.Counters, pc.Gauges = snap.Version, snap.Counters, snap.Gauges
+	pc.Inbound = map[string]uint64{}
+	for _, s := range app.Services {
+		pc.Inbound[s.Name] = snap.Counters["http."+waypointStatPrefix(s.Name)+".downstream_rq_total"]
+	}
+	return pc
 }

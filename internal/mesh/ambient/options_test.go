@@ -15,7 +15,6 @@ func TestOptions(t *testing.T) {
 		want string
 	}{
 		{map[string]any{"mtls": "off"}, "mtls", "always uses mTLS"},
-		{map[string]any{"waypoint": "on"}, "waypoint", "not implemented"},
 		{map[string]any{"waypoint": "maybe"}, "waypoint", ""},
 		{map[string]any{"request_id": "on"}, "request_id", "L4"},
 		{map[string]any{"retries": "off"}, "retries", "L4"},

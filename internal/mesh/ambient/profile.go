@@ -17,9 +17,13 @@
 //     cost and timing would need explaining; delta pushes, the one thing xDS adds,
 //     are not exercised by any study.
 //
-// Without a waypoint (the only mode so far) ztunnel is an L4 proxy: it counts
-// connections, not requests, and a service's version split is applied per connection
-// through endpoint capacity, not per request.
+// Without a waypoint ztunnel is an L4 proxy: it counts connections, not requests, and a
+// service's version split is applied per connection through endpoint capacity, not per
+// request. With `waypoint: on` a namespace waypoint (an Envoy configured with
+// go-control-plane, waypoint.go) terminates HBONE, routes each request with the
+// version split and re-originates HBONE to the chosen pod, as Istio's waypoint does;
+// it runs in the first node's namespace under the gateway role, and its request
+// counts are the per-trial counters.
 package ambient
 
 import (
@@ -58,7 +62,7 @@ func init() {
 		Summary: "Istio ambient: the real ztunnel per node (shared mode, in-pod redirection), HBONE mTLS, L4 only",
 		New:     New,
 		Own: map[string]string{
-			"waypoint": "off (default; on, an Envoy waypoint for L7, is not implemented yet)",
+			"waypoint": "off (default: L4 only) | on (an Envoy waypoint for the namespace: L7 routing, the version split per request)",
 		},
 		Unsupported: map[string]string{
 			"request_id":       "ztunnel is an L4 proxy: it never sees HTTP requests",
@@ -75,8 +79,9 @@ var _ mesh.Telemetry = (*Profile)(nil)
 
 // Profile is one istio-ambient configuration.
 type Profile struct {
-	opts mesh.Options
-	mode mesh.MTLSMode
+	opts         mesh.Options
+	mode         mesh.MTLSMode
+	withWaypoint bool
 
 	// Policies are added to the generated config (authorization policies beside the
 	// strict-mTLS one); set before Install.
@@ -89,7 +94,16 @@ type Profile struct {
 	nodes    map[string]*nodeProxy // by node name
 	enrolled map[string]topology.Pod
 	rules    map[string]topology.Pod // pods whose rules are in place
+	waypoint *waypointProxy
 }
+
+type waypointProxy struct {
+	pod  topology.Pod // the namespace it runs in
+	proc substrate.Process
+}
+
+// Waypoint says whether the profile runs a waypoint.
+func (p *Profile) Waypoint() bool { return p.withWaypoint }
 
 type nodeProxy struct {
 	node  string
@@ -103,14 +117,11 @@ func New(o mesh.Options) (mesh.Profile, error) {
 	if o.MTLS == mesh.MTLSOff {
 		return nil, &mesh.OptionError{Key: "mtls", Msg: "ambient always uses mTLS (HBONE) between enrolled pods; use permissive or strict, or the baseline profile for no mesh"}
 	}
-	wp, err := o.OwnWord("waypoint", "off", "on", "off")
+	wp, err := o.OwnBool("waypoint", false)
 	if err != nil {
 		return nil, err
 	}
-	if wp == "on" {
-		return nil, &mesh.OptionError{Key: "waypoint", Msg: "the Envoy waypoint is not implemented yet; only off"}
-	}
-	return &Profile{opts: o, mode: o.EffectiveMTLS(mesh.MTLSPermissive)}, nil
+	return &Profile{opts: o, mode: o.EffectiveMTLS(mesh.MTLSPermissive), withWaypoint: wp}, nil
 }
 
 func (p *Profile) Name() string { return Name }
@@ -249,6 +260,9 @@ func (p *Profile) install(ctx context.Context, sub substrate.Substrate, app *top
 		return err
 	}
 	var ids []string
+	if p.withWaypoint {
+		ids = append(ids, topology.SPIFFEID(p.opts.TrustDomain, app.Namespace, WaypointServiceAccount))
+	}
 	for _, pod := range pods {
 		if id := p.Identity(app, pod); !contains(ids, id) {
 			ids = append(ids, id)
@@ -289,7 +303,16 @@ func (p *Profile) install(ctx context.Context, sub substrate.Substrate, app *top
 		policies = append(policies, StrictPolicy(app.Namespace))
 	}
 	policies = append(policies, p.Policies...)
-	cfg, err := BuildLocalConfig(app, meshed, ServiceAccount, p.opts.TrustDomain, policies)
+	var wp *WaypointWorkload
+	if p.withWaypoint {
+		// The waypoint runs in the control plane's node namespace, with that address:
+		// it is a workload of its own, outside ambient capture, as Istio's is.
+		wp = &WaypointWorkload{Name: "waypoint", ServiceAccount: WaypointServiceAccount, Node: cpPod.Node, IP: cpPod.IP}
+		if err := p.startWaypoint(ctx, sub, app, cpPod, caAddr, root, hex.EncodeToString(token)); err != nil {
+			return err
+		}
+	}
+	cfg, err := BuildLocalConfig(app, meshed, ServiceAccount, p.opts.TrustDomain, policies, wp)
 	if err != nil {
 		return err
 	}
@@ -300,7 +323,7 @@ func (p *Profile) install(ctx context.Context, sub substrate.Substrate, app *top
 	p.mu.Lock()
 	p.configs["ztunnel-config.yaml"] = cfgJSON
 	p.configs["inpod.rules"] = []byte(InPodRules())
-	p.configs["traffic-split.txt"] = []byte(SplitNote(app))
+	p.configs["traffic-split.txt"] = []byte(SplitNote(app, p.withWaypoint))
 	p.mu.Unlock()
 
 	// One ztunnel per node, started in parallel.
@@ -423,7 +446,8 @@ func (p *Profile) Uninstall(ctx context.Context, sub substrate.Substrate) error 
 	rules := p.rules
 	nodes := p.nodes
 	cp := p.cp
-	p.rules, p.nodes, p.cp, p.enrolled = nil, nil, nil, nil
+	wp := p.waypoint
+	p.rules, p.nodes, p.cp, p.enrolled, p.waypoint = nil, nil, nil, nil, nil
 	p.mu.Unlock()
 	var errs []error
 	for _, pod := range rules {
@@ -442,6 +466,11 @@ func (p *Profile) Uninstall(ctx context.Context, sub substrate.Substrate) error 
 		}
 		if err := n.agent.close(); err != nil {
 			errs = append(errs, fmt.Errorf("node %s: %w", n.node, err))
+		}
+	}
+	if wp != nil && wp.proc != nil {
+		if err := wp.proc.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stop waypoint: %w", err))
 		}
 	}
 	if cp != nil {
