@@ -238,7 +238,11 @@ const (
 	// FlagProxyBypassed: the entry service's sidecars counted fewer requests than were
 	// answered, so some traffic did not cross the mesh.
 	FlagProxyBypassed = "proxy-bypassed"
-	FlagOutlier       = "outlier"
+	// FlagProxyUnreadable: a mesh proxy could not be read before or after the trial
+	// (it crashed or hung), so the trial's evidence that traffic crossed the mesh is
+	// incomplete.
+	FlagProxyUnreadable = "proxy-unreadable"
+	FlagOutlier         = "outlier"
 )
 
 // Interval is one second (or other fixed slice) of a trial.

@@ -33,6 +33,17 @@ import (
 // the control-plane role instead of folding them into meshmark itself.
 const ControlPlaneCommand = "ambient-controlplane"
 
+// The profile starts the control plane by re-executing its own binary with
+// ControlPlaneCommand as the first argument. Dispatching here, at package init, makes
+// that work in every binary that links the profile: meshmark itself and the test
+// binaries of every package that runs studies (the runner's, the CLI's), none of
+// which take such an argument otherwise.
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == ControlPlaneCommand {
+		os.Exit(ControlPlaneMain(os.Args[2:]))
+	}
+}
+
 // Files the control plane writes into its directory.
 const (
 	RootCertFile = "root-cert.pem" // the mesh root, for CA_ROOT_CA and verifiers

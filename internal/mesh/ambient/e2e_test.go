@@ -31,11 +31,8 @@ import (
 const helperEnv = "MESHMARK_AMBIENT_HELPER"
 
 func TestMain(m *testing.M) {
-	// The profile starts the control plane as `<own binary> ambient-controlplane`;
-	// in tests the own binary is this test binary.
-	if len(os.Args) > 1 && os.Args[1] == ControlPlaneCommand {
-		os.Exit(ControlPlaneMain(os.Args[2:]))
-	}
+	// The control plane (`<this binary> ambient-controlplane`) is dispatched by the
+	// package's init, before TestMain.
 	if os.Getenv(helperEnv) == "serve" {
 		http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "%s from %s", os.Getenv("POD_NAME"), r.RemoteAddr)

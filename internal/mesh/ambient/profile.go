@@ -7,8 +7,9 @@
 //     ztunnel over the ZDS unix socket (zds.go), after which ztunnel listens inside the
 //     pod on 15001 (outbound), 15006 (inbound plaintext) and 15008 (HBONE).
 //   - istiod's CA: Istio's IstioCertificateService served with grpc-go over TLS by a
-//     `meshmark ambient-controlplane` child process (ca.go), so its CPU and memory are
-//     sampled under the control-plane role. ztunnel authenticates with a bearer token
+//     `meshmark ambient-controlplane` child process (ca.go; the hidden subcommand is
+//     dispatched at this package's init), so its CPU and memory are sampled under the
+//     control-plane role. ztunnel authenticates with a bearer token
 //     meshmark gave it and asks for the identities of the pods it proxies.
 //   - istiod's workload xDS: replaced by ztunnel's local config file (LOCAL_XDS_PATH,
 //     config.go) generated from the app graph. A study deploys a fixed graph once per
