@@ -317,6 +317,8 @@ func (c *CA) sign(tmpl *x509.Certificate, pub any, validity time.Duration) ([]by
 	if notAfter.After(c.cert.NotAfter) {
 		notAfter = c.cert.NotAfter
 	}
+	// Certificates keep whole seconds; return what the certificate says.
+	notAfter = notAfter.UTC().Truncate(time.Second)
 	tmpl.SerialNumber, tmpl.NotBefore, tmpl.NotAfter = serial, now.Add(-clockSkew), notAfter
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, pub, c.key)
 	if err != nil {
