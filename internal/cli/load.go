@@ -48,6 +48,7 @@ type loadFlags struct {
 	caCert, cert, key  string
 	serverName         string
 	protocol           string
+	streams            int
 	grpcMethod         string
 }
 
@@ -157,6 +158,7 @@ Only loopback and 198.18.0.0/15 targets are allowed unless --allow-any-target.`,
 	fl.StringVar(&f.key, "key", "", "https: private key (PEM) of --cert (default: read from the --cert file)")
 	fl.StringVar(&f.serverName, "servername", "", "https: server name to send (SNI) and verify instead of the URL's host")
 	fl.StringVar(&f.protocol, "protocol", "http1", "http1, h2 (HTTP/2 over TLS), h2c (HTTP/2 cleartext, prior knowledge) or grpc (unary calls over h2c)")
+	fl.IntVar(&f.streams, "streams", 1, "h2, h2c, grpc: requests in flight per connection; -c 64 --streams 8 is 64 in flight over 8 connections (h2load -c 8 -m 8)")
 	fl.StringVar(&f.grpcMethod, "grpc-method", "", "grpc: full method name, /package.Service/Method (default "+load.HealthCheckMethod+")")
 	return c
 }
@@ -340,6 +342,14 @@ func (f *loadFlags) protocolConfig(cmd *cobra.Command, cfg *load.Config) error {
 	if f.protocol != "grpc" && fl.Changed("grpc-method") {
 		return errors.New("--grpc-method needs --protocol grpc")
 	}
+	switch {
+	case f.streams < 1 || f.streams > 1000:
+		return fmt.Errorf("--streams %d: want 1..1000", f.streams)
+	case f.streams > 1 && f.protocol == "http1":
+		return errors.New("--streams needs a multiplexing protocol (--protocol h2, h2c or grpc): HTTP/1.1 carries one request at a time per connection")
+	case f.streams > 1 && f.noKeepAlive:
+		return errors.New("--streams cannot share a connection that --no-keepalive closes after every request")
+	}
 	u, err := neturl.Parse(cfg.Request.URL)
 	if err != nil {
 		return fmt.Errorf("target %q: %w", cfg.Request.URL, err)
@@ -350,12 +360,12 @@ func (f *loadFlags) protocolConfig(cmd *cobra.Command, cfg *load.Config) error {
 		if u.Scheme != "http" {
 			return fmt.Errorf("--protocol h2c is cleartext HTTP/2: want an http:// URL, got %q", cfg.Request.URL)
 		}
-		cfg.Client = load.NewH2Client(load.ClientOptions{DisableKeepAlive: f.noKeepAlive}, nil)
+		cfg.Client = load.NewH2Client(load.ClientOptions{DisableKeepAlive: f.noKeepAlive, Streams: f.streams}, nil)
 	case "h2":
 		if u.Scheme != "https" {
 			return fmt.Errorf("--protocol h2 is HTTP/2 over TLS: want an https:// URL (h2c for http://), got %q", cfg.Request.URL)
 		}
-		cfg.Client = load.NewH2Client(load.ClientOptions{DisableKeepAlive: f.noKeepAlive}, cfg.TLS)
+		cfg.Client = load.NewH2Client(load.ClientOptions{DisableKeepAlive: f.noKeepAlive, Streams: f.streams}, cfg.TLS)
 	case "grpc":
 		switch {
 		case fl.Changed("method"):
@@ -381,7 +391,7 @@ func (f *loadFlags) protocolConfig(cmd *cobra.Command, cfg *load.Config) error {
 		u.Path = m
 		cfg.Request.URL = u.String()
 		cfg.Request.Method = "POST"
-		c, err := load.NewGRPCClient(load.ClientOptions{})
+		c, err := load.NewGRPCClient(load.ClientOptions{Streams: f.streams})
 		if err != nil {
 			return err
 		}

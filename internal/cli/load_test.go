@@ -59,6 +59,9 @@ func TestLoadCommandBadInputExitsTwo(t *testing.T) {
 		{"load", "https://127.0.0.1:8443/", "--protocol", "grpc"},
 		{"load", "http://8.8.8.8:50051/", "--protocol", "grpc"},
 		{"load", srv.URL, "--protocol", "grpc", "-H", "grpc-timeout: 1S"},
+		{"load", srv.URL, "--streams", "4"},
+		{"load", srv.URL, "--protocol", "h2c", "--streams", "0"},
+		{"load", srv.URL, "--protocol", "h2c", "--streams", "4", "--no-keepalive"},
 		{"load", srv.URL, "--rate", "10", "--spin", "sometimes"},
 		{"load", srv.URL, "--rate", "10", "--spin", "-5us"},
 		{"load", srv.URL, "--spin", "100us"},
@@ -88,6 +91,10 @@ func TestLoadCommandProtocols(t *testing.T) {
 	res := loadJSON(t, hs.URL, "--protocol", "h2c", "-c", "2", "-n", "30")
 	if res.Succeeded != 30 || h2.Load() != 30 {
 		t.Errorf("h2c: ok %d, HTTP/2 requests served %d; want 30, 30", res.Succeeded, h2.Load())
+	}
+	res = loadJSON(t, hs.URL, "--protocol", "h2c", "-c", "4", "--streams", "4", "-n", "40")
+	if res.Succeeded != 40 || res.Health.Connections != 1 {
+		t.Errorf("h2c -c 4 --streams 4: ok %d over %d connections; want 40 over 1", res.Succeeded, res.Health.Connections)
 	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

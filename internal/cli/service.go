@@ -21,10 +21,11 @@ func init() {
 		cmd := &cobra.Command{
 			Use:   "service --graph FILE|BUILTIN --service NAME [--version V] [--listen ADDR]",
 			Short: "Run one service of a workload graph as an HTTP server (what each pod runs)",
-			Long: `Run one service of a service graph (see docs/graph.md) as an HTTP/1.1 server.
-Each request runs the service's script (calls, sleeps, CPU burn) and is answered with a
-JSON trace of every service it went through. Built-in graphs: bookinfo, emojivoto,
-chain-N, fanout-N, optionally with options, e.g. bookinfo:replicas=3.
+			Long: `Run one service of a service graph (see docs/graph.md): it answers HTTP/1.1 and
+cleartext HTTP/2, and gRPC when the graph says the service speaks it. Each request runs
+the service's script (calls, sleeps, CPU burn) and is answered with a JSON trace of every
+service it went through. Built-in graphs: bookinfo, emojivoto, online-boutique,
+teastore, chain-N, fanout-N, optionally with options, e.g. bookinfo:replicas=3.
 
 With --print, write the graph file of a built-in graph and exit.`,
 			Args: cobra.NoArgs,

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -136,6 +137,68 @@ type ClientOptions struct {
 	TLS *tls.Config
 	// ReadBufferSize is the per-connection read buffer; 0 means 16 KiB.
 	ReadBufferSize int
+	// Streams is how many sessions share one connection, each with its own request in
+	// flight (HTTP/2 and gRPC only; 0 or 1: a connection per session). N sessions then
+	// use ceil(N/Streams) connections: -c 64 with 8 streams is h2load -c 8 -m 8.
+	Streams int
+}
+
+// streams is Streams with its default.
+func (o ClientOptions) streams() int { return max(1, o.Streams) }
+
+// connGroup hands out shared connections to sessions: every `size` sessions in a row
+// share one, made by newConn. It is how multiplexing protocols put several streams on
+// a connection while each session still carries one request at a time.
+type connGroup[C any] struct {
+	mu      sync.Mutex
+	size    int
+	cur     C
+	members int
+	newConn func() C
+}
+
+func (g *connGroup[C]) join() C {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.members == 0 || g.members == g.size {
+		g.cur, g.members = g.newConn(), 0
+	}
+	g.members++
+	return g.cur
+}
+
+// sharers counts the sessions of one shared connection that are not closed, so that the
+// connection is closed with its last session, not under the others' feet.
+type sharers struct {
+	mu   sync.Mutex
+	open int
+}
+
+// enter counts a new session.
+func (s *sharers) enter() {
+	s.mu.Lock()
+	s.open++
+	s.mu.Unlock()
+}
+
+// reopen marks a session in use again (a Do after its Close).
+func (s *sharers) reopen(closed *bool) {
+	if *closed {
+		s.enter()
+		*closed = false
+	}
+}
+
+// leave marks a session closed and reports whether it was the last one open.
+func (s *sharers) leave(closed *bool) bool {
+	if *closed {
+		return false
+	}
+	*closed = true
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.open--
+	return s.open == 0
 }
 
 func (o ClientOptions) dial() DialFunc {

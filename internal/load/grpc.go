@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,20 +35,26 @@ const HealthCheckMethod = "/grpc.health.v1.Health/Check"
 // decoded, so no generated code is needed for the service under test. Request.Method
 // is ignored (gRPC calls are POSTs); headers are sent as metadata, Host as :authority.
 //
-// A session is one grpc.ClientConn, that is one HTTP/2 connection, carrying one call at
-// a time, in cleartext (h2c). DisableKeepAlive is not supported: a channel per call
-// measures channel setup, which no gRPC client does per call.
+// A session carries one call at a time over a grpc.ClientConn, that is one HTTP/2
+// connection in cleartext (h2c): by default a channel of its own; with
+// ClientOptions.Streams = m, every m sessions share one channel as concurrent streams
+// (as ghz --connections with several concurrent calls each). DisableKeepAlive is not
+// supported: a channel per call measures channel setup, which no gRPC client does per
+// call.
 //
 // Statuses: see GRPCHTTPStatus.
 func NewGRPCClient(o ClientOptions) (Client, error) {
 	if o.DisableKeepAlive {
 		return nil, errors.New("grpc: a new connection per call is not supported; gRPC channels are long-lived")
 	}
-	return &grpcClient{dial: o.dial()}, nil
+	c := &grpcClient{dial: o.dial()}
+	c.channels = connGroup[*grpcChannel]{size: o.streams(), newConn: func() *grpcChannel { return &grpcChannel{c: c} }}
+	return c, nil
 }
 
 type grpcClient struct {
-	dial DialFunc
+	dial     DialFunc
+	channels connGroup[*grpcChannel]
 }
 
 type grpcRequest struct {
@@ -117,20 +124,39 @@ func checkGRPCMethod(m string) error {
 	return nil
 }
 
-func (c *grpcClient) NewSession() Session { return &grpcSession{c: c, base: time.Now()} }
+func (c *grpcClient) NewSession() Session {
+	ch := c.channels.join()
+	ch.enter()
+	return &grpcSession{ch: ch, base: time.Now()}
+}
 
-type grpcSession struct {
-	c    *grpcClient
-	cc   *grpc.ClientConn
-	key  string // grpcRequest.channel of cc
-	base time.Time
+// grpcChannel is one ClientConn shared by the sessions of a group.
+type grpcChannel struct {
+	c  *grpcClient
+	mu sync.Mutex // guards cc and key
+	cc *grpc.ClientConn
+	// key is the grpcRequest.channel cc was made for.
+	key string
+	sharers
 
 	// Written by grpc-go's goroutines while a call is in flight.
-	dials     atomic.Int32            // successful dials not yet reported
-	dialErr   atomic.Pointer[error]   // the last dial's error; nil after a successful dial
-	conn      atomic.Pointer[errConn] // the newest connection
-	firstByte atomic.Int64            // ns after base when the response began; 0: not yet
+	dials   atomic.Int32            // successful dials not yet reported
+	dialErr atomic.Pointer[error]   // the last dial's error; nil after a successful dial
+	conn    atomic.Pointer[errConn] // the newest connection
 }
+
+type grpcSession struct {
+	ch     *grpcChannel
+	closed bool
+	base   time.Time
+	// firstByte is written by grpc-go's goroutines while this session's call is in
+	// flight: ns after base when the response began; 0: not yet.
+	firstByte atomic.Int64
+}
+
+// sessionKey carries the calling session in a call's context to the stats handler,
+// which the sessions sharing a channel share.
+type sessionKey struct{}
 
 // rawCodec passes messages through as bytes. It keeps the name "proto" so that the
 // content-type is application/grpc+proto, which every server accepts, and the server
@@ -204,24 +230,31 @@ func (c *errConn) Write(b []byte) (int, error) {
 	return n, err
 }
 
-func (s *grpcSession) connect(gr *grpcRequest) error {
-	s.Close()
+// channel returns the ClientConn for gr, making it when there is none for gr's channel
+// key; a changed key replaces the channel of every session sharing it.
+func (ch *grpcChannel) channel(gr *grpcRequest) (*grpc.ClientConn, error) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.cc != nil && ch.key == gr.channel {
+		return ch.cc, nil
+	}
+	ch.closeLocked()
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			conn, err := s.c.dial(ctx, "tcp", addr)
+			conn, err := ch.c.dial(ctx, "tcp", addr)
 			if err != nil {
-				s.dialErr.Store(&err)
+				ch.dialErr.Store(&err)
 				return nil, err
 			}
-			s.dialErr.Store(nil)
-			s.dials.Add(1)
+			ch.dialErr.Store(nil)
+			ch.dials.Add(1)
 			ec := &errConn{Conn: conn}
-			s.conn.Store(ec)
+			ch.conn.Store(ec)
 			return ec, nil
 		}),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})),
-		grpc.WithStatsHandler((*grpcStats)(s)),
+		grpc.WithStatsHandler(grpcStats{}),
 		grpc.WithUserAgent(gr.userAgent),
 		// The default backoff (1 s, growing to 2 min) would keep failing calls fast for
 		// seconds after a restarted target is back; a benchmark wants to see it back.
@@ -236,10 +269,20 @@ func (s *grpcSession) connect(gr *grpcRequest) error {
 	// passthrough: the address goes to the dialer as is, no name resolution.
 	cc, err := grpc.NewClient("passthrough:///"+gr.target, opts...)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	s.cc, s.key = cc, gr.channel
-	return nil
+	ch.cc, ch.key = cc, gr.channel
+	return cc, nil
+}
+
+func (ch *grpcChannel) closeLocked() error {
+	if ch.cc == nil {
+		return nil
+	}
+	err := ch.cc.Close()
+	ch.cc, ch.key = nil, ""
+	ch.conn.Store(nil)
+	return err
 }
 
 // Do implements Session.
@@ -249,12 +292,12 @@ func (s *grpcSession) Do(ctx context.Context, p *Prepared, deadline time.Time, o
 		return errors.New("grpc: request was not prepared by this client")
 	}
 	*out = Outcome{}
-	if s.cc == nil || s.key != gr.channel {
-		if err := s.connect(gr); err != nil {
-			return err
-		}
+	s.ch.reopen(&s.closed)
+	cc, err := s.ch.channel(gr)
+	if err != nil {
+		return err
 	}
-	cctx, cancel := context.WithDeadline(ctx, deadline)
+	cctx, cancel := context.WithDeadline(context.WithValue(ctx, sessionKey{}, s), deadline)
 	defer cancel()
 	if len(gr.md) > 0 {
 		cctx = metadata.NewOutgoingContext(cctx, gr.md)
@@ -262,8 +305,8 @@ func (s *grpcSession) Do(ctx context.Context, p *Prepared, deadline time.Time, o
 	body := p.Request.Body
 	reply := grpcReply{health: gr.health}
 	s.firstByte.Store(0)
-	err := s.cc.Invoke(cctx, gr.method, &body, &reply)
-	out.Dialed = s.dials.Swap(0) > 0
+	err = cc.Invoke(cctx, gr.method, &body, &reply)
+	out.Dialed = s.ch.dials.Swap(0) > 0
 	if fb := s.firstByte.Load(); fb != 0 {
 		out.FirstByte = s.base.Add(time.Duration(fb))
 	}
@@ -292,10 +335,10 @@ func (s *grpcSession) Do(ctx context.Context, p *Prepared, deadline time.Time, o
 		// when the server gives up on the call as well, which can precede the context's
 		// own timer.
 		return fmt.Errorf("grpc %s: %w", gr.method, context.DeadlineExceeded)
-	case st.Code() == codes.Unavailable && !answered && s.dialErr.Load() != nil:
-		return fmt.Errorf("grpc %s: %w", gr.method, *s.dialErr.Load())
-	case st.Code() == codes.Unavailable && s.conn.Load() != nil && s.conn.Load().err.Load() != nil:
-		return fmt.Errorf("grpc %s: connection: %w", gr.method, *s.conn.Load().err.Load())
+	case st.Code() == codes.Unavailable && !answered && s.ch.dialErr.Load() != nil:
+		return fmt.Errorf("grpc %s: %w", gr.method, *s.ch.dialErr.Load())
+	case st.Code() == codes.Unavailable && s.ch.conn.Load() != nil && s.ch.conn.Load().err.Load() != nil:
+		return fmt.Errorf("grpc %s: connection: %w", gr.method, *s.ch.conn.Load().err.Load())
 	case answered:
 		// The server, or a proxy on the way, answered with a status: a response, timed
 		// and counted like a non-2xx HTTP response.
@@ -343,14 +386,14 @@ func healthStatusName(s uint64) string {
 	return fmt.Sprintf("serving status %d", s)
 }
 
+// Close closes the channel once none of the sessions sharing it is open.
 func (s *grpcSession) Close() error {
-	if s.cc == nil {
+	if !s.ch.leave(&s.closed) {
 		return nil
 	}
-	err := s.cc.Close()
-	s.cc, s.key = nil, ""
-	s.conn.Store(nil)
-	return err
+	s.ch.mu.Lock()
+	defer s.ch.mu.Unlock()
+	return s.ch.closeLocked()
 }
 
 // GRPCHTTPStatus maps a gRPC status code to the HTTP status that stands for it in
@@ -396,17 +439,20 @@ func GRPCHTTPStatus(c codes.Code) int {
 
 // grpcStats takes the time the response began from grpc-go's stats events: the
 // connection is read by grpc-go's own goroutine, so there is no read of ours to time.
-type grpcStats grpcSession
+// The call's context names its session, since sessions may share the channel.
+type grpcStats struct{}
 
-func (h *grpcStats) TagRPC(ctx context.Context, _ *grpcstats.RPCTagInfo) context.Context { return ctx }
-func (h *grpcStats) TagConn(ctx context.Context, _ *grpcstats.ConnTagInfo) context.Context {
+func (grpcStats) TagRPC(ctx context.Context, _ *grpcstats.RPCTagInfo) context.Context { return ctx }
+func (grpcStats) TagConn(ctx context.Context, _ *grpcstats.ConnTagInfo) context.Context {
 	return ctx
 }
-func (h *grpcStats) HandleConn(context.Context, grpcstats.ConnStats) {}
+func (grpcStats) HandleConn(context.Context, grpcstats.ConnStats) {}
 
-func (h *grpcStats) HandleRPC(_ context.Context, st grpcstats.RPCStats) {
+func (grpcStats) HandleRPC(ctx context.Context, st grpcstats.RPCStats) {
 	switch st.(type) {
 	case *grpcstats.InHeader, *grpcstats.InTrailer: // a trailers-only response has no header
-		h.firstByte.CompareAndSwap(0, int64(time.Since(h.base)))
+		if s, ok := ctx.Value(sessionKey{}).(*grpcSession); ok {
+			s.firstByte.CompareAndSwap(0, int64(time.Since(s.base)))
+		}
 	}
 }

@@ -32,6 +32,8 @@ type grpcTestServer struct {
 	calls  atomic.Int64
 	mu     sync.Mutex
 	open   []net.Conn
+	// onCall, when set, runs as a call starts; what it returns runs as the call ends.
+	onCall func() func()
 }
 
 type countingListener struct {
@@ -59,6 +61,9 @@ func startGRPC(t *testing.T) *grpcTestServer {
 	s := &grpcTestServer{addr: ln.Addr().String(), health: health.NewServer()}
 	srv := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		s.calls.Add(1)
+		if s.onCall != nil {
+			defer s.onCall()()
+		}
 		return h(ctx, req)
 	}))
 	healthpb.RegisterHealthServer(srv, s.health)
@@ -293,5 +298,38 @@ func TestGRPCHTTPStatus(t *testing.T) {
 		if got := GRPCHTTPStatus(c); got != w {
 			t.Errorf("%v → %d, want %d", c, got, w)
 		}
+	}
+}
+
+// TestGRPCStreamsShareChannels: 6 sessions with 3 streams each are 2 connections, each
+// carrying 3 calls at once.
+func TestGRPCStreamsShareChannels(t *testing.T) {
+	s := startGRPC(t)
+	c, err := NewGRPCClient(ClientOptions{Streams: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now, most := 0, 0
+	s.onCall = func() func() {
+		mu.Lock()
+		now++
+		most = max(most, now)
+		mu.Unlock()
+		return func() { mu.Lock(); now--; mu.Unlock() }
+	}
+	body := mustMarshal(t, durationpb.New(20*time.Millisecond))
+	res := run(t, Config{Request: Request{URL: s.url("/test.Svc/Sleep"), Body: body}, Closed: &ClosedModel{Connections: 6}, Count: 120, Client: c})
+	if res.Succeeded != 120 {
+		t.Fatalf("ok %d, errors %+v %v", res.Succeeded, res.Errors, res.ErrorSamples)
+	}
+	if s.conns.Load() != 2 || res.Health.Connections != 2 {
+		t.Errorf("6 sessions, 3 streams each: server accepted %d connections, client dialed %d; want 2", s.conns.Load(), res.Health.Connections)
+	}
+	if most != 6 {
+		t.Errorf("at most %d calls in flight, want 6 (3 on each of 2 connections)", most)
+	}
+	if fb := res.FirstByte.Quantile(50); fb < 20*time.Millisecond {
+		t.Errorf("first byte p50 %v: the shared stats handler credited another session's response", fb)
 	}
 }

@@ -21,17 +21,29 @@ import (
 // way the client refuses to fall back to HTTP/1.1, so a run labelled HTTP/2 measured
 // HTTP/2.
 //
-// A session is one HTTP/2 connection carrying one request at a time, so N sessions are
-// N connections, as with the HTTP/1.1 client (and h2load -c N -m 1). With
-// DisableKeepAlive every request opens its own connection.
+// A session carries one request at a time. By default it has a connection of its own, so
+// N sessions are N connections, as with the HTTP/1.1 client (and h2load -c N -m 1); with
+// ClientOptions.Streams = m, every m sessions share one connection as concurrent streams
+// (h2load -m m). With DisableKeepAlive every request opens its own connection and
+// Streams does not apply.
 func NewH2Client(o ClientOptions, tlsConfig *tls.Config) Client {
-	return &h2Client{opts: o, dial: o.dial(), tls: tlsConfig}
+	c := &h2Client{opts: o, dial: o.dial(), tls: tlsConfig}
+	c.conns = connGroup[*h2Conn]{size: o.streams(), newConn: c.newConn}
+	return c
 }
 
 type h2Client struct {
-	opts ClientOptions
-	dial DialFunc
-	tls  *tls.Config
+	opts  ClientOptions
+	dial  DialFunc
+	tls   *tls.Config
+	conns connGroup[*h2Conn]
+}
+
+// h2Conn is one transport holding at most one connection, shared by its sessions.
+type h2Conn struct {
+	t     *http.Transport
+	dials atomic.Int32 // successful dials not yet reported in an Outcome
+	sharers
 }
 
 type h2Request struct {
@@ -80,7 +92,13 @@ func (c *h2Client) Prepare(r Request) (*Prepared, error) {
 }
 
 func (c *h2Client) NewSession() Session {
-	s := &h2Session{}
+	conn := c.conns.join()
+	conn.enter()
+	return &h2Session{conn: conn}
+}
+
+func (c *h2Client) newConn() *h2Conn {
+	s := &h2Conn{}
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
 	p.SetHTTP2(true)
@@ -110,8 +128,8 @@ func (c *h2Client) NewSession() Session {
 }
 
 type h2Session struct {
-	t     *http.Transport
-	dials atomic.Int32 // successful dials not yet reported in an Outcome
+	conn   *h2Conn
+	closed bool
 }
 
 // h2Body is a request body that can be read again: the transport retries a request
@@ -124,6 +142,7 @@ func (s *h2Session) Do(ctx context.Context, p *Prepared, deadline time.Time, out
 		return errors.New("h2: request was not prepared by this client")
 	}
 	*out = Outcome{}
+	s.conn.reopen(&s.closed)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	// A shallow copy suffices: RoundTrip must not modify the request, and the header
@@ -133,15 +152,18 @@ func (s *h2Session) Do(ctx context.Context, p *Prepared, deadline time.Time, out
 		req.Body, _ = h2Body(b)
 		req.GetBody = func() (io.ReadCloser, error) { return h2Body(b) }
 	}
-	resp, err := s.t.RoundTrip(req)
-	out.Dialed = s.dials.Swap(0) > 0
+	resp, err := s.conn.t.RoundTrip(req)
+	out.Dialed = s.conn.dials.Swap(0) > 0
 	if err != nil {
 		return err
 	}
 	return drain(resp, out)
 }
 
+// Close closes the connection once none of the sessions sharing it is open.
 func (s *h2Session) Close() error {
-	s.t.CloseIdleConnections()
+	if s.conn.leave(&s.closed) {
+		s.conn.t.CloseIdleConnections()
+	}
 	return nil
 }

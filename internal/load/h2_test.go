@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -194,6 +195,52 @@ func TestH2PrepareRejects(t *testing.T) {
 	} {
 		if _, err := c.Prepare(r); err == nil {
 			t.Errorf("Prepare(%+v) accepted", r)
+		}
+	}
+}
+
+// inflightByConn records, per client connection (remote address), the most requests
+// the server had in progress at once.
+type inflightByConn struct {
+	mu       sync.Mutex
+	now, max map[string]int
+}
+
+func (f *inflightByConn) handler(hold time.Duration) http.HandlerFunc {
+	f.now, f.max = map[string]int{}, map[string]int{}
+	return func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.now[r.RemoteAddr]++
+		f.max[r.RemoteAddr] = max(f.max[r.RemoteAddr], f.now[r.RemoteAddr])
+		f.mu.Unlock()
+		time.Sleep(hold)
+		f.mu.Lock()
+		f.now[r.RemoteAddr]--
+		f.mu.Unlock()
+	}
+}
+
+// TestH2CStreamsShareConnections: 8 sessions with 4 streams each are 2 connections, and
+// the server sees 4 requests at once on each of them.
+func TestH2CStreamsShareConnections(t *testing.T) {
+	var f inflightByConn
+	s := startH2C(t, f.handler(20*time.Millisecond))
+	c := NewH2Client(ClientOptions{Streams: 4}, nil)
+	res := run(t, Config{Request: Request{URL: s.url}, Closed: &ClosedModel{Connections: 8}, Count: 200, Client: c})
+	if res.Succeeded != 200 || s.h1.Load() != 0 {
+		t.Fatalf("ok %d, HTTP/1.x %d, errors %+v %v", res.Succeeded, s.h1.Load(), res.Errors, res.ErrorSamples)
+	}
+	if s.conns.Load() != 2 || res.Health.Connections != 2 {
+		t.Errorf("8 sessions, 4 streams each: server saw %d connections, client dialed %d; want 2", s.conns.Load(), res.Health.Connections)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.max) != 2 {
+		t.Fatalf("requests came from %d connections: %v", len(f.max), f.max)
+	}
+	for conn, m := range f.max {
+		if m != 4 {
+			t.Errorf("connection %s carried at most %d requests at once, want 4", conn, m)
 		}
 	}
 }

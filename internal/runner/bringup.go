@@ -13,7 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/prereq"
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/testbed"
@@ -66,7 +68,11 @@ func (r *runner) bringUp(ctx context.Context, m *study.Mesh) (d *deployment, err
 	}()
 	var deps []testbed.Deployment
 	for _, w := range r.graph.Deployments() {
-		deps = append(deps, testbed.Deployment{Service: w.Service, Version: w.Version, Weight: w.Weight, Replicas: w.Replicas, Port: w.Port})
+		deps = append(deps, testbed.Deployment{Service: w.Service, Version: w.Version, Weight: w.Weight, Replicas: w.Replicas, Port: w.Port, Protocol: w.Protocol})
+	}
+	if r.needsIngress() {
+		// The gateway is a service of the app, so every profile enrolls its pod.
+		deps = append(deps, testbed.Deployment{Service: gateway.Service, Weight: 1, Replicas: 1, Port: gateway.Port, Protocol: r.entryProtocol()})
 	}
 	d.app, err = tb.Deploy(ctx, testbed.AppSpec{
 		Name:        r.graph.Name,
@@ -121,6 +127,18 @@ func (r *runner) startWorkload(ctx context.Context, d *deployment) error {
 	var errs []error
 	for _, pod := range d.app.Pods() {
 		if pod.Service == "" {
+			continue
+		}
+		if pod.Service == gateway.Service {
+			wg.Add(1)
+			go func(pod topology.Pod) {
+				defer wg.Done()
+				if err := r.startGateway(ctx, d, pod); err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("start %s: %w", pod.Name, err))
+					mu.Unlock()
+				}
+			}(pod)
 			continue
 		}
 		w, ok := byKey[pod.Service+"/"+pod.Version]
@@ -232,4 +250,69 @@ func (d *deployment) close() {
 		return
 	}
 	_ = d.tb.Close()
+}
+
+// needsIngress says whether any experiment goes through the ingress gateway.
+func (r *runner) needsIngress() bool {
+	for _, e := range r.study.Spec.Experiments {
+		if e.Path == study.PathIngress {
+			return true
+		}
+	}
+	return false
+}
+
+// entryProtocol is the protocol of the graph's entry service.
+func (r *runner) entryProtocol() string {
+	if s := r.graph.Service(r.graph.Entrypoint().Service); s != nil {
+		return s.Protocol
+	}
+	return workload.ProtocolHTTP
+}
+
+// startGateway runs the ingress gateway's Envoy in its pod, as the workload uid, so that
+// a mesh intercepts its calls to the entry service as it does the app's.
+func (r *runner) startGateway(ctx context.Context, d *deployment, pod topology.Pod) error {
+	envoy, err := prereq.Envoy()
+	if err != nil {
+		return err
+	}
+	entry := d.app.Service(d.entry.Service)
+	if entry == nil {
+		return fmt.Errorf("no entry service %s", d.entry.Service)
+	}
+	cfg, err := gateway.Bootstrap(pod.Name, gateway.Upstream{Service: entry.Name, Addr: mesh.Addr(entry.VIP, entry.Port), Protocol: entry.Protocol}, gateway.Listen{})
+	if err != nil {
+		return err
+	}
+	path, err := d.tb.WriteFile(pod, "gateway.json", cfg, 0o644)
+	if err != nil {
+		return err
+	}
+	admin := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return d.tb.DialContext(ctx, pod, network, addr)
+		}}}
+	_, err = d.tb.Start(ctx, pod, substrate.ProcessSpec{
+		Name: "gateway",
+		Role: substrate.RoleGateway,
+		Argv: []string{envoy, "-c", path, "--concurrency", "2", "--disable-hot-restart", "--drain-time-s", "1", "--log-level", "warning"},
+		UID:  substrate.WorkloadUID,
+		Ready: func(ctx context.Context) error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/ready", gateway.AdminPort), nil)
+			if err != nil {
+				return err
+			}
+			resp, err := admin.Do(req)
+			if err != nil {
+				return err
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("gateway admin /ready: %s", resp.Status)
+			}
+			return nil
+		},
+	})
+	return err
 }

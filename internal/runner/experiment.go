@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/study"
@@ -65,7 +66,7 @@ func (r *runner) runExperiment(ctx context.Context, d *deployment, t *study.Tria
 		for _, task := range e.Tasks {
 			req := cfg.Request
 			req.Method = task.Method
-			req.URL = r.targetURL(d, task.Path)
+			req.URL = r.targetURL(d, e, task.Path)
 			um.Tasks = append(um.Tasks, load.Task{Name: task.Name, Weight: task.Weight, Request: req})
 		}
 		cfg.Users = um
@@ -211,7 +212,9 @@ func median(vs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func (r *runner) targetURL(d *deployment, path string) string {
+// targetURL is where the experiment sends requests: the entry service, or the ingress
+// gateway in front of it.
+func (r *runner) targetURL(d *deployment, e *study.Experiment, path string) string {
 	if path == "" {
 		path = d.entry.Path
 	}
@@ -221,6 +224,9 @@ func (r *runner) targetURL(d *deployment, path string) string {
 	if !strings.HasPrefix(path, "/") {
 		path = "/" + path
 	}
+	if e.Path == study.PathIngress {
+		return "http://" + gateway.Service + ":" + strconv.Itoa(gateway.Port) + path
+	}
 	return "http://" + d.entry.Service + ":" + strconv.Itoa(d.entry.Port) + path
 }
 
@@ -228,7 +234,7 @@ func (r *runner) targetURL(d *deployment, path string) string {
 // dialer that connects from inside the load generator's pod.
 func (r *runner) baseConfig(d *deployment, e *study.Experiment, length, warmup time.Duration) load.Config {
 	return load.Config{
-		Request:          load.Request{Method: "GET", URL: r.targetURL(d, r.study.Spec.Workload.Entrypoint)},
+		Request:          load.Request{Method: "GET", URL: r.targetURL(d, e, r.study.Spec.Workload.Entrypoint)},
 		Duration:         length + warmup,
 		Count:            int64(e.Requests),
 		Warmup:           warmup,

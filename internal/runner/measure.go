@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,11 +28,17 @@ type Observer interface {
 func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg load.Config, params results.TrialParams) (*load.Result, error) {
 	e := t.Experiment
 	params.KeepAlive = !cfg.DisableKeepAlive
-	params.Path = string(study.PathInternal)
+	params.Path = string(e.Path)
 	if params.Extra == nil {
 		params.Extra = map[string]string{}
 	}
-	params.Extra["url"], params.Extra["method"], params.Extra["protocol"] = cfg.Request.URL, cfg.Request.Method, "HTTP/1.1"
+	if err := r.client(&cfg, *e); err != nil {
+		return nil, fmt.Errorf("experiment %s: %w", e.Name, err)
+	}
+	if e.Streams > 1 {
+		params.Extra["streams"] = strconv.Itoa(e.Streams)
+	}
+	params.Extra["url"], params.Extra["method"], params.Extra["protocol"] = cfg.Request.URL, cfg.Request.Method, protocolLabels[r.clientProtocol(*e)]
 	label := fmt.Sprintf("%s %s", e.Name, describe(params))
 	r.progress.begin(t, label, cfg.Duration)
 	cfg.Progress = func(p load.Progress) {

@@ -122,8 +122,8 @@ func (r *runner) prepare() error {
 		}
 	}
 	for i, e := range r.study.Spec.Experiments {
-		if e.Path == study.PathIngress {
-			return fmt.Errorf("%s: spec.experiments[%d].path: ingress needs a gateway, which the local substrate does not have yet; use internal", r.study.File, i)
+		if err := r.checkClient(e); err != nil {
+			return fmt.Errorf("%s: spec.experiments[%d] (%s): %w", r.study.File, i, e.Name, err)
 		}
 	}
 	r.plan = r.study.Plan()

@@ -436,6 +436,27 @@ func (c *checker) common(p string, e *Experiment) {
 	if !c.has(p + ".keepAlive") {
 		e.KeepAlive = true
 	}
+	switch e.Protocol {
+	case "":
+		e.Protocol = ProtocolAuto
+	case ProtocolAuto, ProtocolHTTP1, ProtocolH2C, ProtocolGRPC:
+	default:
+		names := []string{"auto", "http1", "h2c", "grpc"}
+		c.errAt(p+".protocol", "%q: expected one of %s%s", e.Protocol, strings.Join(names, ", "), suggest(string(e.Protocol), names))
+	}
+	switch {
+	case !c.has(p + ".streams"):
+		e.Streams = 1
+	case e.Streams < 1 || e.Streams > 1000:
+		c.errAt(p+".streams", "%d: want 1..1000 requests in flight per connection", e.Streams)
+	case e.Streams > 1 && e.Protocol == ProtocolHTTP1:
+		c.errAt(p+".streams", "HTTP/1.1 carries one request at a time per connection: streams needs protocol h2c or grpc")
+	case e.Streams > 1 && !e.KeepAlive:
+		c.errAt(p+".streams", "streams share a connection, which keepAlive: false closes after every request")
+	}
+	if e.Protocol == ProtocolGRPC && !e.KeepAlive {
+		c.errAt(p+".keepAlive", "gRPC clients keep their channel open: a channel per call would measure channel setup")
+	}
 	switch e.Path {
 	case "":
 		e.Path = PathInternal

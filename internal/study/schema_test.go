@@ -170,7 +170,7 @@ func TestSchemaMatchesGoTypes(t *testing.T) {
 		t.Errorf("schema kinds %v, Go kinds %v", got, kindNames())
 	}
 	// Per kind, the schema's allowed fields are the common ones plus kindFields.
-	common := []string{"name", "kind", "warmup", "keepAlive", "path"}
+	common := []string{"name", "kind", "warmup", "keepAlive", "protocol", "streams", "path"}
 	for _, rule := range defs["Experiment"]["allOf"].([]any) {
 		r := rule.(map[string]any)
 		kind := r["if"].(map[string]any)["properties"].(map[string]any)["kind"].(map[string]any)["const"].(string)

@@ -126,7 +126,7 @@ type KubernetesSubstrate struct {
 // Workload is the service graph under test.
 type Workload struct {
 	// Graph is a built-in graph name (see workload.BuiltinNames: bookinfo,
-	// emojivoto, chain-N, fanout-N) or a graph file path relative to the study file.
+	// emojivoto, online-boutique, teastore, chain-N, fanout-N) or a graph file path relative to the study file.
 	Graph string `yaml:"graph"`
 	// Replicas overrides the number of pods of each version of a service.
 	Replicas map[string]int `yaml:"replicas,omitempty"`
@@ -158,8 +158,13 @@ type Experiment struct {
 	Requests    int     `yaml:"requests,omitempty"`
 	Connections IntList `yaml:"connections,omitempty"`
 	KeepAlive   bool    `yaml:"keepAlive"`
-	Path        Path    `yaml:"path"`
-	Arrival     Arrival `yaml:"arrival,omitempty"`
+	// Protocol is how the load generator talks to the entry service (ProtocolAuto:
+	// the protocol the graph gives that service).
+	Protocol ClientProtocol `yaml:"protocol,omitempty"`
+	// Streams is how many requests share one connection (HTTP/2 and gRPC).
+	Streams int     `yaml:"streams,omitempty"`
+	Path    Path    `yaml:"path"`
+	Arrival Arrival `yaml:"arrival,omitempty"`
 
 	// Rate is the open-loop request rate (fixed-rate, soak, connections).
 	Rate Rate `yaml:"rate,omitempty"`
@@ -262,6 +267,16 @@ const (
 // KnownProfiles are the mesh profile names a study may use: the profile registry's,
 // so that validate accepts exactly what run can do.
 func KnownProfiles() []string { return mesh.Names() }
+
+// ClientProtocol is the load generator's protocol.
+type ClientProtocol string
+
+const (
+	ProtocolAuto  ClientProtocol = "auto"
+	ProtocolHTTP1 ClientProtocol = "http1"
+	ProtocolH2C   ClientProtocol = "h2c"
+	ProtocolGRPC  ClientProtocol = "grpc"
+)
 
 // ProfileNone is the no-mesh baseline profile.
 const ProfileNone = "none"

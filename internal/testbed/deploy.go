@@ -16,13 +16,15 @@ type Deployment struct {
 	Weight   int    // traffic share when a mesh splits traffic
 	Replicas int    // default 1
 	Port     int    // the port the workload listens on, and the service port
+	// Protocol the service speaks ("http", "http2", "grpc"); empty means AppSpec.Protocol.
+	Protocol string
 }
 
 // AppSpec describes an application to deploy.
 type AppSpec struct {
 	Name        string // e.g. "bookinfo"
 	Deployments []Deployment
-	// Protocol of every service, default "http".
+	// Protocol of every service that does not name its own, default "http".
 	Protocol string
 	// Client is the name of the client pod for the load generator (default
 	// "loadgen"); NoClient skips it.
@@ -85,7 +87,11 @@ func (tb *Testbed) Deploy(ctx context.Context, spec AppSpec) (topology.App, erro
 		}
 		svc := app.Service(d.Service)
 		if svc == nil {
-			app.Services = append(app.Services, topology.Service{Name: d.Service, Port: d.Port, Protocol: protocol})
+			p := d.Protocol
+			if p == "" {
+				p = protocol
+			}
+			app.Services = append(app.Services, topology.Service{Name: d.Service, Port: d.Port, Protocol: p})
 			svc = &app.Services[len(app.Services)-1]
 		} else if svc.Port != d.Port {
 			return app, fmt.Errorf("testbed: deployment %d (%s %s): port %d differs from the service's port %d", i, d.Service, version, d.Port, svc.Port)

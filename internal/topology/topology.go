@@ -25,7 +25,7 @@ type Service struct {
 	Name     string
 	VIP      netip.Addr
 	Port     int
-	Protocol string // "http" (HTTP/1.1) for now; "http2" and "grpc" later
+	Protocol string // "http" (HTTP/1.1), "http2" (h2c) or "grpc" (unary gRPC over h2c)
 	Versions []Version
 }
 

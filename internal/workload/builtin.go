@@ -4,6 +4,7 @@ import (
 	"embed"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -14,18 +15,21 @@ var builtinFS embed.FS
 // maxGeneratedServices bounds chain-N and fanout-N.
 const maxGeneratedServices = 1000
 
+// fileBuiltins are the built-in graphs kept as files under builtin/.
+var fileBuiltins = []string{"bookinfo", "emojivoto", "online-boutique", "teastore"}
+
 // BuiltinNames lists the built-in graphs; chain-N and fanout-N take any N from 1 to 1000.
 func BuiltinNames() []string {
-	return []string{"bookinfo", "emojivoto", "chain-N", "fanout-N"}
+	return append(slices.Clone(fileBuiltins), "chain-N", "fanout-N")
 }
 
-// Builtin returns a built-in graph by name: "bookinfo", "emojivoto", "chain-N" or
-// "fanout-N", optionally followed by options, e.g. "bookinfo:replicas=3".
+// Builtin returns a built-in graph by name (see BuiltinNames), optionally followed by
+// options, e.g. "bookinfo:replicas=3".
 func Builtin(name string) (*Graph, error) {
 	base, opts, _ := strings.Cut(name, ":")
 	var src []byte
 	switch {
-	case base == "bookinfo" || base == "emojivoto":
+	case slices.Contains(fileBuiltins, base):
 		data, err := builtinFS.ReadFile("builtin/" + base + ".yaml")
 		if err != nil {
 			return nil, err

@@ -1,6 +1,6 @@
 // Package workload owns meshmark's application model and the service that plays it: the
 // service graph file (an isotope-like YAML subset, see docs/graph.md), the built-in
-// graphs (bookinfo, emojivoto, chain-N, fanout-N), and the HTTP server that runs one
+// graphs (bookinfo, emojivoto, online-boutique, teastore, chain-N, fanout-N), and the server that runs one
 // service of a graph (`meshmark service`). Everything a testbed needs to deploy a graph
 // (Deployments, Entrypoint, ServiceArgs) is derived here so that the graph file stays
 // the single description of the application.
@@ -15,6 +15,17 @@ import (
 // (bookinfo's, so that studies look like the ones people published).
 const DefaultPort = 9080
 
+// The protocols a service can speak. A service answers HTTP/1.1 and cleartext HTTP/2
+// whatever its protocol; the protocol says how its callers (and mesh proxies) talk to it.
+const (
+	ProtocolHTTP  = "http"  // HTTP/1.1
+	ProtocolHTTP2 = "http2" // HTTP/2 in cleartext with prior knowledge (h2c)
+	ProtocolGRPC  = "grpc"  // unary gRPC over h2c
+)
+
+// Protocols lists them in the order docs show them.
+var Protocols = []string{ProtocolHTTP, ProtocolHTTP2, ProtocolGRPC}
+
 // Graph is a parsed and validated service graph.
 type Graph struct {
 	Name     string
@@ -28,7 +39,7 @@ type Graph struct {
 type Service struct {
 	Name     string
 	Port     int
-	Protocol string // "http" (HTTP/1.1)
+	Protocol string // ProtocolHTTP, ProtocolHTTP2 or ProtocolGRPC
 	// Path is the request path callers use when a call does not name one; it is also
 	// the path the load generator requests when this service is the entrypoint.
 	Path string

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -479,8 +480,14 @@ func (p *parser) protocol(n *yaml.Node, field string) string {
 	if !ok {
 		return ""
 	}
-	if s != "http" {
-		p.errorf(n, field, "unsupported protocol %q (supported: http)", s)
+	switch s {
+	case "h2c":
+		s = ProtocolHTTP2
+	case "http1", "http/1.1":
+		s = ProtocolHTTP
+	}
+	if !slices.Contains(Protocols, s) {
+		p.errorf(n, field, "unsupported protocol %q (supported: %s; h2c means http2)", s, strings.Join(Protocols, ", "))
 		return ""
 	}
 	return s

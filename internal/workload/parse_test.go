@@ -11,7 +11,7 @@ import (
 )
 
 func TestBuiltinsParse(t *testing.T) {
-	for _, name := range []string{"bookinfo", "emojivoto", "chain-1", "chain-5", "fanout-1", "fanout-8", "chain-1000"} {
+	for _, name := range []string{"bookinfo", "emojivoto", "online-boutique", "teastore", "chain-1", "chain-5", "fanout-1", "fanout-8", "chain-1000"} {
 		g, err := Builtin(name)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -269,8 +269,8 @@ func TestBadGraphs(t *testing.T) {
 			`g.yaml:6:19: services[1].isEntrypoint: more than one entrypoint (a and b)`},
 		{"no entrypoint", head + "  - name: a\n  - name: b\n",
 			`g.yaml:2:1: services: no service is marked isEntrypoint and 2 services are called by no other (a, b): mark one with isEntrypoint: true`},
-		{"unsupported protocol", head + "  - name: a\n    protocol: grpc\n",
-			`g.yaml:4:15: services[0].protocol: unsupported protocol "grpc" (supported: http)`},
+		{"unsupported protocol", head + "  - name: a\n    protocol: thrift\n",
+			`g.yaml:4:15: services[0].protocol: unsupported protocol "thrift" (supported: http, http2, grpc; h2c means http2)`},
 		{"services not a list", "name: g\nservices: {a: 1}\n",
 			`g.yaml:2:11: services: want a non-empty list of services, got a mapping`},
 		{"missing services", "name: g\n",

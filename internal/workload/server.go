@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
 // TraceBytesHeader tells a caller how many leading bytes of a response body are the
@@ -47,14 +49,22 @@ type ServerOptions struct {
 	CallTimeout time.Duration
 }
 
-// Server plays one version of one service of a graph over HTTP/1.1.
+// Server plays one version of one service of a graph. It answers HTTP/1.1 and
+// cleartext HTTP/2 (prior knowledge) on its port whatever its protocol, and gRPC too when
+// the service speaks gRPC, so health checks and mesh probes need no protocol of their
+// own; it calls each callee in the callee's protocol.
 type Server struct {
-	service *Service
-	version *Version
-	pod     string
-	program []op
-	client  *http.Client
-	timeout time.Duration
+	service  *Service
+	version  *Version
+	pod      string
+	program  []op
+	client   *http.Client // HTTP/1.1 callees
+	h2client *http.Client // HTTP/2 callees (h2c, prior knowledge)
+	grpc     grpcCallers  // gRPC callees
+	grpcSrv  *grpc.Server // set when the service speaks gRPC
+	timeout  time.Duration
+	// wrap, when set, is served instead of the Server itself (tests observe requests).
+	wrap http.Handler
 
 	head       []byte // `{"service":"…","version":"…","pod":"…"`
 	padding    []byte // ResponseSize bytes of 'x'
@@ -74,7 +84,10 @@ type op struct {
 
 type upstream struct {
 	service     string
-	url         string
+	protocol    string
+	url         string // HTTP callees
+	target      string // host:port, gRPC callees
+	path        string // gRPC callees: the method
 	method      string
 	size        int64
 	probability float64
@@ -125,7 +138,12 @@ func NewServer(g *Graph, opts ServerOptions) (*Server, error) {
 	s.program = compile(g, ver.Script, &maxSize)
 	s.payload = make([]byte, maxSize)
 	s.padding = bytes.Repeat([]byte{'x'}, int(svc.ResponseSize))
-	s.client = &http.Client{Transport: newTransport(opts.Resolve)}
+	s.client = &http.Client{Transport: newTransport(opts.Resolve, false)}
+	s.h2client = &http.Client{Transport: newTransport(opts.Resolve, true)}
+	s.grpc.dial = s.h2client.Transport.(*http.Transport).DialContext
+	if svc.Protocol == ProtocolGRPC {
+		s.grpcSrv = s.newGRPCServer()
+	}
 
 	head, _ := json.Marshal(struct {
 		Service string `json:"service"`
@@ -158,13 +176,20 @@ func compile(g *Graph, sc Script, maxSize *int64) []op {
 				method = http.MethodPost
 			}
 			*maxSize = max(*maxSize, st.Call.Size)
-			out = append(out, op{call: &upstream{
+			target := callee.Name + ":" + strconv.Itoa(callee.Port)
+			u := &upstream{
 				service:     callee.Name,
-				url:         "http://" + callee.Name + ":" + strconv.Itoa(callee.Port) + path,
+				protocol:    callee.Protocol,
+				url:         "http://" + target + path,
+				target:      target,
 				method:      method,
 				size:        st.Call.Size,
 				probability: st.Call.Probability,
-			}})
+			}
+			if callee.Protocol == ProtocolGRPC {
+				u.path = grpcMethod(path)
+			}
+			out = append(out, op{call: u})
 		case st.Sleep != nil:
 			out = append(out, op{sleep: st.Sleep})
 		case st.Concurrent != nil:
@@ -192,7 +217,25 @@ func (s *Server) pad(trace []byte) []byte {
 	return append(body, '}')
 }
 
-func newTransport(resolve map[string]string) *http.Transport {
+// grpcMethod is the method a call with this path invokes: the path itself when it
+// names one (/package.Service/Method), else CallMethod.
+func grpcMethod(path string) string {
+	if m := GRPCMethod(path); m != "" {
+		return m
+	}
+	return CallMethod
+}
+
+// GRPCMethod returns path when it names a gRPC method (/package.Service/Method), else "".
+func GRPCMethod(path string) string {
+	svc, m, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+	if strings.HasPrefix(path, "/") && ok && strings.Contains(svc, ".") && m != "" && !strings.Contains(m, "/") {
+		return path
+	}
+	return ""
+}
+
+func newTransport(resolve map[string]string, h2c bool) *http.Transport {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	dial := dialer.DialContext
 	if len(resolve) > 0 {
@@ -211,7 +254,7 @@ func newTransport(resolve map[string]string) *http.Transport {
 			return dialer.DialContext(ctx, network, addr)
 		}
 	}
-	return &http.Transport{
+	t := &http.Transport{
 		Proxy:               nil, // calls go where the graph says, never to $HTTP_PROXY
 		DialContext:         dial,
 		MaxIdleConns:        0,
@@ -220,6 +263,14 @@ func newTransport(resolve map[string]string) *http.Transport {
 		DisableCompression:  true,
 		ForceAttemptHTTP2:   false,
 	}
+	if h2c {
+		// Prior knowledge, as gRPC and h2c clients do: no HTTP/1.1 Upgrade round trip,
+		// and requests to a callee share its connection as concurrent streams.
+		p := new(http.Protocols)
+		p.SetUnencryptedHTTP2(true)
+		t.Protocols = p
+	}
+	return t
 }
 
 // ParseResolve reads --resolve values of the form name=ip or name=ip:port.
@@ -245,6 +296,10 @@ func ParseResolve(specs []string) (map[string]string, error) {
 // ServeHTTP answers one request: health checks directly, everything else by running
 // the script and replying with the trace of the whole call graph.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.grpcSrv != nil && r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+		s.grpcSrv.ServeHTTP(w, r)
+		return
+	}
 	if r.URL.Path == HealthPath {
 		w.Header()["Content-Type"] = []string{"text/plain"}
 		io.WriteString(w, "ok\n")
@@ -313,6 +368,24 @@ func (s *Server) runLocal(ctx context.Context) bool {
 	}
 	return ctx.Err() == nil
 }
+
+// body is the whole response body reply would write, and the length of its trace.
+func (s *Server) body(code int, failure string, calls [][]byte) ([]byte, int) {
+	rec := &bodyRecorder{header: http.Header{}}
+	s.reply(rec, code, failure, calls)
+	n, _ := strconv.Atoi(rec.header.Get(TraceBytesHeader))
+	return rec.buf.Bytes(), n
+}
+
+// bodyRecorder captures what reply writes.
+type bodyRecorder struct {
+	header http.Header
+	buf    bytes.Buffer
+}
+
+func (r *bodyRecorder) Header() http.Header         { return r.header }
+func (r *bodyRecorder) Write(b []byte) (int, error) { return r.buf.Write(b) }
+func (r *bodyRecorder) WriteHeader(int)             {}
 
 func (s *Server) reply(w http.ResponseWriter, code int, failure string, calls [][]byte) {
 	bp := bufPool.Get().(*[]byte)
@@ -441,6 +514,13 @@ func (e *execution) step(o *op) []byte {
 }
 
 func (e *execution) call(u *upstream) []byte {
+	client := e.server.client
+	switch u.protocol {
+	case ProtocolGRPC:
+		return e.callGRPC(u)
+	case ProtocolHTTP2:
+		client = e.server.h2client
+	}
 	var body io.Reader
 	if u.size > 0 {
 		body = bytes.NewReader(e.server.payload[:u.size])
@@ -454,7 +534,7 @@ func (e *execution) call(u *upstream) []byte {
 			req.Header[k] = v
 		}
 	}
-	resp, err := e.server.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return e.callFailed(u, 0, err.Error())
 	}
@@ -528,8 +608,16 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // Serve answers requests on ln until ctx is cancelled, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	var handler http.Handler = s
+	if s.wrap != nil {
+		handler = s.wrap
+	}
 	srv := &http.Server{
-		Handler:           s,
+		Handler:           handler,
+		Protocols:         protocols,
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       10 * time.Minute,
 		ErrorLog:          nil,
@@ -547,6 +635,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	err := srv.Serve(ln)
 	close(done)
 	s.client.CloseIdleConnections()
+	s.h2client.CloseIdleConnections()
+	s.grpc.close()
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

@@ -34,6 +34,17 @@ type testPod struct{ service, version string }
 // base URL of each service.
 func startPods(t testing.TB, g *Graph, pods []testPod, extra map[string]string) map[string]string {
 	t.Helper()
+	return startPodsOpts(t, g, pods, extra, nil)
+}
+
+// startPodsWrapped is startPods with each service's handler wrapped by wrap.
+func startPodsWrapped(t testing.TB, g *Graph, pods []testPod, wrap func(service string, h http.Handler) http.Handler) map[string]string {
+	t.Helper()
+	return startPodsOpts(t, g, pods, nil, wrap)
+}
+
+func startPodsOpts(t testing.TB, g *Graph, pods []testPod, extra map[string]string, wrap func(string, http.Handler) http.Handler) map[string]string {
+	t.Helper()
 	resolve := map[string]string{}
 	for k, v := range extra {
 		resolve[k] = v
@@ -53,6 +64,9 @@ func startPods(t testing.TB, g *Graph, pods []testPod, extra map[string]string) 
 		srv, err := NewServer(g, ServerOptions{Service: p.service, Version: p.version, Pod: p.service + "-" + p.version + "-0", Resolve: resolve})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if wrap != nil {
+			srv.wrap = wrap(p.service, srv)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)

@@ -29,6 +29,7 @@ import (
 // runningEnvoy is an Envoy started from a generated bootstrap.
 type runningEnvoy struct {
 	admin string // host:port
+	pid   int
 }
 
 func startEnvoy(t testing.TB, b []byte) runningEnvoy {
@@ -74,7 +75,7 @@ func startEnvoy(t testing.TB, b []byte) runningEnvoy {
 			if resp, err := http.Get("http://" + admin + "/ready"); err == nil {
 				resp.Body.Close()
 				if resp.StatusCode == 200 {
-					return runningEnvoy{admin: admin}
+					return runningEnvoy{admin: admin, pid: cmd.Process.Pid}
 				}
 			}
 		}
@@ -220,9 +221,16 @@ type meshPair struct {
 
 func startMeshPair(t testing.TB, mode mesh.MTLSMode) meshPair {
 	t.Helper()
+	return startMeshPairFor(t, mode, "http", func(addr string) { versionServer(t, addr, "reviews") })
+}
+
+// startMeshPairFor is startMeshPair for a service speaking protocol, whose app serve
+// starts on the address it is given.
+func startMeshPairFor(t testing.TB, mode mesh.MTLSMode, protocol string, serve func(addr string)) meshPair {
+	t.Helper()
 	const serverIP, appIP, clientIP = "127.0.0.12", "127.0.0.11", "127.0.0.13"
 	port := freePortOn(t, serverIP, appIP, clientIP)
-	versionServer(t, fmt.Sprintf("%s:%d", appIP, port), "reviews")
+	serve(fmt.Sprintf("%s:%d", appIP, port))
 	ca, err := pki.NewCA("cluster.local", time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +240,7 @@ func startMeshPair(t testing.TB, mode mesh.MTLSMode) meshPair {
 	clientPod := topology.Pod{Name: "productpage", Service: "productpage", IP: netip.MustParseAddr(clientIP),
 		Identity: topology.SPIFFEID("cluster.local", "default", "productpage")}
 	app := &topology.App{Name: "t", Namespace: "default", Services: []topology.Service{{
-		Name: "reviews", VIP: netip.MustParseAddr("198.19.128.3"), Port: port, Protocol: "http",
+		Name: "reviews", VIP: netip.MustParseAddr("198.19.128.3"), Port: port, Protocol: protocol,
 		Versions: []topology.Version{{Name: "v1", Weight: 100, Endpoints: []topology.Pod{serverPod}}},
 	}}}
 	opts, _ := mesh.ParseOptions(map[string]any{"concurrency": 1})
