@@ -151,7 +151,7 @@ func BuildWaypoint(app *topology.App, trustDomain string, ownIP netip.Addr, iden
 			}
 			if split && v.Weight > 0 {
 				cname := s.Name + "|" + v.Name
-				clusters = append(clusters, internalCluster(cname, eps))
+				clusters = append(clusters, l7Cluster(internalCluster(cname, eps)))
 				weighted = append(weighted, &routev3.WeightedCluster_ClusterWeight{Name: cname, Weight: wrapperspb.UInt32(uint32(v.Weight))})
 			}
 		}
@@ -159,7 +159,7 @@ func BuildWaypoint(app *topology.App, trustDomain string, ownIP netip.Addr, iden
 		if len(weighted) > 0 {
 			action.ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{Clusters: weighted}}
 		} else {
-			clusters = append(clusters, internalCluster(s.Name, all))
+			clusters = append(clusters, l7Cluster(internalCluster(s.Name, all)))
 			action.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: s.Name}
 		}
 		listeners = append(listeners, &listenerv3.Listener{
@@ -268,4 +268,18 @@ func mustAny(m proto.Message) *anypb.Any {
 		panic(err)
 	}
 	return a
+}
+
+// l7Cluster makes the waypoint speak to the pod in the protocol the caller used
+// (HTTP/1.1, or HTTP/2 for h2c and gRPC services), instead of Envoy's HTTP/1.1 default.
+func l7Cluster(c *clusterv3.Cluster) *clusterv3.Cluster {
+	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{
+		"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": mustAny(&httpoptsv3.HttpProtocolOptions{
+			UpstreamProtocolOptions: &httpoptsv3.HttpProtocolOptions_UseDownstreamProtocolConfig{UseDownstreamProtocolConfig: &httpoptsv3.HttpProtocolOptions_UseDownstreamHttpConfig{
+				HttpProtocolOptions:  &corev3.Http1ProtocolOptions{},
+				Http2ProtocolOptions: &corev3.Http2ProtocolOptions{},
+			}},
+		}),
+	}
+	return c
 }
