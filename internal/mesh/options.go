@@ -110,7 +110,7 @@ func OptionDocs() []OptionDoc {
 		return "off"
 	}
 	defaults := map[string]string{
-		"mtls":             "profile's own (envoy-sidecar: permissive, none: off)",
+		"mtls":             "profile's own (envoy-sidecar: permissive, istio-ambient: permissive, none: off)",
 		"concurrency":      strconv.Itoa(d.Concurrency),
 		"telemetry":        onOff(d.Telemetry),
 		"request_id":       onOff(d.RequestID),

@@ -114,9 +114,9 @@ func (c *CA) SignPublicKey(pub any, dnsNames []string, spiffeID string, validity
 	return der, notAfter, nil
 }
 
-// SignCSR checks a DER certificate signing request's signature and that it asks for
+// SignCSRForDNS checks a DER certificate signing request's signature and that it asks for
 // exactly the DNS name want (nothing else), then signs it as SignPublicKey would.
-func (c *CA) SignCSR(csrDER []byte, want, spiffeID string, validity time.Duration) ([]byte, time.Time, error) {
+func (c *CA) SignCSRForDNS(csrDER []byte, want, spiffeID string, validity time.Duration) ([]byte, time.Time, error) {
 	csr, err := x509.ParseCertificateRequest(csrDER)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("pki: CSR: %w", err)

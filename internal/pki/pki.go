@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -250,4 +251,78 @@ func newSerial() (*big.Int, error) {
 		return nil, fmt.Errorf("pki: serial number: %w", err)
 	}
 	return n, nil
+}
+
+// SignCSR issues a workload certificate for spiffeID to the key in a PKCS#10 request,
+// as a mesh CA service does: the requester keeps its private key. The request's own
+// SANs are ignored; the caller decides the identity. It returns the certificate PEM.
+func (c *CA) SignCSR(csrDER []byte, spiffeID string, validity time.Duration) ([]byte, time.Time, error) {
+	csr, err := x509.ParseCertificateRequest(csrDER)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("pki: parse CSR: %w", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, time.Time{}, fmt.Errorf("pki: CSR signature: %w", err)
+	}
+	id, err := ParseSPIFFEID(spiffeID)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if id.Host != c.TrustDomain {
+		return nil, time.Time{}, fmt.Errorf("pki: %q is outside trust domain %q", spiffeID, c.TrustDomain)
+	}
+	return c.sign(&x509.Certificate{
+		Subject:     pkix.Name{Organization: []string{c.TrustDomain}},
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		URIs:        []*url.URL{id},
+	}, csr.PublicKey, validity)
+}
+
+// IssueServer signs a TLS server certificate for DNS names and IP addresses, for a
+// control-plane endpoint (Istio's CA serves under the same root it signs with).
+func (c *CA) IssueServer(dnsNames []string, ips []net.IP, validity time.Duration) (*Leaf, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("pki: generate server key: %w", err)
+	}
+	certPEM, notAfter, err := c.sign(&x509.Certificate{
+		Subject:     pkix.Name{Organization: []string{c.TrustDomain}},
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:    dnsNames,
+		IPAddresses: ips,
+	}, &key.PublicKey, validity)
+	if err != nil {
+		return nil, err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("pki: encode server key: %w", err)
+	}
+	return &Leaf{CertPEM: certPEM, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), NotAfter: notAfter}, nil
+}
+
+// sign fills serial and validity into tmpl and signs pub with the CA key.
+func (c *CA) sign(tmpl *x509.Certificate, pub any, validity time.Duration) ([]byte, time.Time, error) {
+	if validity <= 0 {
+		validity = DefaultLeafValidity
+	}
+	serial, err := newSerial()
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	now := time.Now()
+	notAfter := now.Add(validity)
+	if notAfter.After(c.cert.NotAfter) {
+		notAfter = c.cert.NotAfter
+	}
+	// Certificates keep whole seconds; return what the certificate says.
+	notAfter = notAfter.UTC().Truncate(time.Second)
+	tmpl.SerialNumber, tmpl.NotBefore, tmpl.NotAfter = serial, now.Add(-clockSkew), notAfter
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, pub, c.key)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("pki: sign: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), notAfter, nil
 }

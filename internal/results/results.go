@@ -303,6 +303,10 @@ const (
 	// from the graph's weights by more than the runner's tolerance, so this trial
 	// measured different request paths than a trial with the intended mix.
 	FlagMixSkewed = "mix-skewed"
+	// FlagProxyUnreadable: a mesh proxy could not be read before or after the trial
+	// (it crashed or hung), so the trial's evidence that traffic crossed the mesh is
+	// incomplete.
+	FlagProxyUnreadable = "proxy-unreadable"
 )
 
 // Excluded reports whether the trial must be left out of pooled results, capacities

@@ -102,6 +102,13 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 	trial.Result.Network = netSamples(steady)
 	deltas := mesh.DiffCounters(before, after)
 	trial.Result.ProxyStats = proxyStats(deltas, t.Mesh.Name)
+	for _, pd := range deltas {
+		if pd.Err != "" {
+			trial.Result.Flags = append(trial.Result.Flags, results.FlagProxyUnreadable)
+			r.progress.note(fmt.Sprintf("warning: %s in %s could not be read (%s) in %s on %s; this trial is flagged", pd.Component, pd.Pod, pd.Err, label, t.Mesh.Name))
+			break
+		}
+	}
 	if msg := bypassed(d, deltas, res); msg != "" {
 		trial.Result.Flags = append(trial.Result.Flags, results.FlagProxyBypassed)
 		r.progress.note(fmt.Sprintf("warning: %s in %s on %s; this trial is flagged", msg, label, t.Mesh.Name))

@@ -183,6 +183,9 @@ func (tb *Testbed) buildFabric(ctx context.Context) error {
 	if err := fabric.addBridge(fabricBridge, fixedMAC(0, 0), tb.opts.MTU, netip.Addr{}, 0); err != nil {
 		return err
 	}
+	if err := bridgesWithoutNetfilter(fabric); err != nil {
+		return err
+	}
 	for i := 0; i < tb.opts.Nodes; i++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -224,6 +227,9 @@ func (tb *Testbed) buildFabric(ctx context.Context) error {
 		})
 		if err != nil {
 			return fmt.Errorf("testbed: %s: %w", ns.name, err)
+		}
+		if err := bridgesWithoutNetfilter(ns); err != nil {
+			return err
 		}
 		if err := tb.writeHosts(ns.name, n.gateway, n.name); err != nil {
 			return err
@@ -373,4 +379,23 @@ func (ns *netNS) portsNotForwarding() ([]string, error) {
 		}
 	}
 	return pending, nil
+}
+
+// bridgesWithoutNetfilter keeps bridged frames out of the namespace's iptables. Once
+// anything on the host loads br_netfilter (an iptables physdev match does), every new
+// namespace defaults to sending bridged IPv4 through iptables and conntrack, which
+// breaks the service DNAT and cross-node traffic of the testbed. The switch is per
+// namespace, so this never touches the host's.
+func bridgesWithoutNetfilter(ns *netNS) error {
+	return inNetNS(ns.fd(), func() error {
+		if _, err := os.Stat("/proc/sys/net/bridge"); err != nil {
+			return nil // br_netfilter not loaded: bridged frames never see iptables
+		}
+		for _, key := range []string{"bridge-nf-call-iptables", "bridge-nf-call-ip6tables", "bridge-nf-call-arptables"} {
+			if err := os.WriteFile("/proc/sys/net/bridge/"+key, []byte("0"), 0o644); err != nil {
+				return fmt.Errorf("testbed: %s: sysctl net.bridge.%s=0: %w", ns.name, key, err)
+			}
+		}
+		return nil
+	})
 }

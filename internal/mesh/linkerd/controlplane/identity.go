@@ -44,7 +44,7 @@ func (s *identityServer) Certify(_ context.Context, req *pbidentity.CertifyReque
 		log.Printf("identity: refused %q: bad token", id)
 		return nil, status.Errorf(codes.InvalidArgument, "token does not authenticate %q", id)
 	}
-	leaf, notAfter, err := s.ca.SignCSR(req.GetCertificateSigningRequest(), id, "", s.validity)
+	leaf, notAfter, err := s.ca.SignCSRForDNS(req.GetCertificateSigningRequest(), id, "", s.validity)
 	if err != nil {
 		log.Printf("identity: refused %q: %v", id, err)
 		return nil, status.Error(codes.InvalidArgument, err.Error())

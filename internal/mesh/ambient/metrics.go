@@ -1,0 +1,177 @@
+package ambient
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/substrate"
+	"github.com/meshmark/meshmark/internal/telemetry"
+	"github.com/meshmark/meshmark/internal/topology"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// ztunnel's connection metrics (Istio's standard TCP metrics, one series per reporter,
+// source and destination workload and security policy).
+const (
+	metricOpened   = "istio_tcp_connections_opened_total"
+	metricClosed   = "istio_tcp_connections_closed_total"
+	metricSent     = "istio_tcp_sent_bytes_total"
+	metricReceived = "istio_tcp_received_bytes_total"
+)
+
+// Series is one counter sample with its labels.
+type Series struct {
+	Name   string
+	Labels map[string]string
+	Value  float64
+}
+
+// ScrapeMetrics reads a ztunnel's Prometheus endpoint from inside its node namespace.
+func ScrapeMetrics(ctx context.Context, sub substrate.Substrate, node topology.Pod) ([]Series, error) {
+	ctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
+	defer cancel()
+	tr := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return sub.DialContext(ctx, node, network, addr)
+	}}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s:%d/metrics", node.IP, MetricsPort), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("ztunnel metrics on %s: %w", node.Name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("ztunnel metrics on %s: HTTP %d", node.Name, resp.StatusCode)
+	}
+	return ParseMetrics(io.LimitReader(resp.Body, 16<<20))
+}
+
+// ParseMetrics parses Prometheus (or OpenMetrics-compatible) text into counter and
+// gauge samples.
+func ParseMetrics(r io.Reader) ([]Series, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("parse ztunnel metrics: %w", err)
+	}
+	var out []Series
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			s := Series{Name: name, Labels: map[string]string{}}
+			for _, l := range m.GetLabel() {
+				s.Labels[l.GetName()] = l.GetValue()
+			}
+			switch f.GetType() {
+			case dto.MetricType_COUNTER:
+				s.Value = m.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				s.Value = m.GetGauge().GetValue()
+			case dto.MetricType_UNTYPED:
+				// ztunnel writes OpenMetrics-style TYPE lines without the _total suffix
+				// its samples carry, so the text parser sees the samples as untyped.
+				s.Value = m.GetUntyped().GetValue()
+			default:
+				continue
+			}
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// Sum adds the samples of name whose labels include every pair in match.
+func Sum(series []Series, name string, match map[string]string) float64 {
+	var n float64
+	for _, s := range series {
+		if s.Name != name {
+			continue
+		}
+		ok := true
+		for k, v := range match {
+			if s.Labels[k] != v {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			n += s.Value
+		}
+	}
+	return n
+}
+
+// ReadCounters snapshots every node's ztunnel (mesh.Telemetry): inbound connections per
+// destination service (counted by the destination's ztunnel), and connection and byte
+// totals per reporter; with a waypoint, the waypoint's requests per service instead of
+// ztunnel's connections.
+func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, app *topology.App) []mesh.ProxyCounters {
+	p.mu.Lock()
+	nodes := make([]*nodeProxy, 0, len(p.nodes))
+	for _, n := range p.nodes {
+		nodes = append(nodes, n)
+	}
+	wp := p.waypoint
+	p.mu.Unlock()
+	sortNodes(nodes)
+	out := make([]mesh.ProxyCounters, len(nodes))
+	for i, n := range nodes {
+		series, err := ScrapeMetrics(ctx, sub, n.pod)
+		pc := mesh.ProxyCounters{Component: "ztunnel", Pod: n.node, Time: time.Now(), Err: err, Unit: mesh.UnitConnections}
+		if err == nil {
+			pc.Inbound = map[string]uint64{}
+			if wp != nil {
+				// With a waypoint, the waypoint counts requests into each service;
+				// ztunnel's connections would mix units.
+				pc.Inbound = nil
+			}
+			for _, s := range app.Services {
+				if wp == nil {
+					pc.Inbound[s.Name] = uint64(Sum(series, metricOpened, map[string]string{"reporter": "destination", "destination_canonical_service": s.Name}))
+				}
+			}
+			pc.Counters = map[string]uint64{}
+			for _, m := range []string{metricOpened, metricClosed, metricSent, metricReceived} {
+				for _, r := range []string{"source", "destination"} {
+					pc.Counters[strings.TrimPrefix(m, "istio_")+"{reporter="+r+"}"] = uint64(Sum(series, m, map[string]string{"reporter": r}))
+				}
+			}
+		}
+		out[i] = pc
+	}
+	if wp != nil {
+		out = append(out, readWaypoint(ctx, sub, app, wp))
+	}
+	return out
+}
+
+// readWaypoint snapshots the waypoint Envoy's admin: requests per service.
+func readWaypoint(ctx context.Context, sub substrate.Substrate, app *topology.App, wp *waypointProxy) mesh.ProxyCounters {
+	c := telemetry.NewClient(fmt.Sprintf("127.0.0.1:%d", WaypointAdminPort), func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return sub.DialContext(ctx, wp.pod, network, addr)
+	})
+	sctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
+	defer cancel()
+	snap, err := c.Snapshot(sctx)
+	pc := mesh.ProxyCounters{Component: "waypoint", Pod: wp.pod.Name, Time: snap.Time, Err: err, Unit: mesh.UnitRequests}
+	if err != nil {
+		pc.Time = time.Now()
+		return pc
+	}
+	pc.Version, pc.Counters, pc.Gauges = snap.Version, snap.Counters, snap.Gauges
+	pc.Inbound = map[string]uint64{}
+	for _, s := range app.Services {
+		pc.Inbound[s.Name] = snap.Counters["http."+waypointStatPrefix(s.Name)+".downstream_rq_total"]
+	}
+	return pc
+}
