@@ -618,8 +618,8 @@ func quantile(xs []float64, q float64) float64 {
 // NoiseFloor measures, for every metric at one point, how large a relative change
 // noise alone produces:
 //   - A/A: when two meshes at the point have the same profile and options, the floor
-//     is the largest |%| bound of the interval of one against the other (the worst
-//     pair when there are several);
+//     is the largest |%| bound of the interval of one against the other, taken both
+//     ways round (the worst pair when there are several);
 //   - otherwise the baseline's own spread: two independent bootstrap resamples of the
 //     baseline are compared many times and the floor is the 95th percentile of
 //     |Δ%| between them, i.e. a difference the baseline reaches against itself one
@@ -638,7 +638,10 @@ func NoiseFloor(run *results.Run, groups []*Group, pt Point, opts Options) map[M
 			if !sameConfig(run.Mesh(at[i].Mesh), run.Mesh(at[j].Mesh)) {
 				continue
 			}
-			for _, c := range compareGroups(at[i], at[j], opts, nil) {
+			// Both ways round: a relative change is not symmetric (+60% one way is -38%
+			// the other), and the floor must cover whichever of the pair is the reference.
+			both := append(compareGroups(at[i], at[j], opts, nil), compareGroups(at[j], at[i], opts, nil)...)
+			for _, c := range both {
 				if math.IsNaN(c.Pct.Lo) {
 					continue
 				}

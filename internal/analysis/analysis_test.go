@@ -379,3 +379,36 @@ func TestNetworkRatesByHand(t *testing.T) {
 		t.Errorf("run summary shows an interface with a single sample:\n%s", out)
 	}
 }
+
+// A mesh listed twice is judged against the floor its own pair sets, and must never be
+// called better or worse, whichever of the two is the reference. Repeats that differ a
+// lot from one another (a keep-alive connection pinned to one backend version per
+// trial, as in bookinfo without a mesh) make the relative change lopsided: +60% one way
+// round is -38% the other.
+func TestAAPairNeverJudgedAgainstItsOwnFloor(t *testing.T) {
+	for seed := uint64(1); seed <= 30; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		run := &results.Run{ID: "aa", Baseline: "none-a", Meshes: []results.Mesh{{Label: "none-a", Profile: "none"}, {Label: "none-b", Profile: "none"}}}
+		p := results.TrialParams{RequestedRate: 150}
+		for r := 0; r < 4; r++ {
+			order := []string{"none-a", "none-b"}
+			if seed%2 == 0 { // the runner's interleaving may run the duplicate first
+				order[0], order[1] = order[1], order[0]
+			}
+			for _, mesh := range order {
+				shift := int64(0)
+				if rng.IntN(3) == 0 { // this trial's connection landed on the slow version
+					shift = 1500
+				}
+				run.Trials = append(run.Trials, synthTrial(rng, mesh, r, 900, shift, "fixed", p))
+			}
+		}
+		rep := Analyze(run, Options{Seed: 1}, nil)
+		for _, m := range []Metric{P50, P99} {
+			c := find(rep.Comparisons, "none-b", m)
+			if c.Verdict == Better || c.Verdict == Worse {
+				t.Errorf("seed %d, A/A %s: %s, Δ%% %.1f [%.1f, %.1f] against its own floor %.1f%%", seed, m, c.Verdict, c.Pct.Value, c.Pct.Lo, c.Pct.Hi, c.NoiseFloorPct)
+			}
+		}
+	}
+}
