@@ -169,6 +169,7 @@ const (
 	KindSoak        = "soak"
 	KindUsers       = "users"
 	KindConnections = "connections"
+	KindSecurity    = "security"
 )
 
 // TrialParams are the load parameters a trial ran with.
@@ -236,6 +237,8 @@ type TrialResult struct {
 	Faults []Fault `json:"faults,omitempty"`
 	// Mix is how the requests split among each service's versions (FlagMixSkewed).
 	Mix []VersionShare `json:"mix,omitempty"`
+	// Security holds a security trial's probe results (kind security only).
+	Security []SecurityProbe `json:"security,omitempty"`
 }
 
 // MixTolerance is how far (absolute share of a service's requests) a version's share

@@ -141,4 +141,8 @@ CREATE TABLE net_samples (
 ALTER TABLE trials ADD COLUMN faults TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE trials ADD COLUMN mix TEXT NOT NULL DEFAULT '[]';
 `,
+	// 4: a security trial's probe results (results.SecurityProbe), as JSON.
+	`
+ALTER TABLE trials ADD COLUMN security TEXT NOT NULL DEFAULT '[]';
+`,
 }

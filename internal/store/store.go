@@ -367,12 +367,16 @@ func (s *Store) AddTrial(ctx context.Context, runID string, trial *results.Trial
 	if mix == nil {
 		mix = []results.VersionShare{}
 	}
+	security := r.Security
+	if security == nil {
+		security = []results.SecurityProbe{}
+	}
 	res, err := tx.ExecContext(ctx, `INSERT INTO trials (run_id, repeat, mesh, experiment, kind, params, warmup_ns, cooldown_ns,
-		start_ns, end_ns, error, requests, errors, latency_hdr, service_hdr, status_codes, errors_by_kind, generator, flags, faults, mix)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		start_ns, end_ns, error, requests, errors, latency_hdr, service_hdr, status_codes, errors_by_kind, generator, flags, faults, mix, security)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		runID, trial.Repeat, trial.Mesh, trial.Experiment, trial.Kind, mustJSON(trial.Params),
 		int64(trial.WarmupTrimmed), int64(trial.CooldownTrimmed), unixNano(trial.Start), unixNano(trial.End), trial.Error,
-		r.Requests, r.Errors, lat, svc, mustJSON(r.StatusCodes), mustJSON(r.ErrorsByKind), string(gen), mustJSON(flags), mustJSON(faults), mustJSON(mix))
+		r.Requests, r.Errors, lat, svc, mustJSON(r.StatusCodes), mustJSON(r.ErrorsByKind), string(gen), mustJSON(flags), mustJSON(faults), mustJSON(mix), mustJSON(security))
 	if err != nil {
 		return fmt.Errorf("run %s: add trial: %w", runID, err)
 	}

@@ -618,3 +618,38 @@ func TestFaultsAndAddedFlagsRoundTrip(t *testing.T) {
 		t.Errorf("mix read back as %+v, wrote %+v", g.Mix, mix)
 	}
 }
+
+// A security trial has no latency at all, only its probes' verdicts and evidence; both
+// survive a reload, and an older database gains the column empty.
+func TestSecurityTrialRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTemp(t)
+	run := sampleRun()
+	if err := s.CreateRun(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
+	probes := []results.SecurityProbe{
+		{Probe: results.ProbeEncryption, Outcome: results.SecurityFail, Promised: "mTLS between meshed pods",
+			Summary: "1 of 6 flows plaintext", Checks: []results.SecurityCheck{
+				{Target: "198.18.1.2:40000 -> 198.18.2.3:9080", Observed: "http: GET /reviews/0", Held: false},
+				{Target: "198.18.1.2:40002 -> 198.18.2.4:9080", Observed: "tls 1.3, alpn istio", Held: true}}},
+		{Probe: results.ProbeIdentity, Outcome: results.SecurityNotApplicable, Summary: "no workload certificates"},
+	}
+	tr := &results.Trial{Mesh: "sidecar", Experiment: "security", Kind: results.KindSecurity, Start: start, End: start.Add(3 * time.Second),
+		Result: results.TrialResult{Security: probes}}
+	if err := s.AddTrial(ctx, run.ID, tr); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.LoadRun(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := got.Trials[0]
+	if g.Result.Latency != nil || g.Kind != results.KindSecurity {
+		t.Errorf("security trial read back with kind %q, latency %v", g.Kind, g.Result.Latency)
+	}
+	if !reflect.DeepEqual(g.Result.Security, probes) {
+		t.Errorf("probes read back as %+v, wrote %+v", g.Result.Security, probes)
+	}
+}
