@@ -16,6 +16,7 @@ import (
 	"reflect"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/workload"
 	"gopkg.in/yaml.v3"
 )
@@ -344,10 +345,20 @@ var kindFields = map[ExperimentKind][]string{
 	KindSoak:        {"duration", "connections", "rate", "capacityFrom", "arrival"},
 	KindUsers:       {"duration", "users", "spawnRate", "thinkTime", "requestsPerUser", "tasks"},
 	KindConnections: {"duration", "requests", "connections", "rate", "capacityFrom", "arrival"},
+	KindSecurity:    {"requests", "probes"},
 }
 
 var kindSpecific = []string{"duration", "requests", "connections", "rate", "capacityFrom", "arrival", "search",
-	"from", "to", "step", "each", "users", "spawnRate", "thinkTime", "requestsPerUser", "tasks"}
+	"from", "to", "step", "each", "users", "spawnRate", "thinkTime", "requestsPerUser", "tasks", "probes"}
+
+// loadFields are the common fields that shape load; a security experiment sends its
+// own probe traffic and takes none of them.
+var loadFields = []string{"warmup", "keepAlive", "protocol", "streams", "path"}
+
+// defaultSecurityRequests is how many requests cross the app while a security
+// experiment captures the wire: enough that every edge of the built-in graphs carries
+// several calls.
+const defaultSecurityRequests = 60
 
 // defaultConnections is the connection pool of open-loop load when none is given:
 // enough that a 1 ms stall does not hold back a few thousand requests per second.
@@ -390,6 +401,10 @@ func (c *checker) experiments() {
 			if c.has(p+"."+f) && !slices.Contains(allowed, f) {
 				c.errAt(p+"."+f, "not used by kind %s (it takes %s)", e.Kind, strings.Join(allowed, ", "))
 			}
+		}
+		if e.Kind == KindSecurity {
+			c.security(p, e)
+			continue
 		}
 		c.common(p, e)
 		switch e.Kind {
@@ -680,6 +695,36 @@ func (c *checker) rateReference(p string, e *Experiment, index map[string]int, b
 		}
 	case c.s.Spec.Experiments[j].Kind != KindCapacity:
 		c.errAt(p+".capacityFrom", "%q is a %s experiment, not a capacity one", e.CapacityFrom, c.s.Spec.Experiments[j].Kind)
+	}
+}
+
+// security checks a security experiment: which probes, how much traffic to capture.
+func (c *checker) security(p string, e *Experiment) {
+	for _, f := range loadFields {
+		if c.has(p + "." + f) {
+			c.errAt(p+"."+f, "not used by kind security (it sends its own probe traffic; it takes requests, probes)")
+		}
+	}
+	if !c.has(p + ".requests") {
+		e.Requests = defaultSecurityRequests
+	} else if e.Requests < 1 || e.Requests > 10000 {
+		c.errAt(p+".requests", "%d: want 1..10000 requests to capture", e.Requests)
+	}
+	seen := map[string]bool{}
+	for i, name := range e.Probes {
+		switch {
+		case !slices.Contains(results.SecurityProbes, name):
+			c.errAt(fmt.Sprintf("%s.probes[%d]", p, i), "%q: expected one of %s%s", name, strings.Join(results.SecurityProbes, ", "), suggest(name, results.SecurityProbes))
+		case seen[name]:
+			c.errAt(fmt.Sprintf("%s.probes[%d]", p, i), "%q is listed twice", name)
+		}
+		seen[name] = true
+	}
+	if c.has(p+".probes") && len(e.Probes) == 0 {
+		c.errAt(p+".probes", "empty: leave it out to run every probe (%s)", strings.Join(results.SecurityProbes, ", "))
+	}
+	if len(e.Probes) == 0 {
+		e.Probes = slices.Clone(results.SecurityProbes)
 	}
 }
 

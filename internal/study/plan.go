@@ -16,8 +16,9 @@ type Trial struct {
 	Mesh       *Mesh
 	Experiment *Experiment
 	// BringUp is true when the runner must (re)create the workload and mesh before
-	// this trial: the mesh differs from the previous trial's, or the study asks for a
-	// fresh bring-up per repeat and the repeat changed.
+	// this trial: the mesh differs from the previous trial's, the study asks for a
+	// fresh bring-up per repeat and the repeat changed, or the previous trial was a
+	// security one (its probes change policies and interception).
 	BringUp bool
 }
 
@@ -25,7 +26,10 @@ type Trial struct {
 // either (interleaved) each repeat as a block with every mesh once in an order drawn
 // from the seed, or (sequential) each mesh in file order with all its repeats in a
 // row. A mesh's experiments of one stage run back to back, in file order, on one
-// bring-up. The same study and seed always give the same plan.
+// bring-up, except security experiments: they run once per mesh (in the first
+// repeat; a verdict does not need repeats) and after that mesh's load experiments of
+// the stage, since their probes disturb the deployment. The same study and seed
+// always give the same plan.
 func (s *Study) Plan() []Trial {
 	spec := &s.Spec
 	stages := s.stages()
@@ -33,17 +37,22 @@ func (s *Study) Plan() []Trial {
 	var out []Trial
 	add := func(stage, repeat, mesh int, exps []int) {
 		for _, e := range exps {
+			if spec.Experiments[e].Kind == KindSecurity && repeat > 0 {
+				continue
+			}
 			t := Trial{Seq: len(out), Stage: stage, Repeat: repeat, Mesh: &spec.Meshes[mesh], Experiment: &spec.Experiments[e]}
 			if len(out) == 0 {
 				t.BringUp = true
 			} else {
 				prev := out[len(out)-1]
-				t.BringUp = prev.Mesh != t.Mesh || (spec.FreshBringUpPerRepeat && prev.Repeat != t.Repeat)
+				t.BringUp = prev.Mesh != t.Mesh || (spec.FreshBringUpPerRepeat && prev.Repeat != t.Repeat) ||
+					prev.Experiment.Kind == KindSecurity
 			}
 			out = append(out, t)
 		}
 	}
 	for stage, exps := range stages {
+		exps = securityLast(spec.Experiments, exps)
 		switch spec.Order {
 		case Sequential:
 			for m := range spec.Meshes {
@@ -57,6 +66,23 @@ func (s *Study) Plan() []Trial {
 					add(stage, r, m, exps)
 				}
 			}
+		}
+	}
+	return out
+}
+
+// securityLast moves the security experiments of a stage after its load experiments,
+// keeping file order within each.
+func securityLast(all []Experiment, exps []int) []int {
+	out := make([]int, 0, len(exps))
+	for _, e := range exps {
+		if all[e].Kind != KindSecurity {
+			out = append(out, e)
+		}
+	}
+	for _, e := range exps {
+		if all[e].Kind == KindSecurity {
+			out = append(out, e)
 		}
 	}
 	return out

@@ -172,3 +172,44 @@ func TestBelowIsUnbiased(t *testing.T) {
 		}
 	}
 }
+
+// A security experiment, wherever the file lists it, runs once per mesh after that
+// mesh's load experiments of its stage, and the next trial brings the mesh up afresh.
+func TestPlanSecurityOncePerMeshAndLast(t *testing.T) {
+	doc := strings.Replace(minimal, "  experiments:\n", "  experiments:\n    - {name: sec, kind: security}\n", 1) + "  repeats: 3\n  seed: 9\n"
+	s, err := Parse("plan.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	trials := s.Plan()
+	perMesh := map[string]int{}
+	for i, tr := range trials {
+		if tr.Experiment.Name != "sec" {
+			continue
+		}
+		perMesh[tr.Mesh.Name]++
+		if tr.Repeat != 0 {
+			t.Errorf("security trial in repeat %d", tr.Repeat)
+		}
+		if i > 0 && trials[i-1].Mesh == tr.Mesh && trials[i-1].Stage == tr.Stage && trials[i-1].Experiment.Kind == KindSecurity {
+			t.Errorf("two security trials of %s in a row", tr.Mesh.Name)
+		}
+		for j := i + 1; j < len(trials) && trials[j].Mesh == tr.Mesh && trials[j].Repeat == tr.Repeat && trials[j].Stage == tr.Stage; j++ {
+			if !trials[j].BringUp {
+				t.Errorf("%s: %s runs after the security probes on the same bring-up", tr.Mesh.Name, trials[j].Experiment.Name)
+			}
+		}
+		if i+1 < len(trials) && !trials[i+1].BringUp {
+			t.Errorf("trial after security (%s %s) reuses the probed deployment", trials[i+1].Mesh.Name, trials[i+1].Experiment.Name)
+		}
+	}
+	for _, m := range s.Spec.Meshes {
+		if perMesh[m.Name] != 1 {
+			t.Errorf("mesh %s: %d security trials, want 1", m.Name, perMesh[m.Name])
+		}
+	}
+	if e := s.Experiment("sec"); e.Requests != defaultSecurityRequests || len(e.Probes) != 5 {
+		t.Errorf("defaults: requests %d, probes %v", e.Requests, e.Probes)
+	}
+	t.Log(signature(trials))
+}

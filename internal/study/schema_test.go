@@ -169,7 +169,8 @@ func TestSchemaMatchesGoTypes(t *testing.T) {
 	if got := enum("Experiment", "kind"); !slices.Equal(got, kindNames()) {
 		t.Errorf("schema kinds %v, Go kinds %v", got, kindNames())
 	}
-	// Per kind, the schema's allowed fields are the common ones plus kindFields.
+	// Per kind, the schema's allowed fields are the common ones plus kindFields; a
+	// security experiment takes none of the load-shaping common ones (loadFields).
 	common := []string{"name", "kind", "warmup", "keepAlive", "protocol", "streams", "path"}
 	for _, rule := range defs["Experiment"]["allOf"].([]any) {
 		r := rule.(map[string]any)
@@ -179,6 +180,9 @@ func TestSchemaMatchesGoTypes(t *testing.T) {
 			got = append(got, v.(string))
 		}
 		want := append(slices.Clone(common), kindFields[ExperimentKind(kind)]...)
+		if ExperimentKind(kind) == KindSecurity {
+			want = append([]string{"name", "kind"}, kindFields[KindSecurity]...)
+		}
 		sort.Strings(got)
 		sort.Strings(want)
 		if !slices.Equal(got, want) {

@@ -187,6 +187,10 @@ type Experiment struct {
 	ThinkTime       DurationRange `yaml:"thinkTime,omitempty"`
 	RequestsPerUser int           `yaml:"requestsPerUser,omitempty"`
 	Tasks           []Task        `yaml:"tasks,omitempty"`
+
+	// Probes are the security probes a security experiment runs (all when empty);
+	// Requests is then how many requests cross the app while the wire is captured.
+	Probes []string `yaml:"probes,omitempty"`
 }
 
 // Search finds the highest open-loop rate that still meets the SLO, by bisection
@@ -232,10 +236,13 @@ const (
 	KindSoak        ExperimentKind = "soak"
 	KindUsers       ExperimentKind = "users"
 	KindConnections ExperimentKind = "connections"
+	// KindSecurity probes what the mesh promises instead of loading it: encryption on
+	// the wire, plaintext refused, authorization, bypass, identity (internal/security).
+	KindSecurity ExperimentKind = "security"
 )
 
 // ExperimentKinds lists every kind, in the order the documentation presents them.
-var ExperimentKinds = []ExperimentKind{KindCapacity, KindFixedRate, KindSteps, KindSoak, KindUsers, KindConnections}
+var ExperimentKinds = []ExperimentKind{KindCapacity, KindFixedRate, KindSteps, KindSoak, KindUsers, KindConnections, KindSecurity}
 
 // Order is how repeats of different meshes are arranged in time.
 type Order string
