@@ -84,3 +84,11 @@ type Substrate interface {
 	// Processes lists every process started so far, for the resource sampler.
 	Processes() []Process
 }
+
+// UIDDialer is implemented by substrates that can open a connection from a pod the way
+// a process running under a given uid would (the local testbed can). Interception
+// rules exclude the proxy's own uid by the socket's owner, so the security probes use
+// it to try a workload that runs as the proxy's uid.
+type UIDDialer interface {
+	DialContextAs(ctx context.Context, pod topology.Pod, uid int, network, addr string) (net.Conn, error)
+}

@@ -18,6 +18,16 @@ import (
 // netpoller. Keeping the thread locked during the wait would cost a thread handoff per
 // dial (measured: 3-4x a plain dial on a busy machine).
 func dialTCPInNetNS(ctx context.Context, nsFD int, dst netip.AddrPort) (net.Conn, error) {
+	return dialTCPInNetNSAs(ctx, nsFD, dst, -1)
+}
+
+// dialTCPInNetNSAs is dialTCPInNetNS with the socket created under effective uid uid
+// (-1: as we are). Netfilter's owner match reads the uid a socket was created with, so
+// the connection is treated exactly like one a process running as uid opened. Only
+// the thread's effective uid changes (a raw setresuid, not Go's all-threads one), and
+// it is restored before the thread leaves the namespace: the saved uid stays 0, so
+// root's capabilities come back with it.
+func dialTCPInNetNSAs(ctx context.Context, nsFD int, dst netip.AddrPort, uid int) (net.Conn, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -30,7 +40,22 @@ func dialTCPInNetNS(ctx context.Context, nsFD int, dst netip.AddrPort) (net.Conn
 	}
 	fd := -1
 	err := inNetNS(nsFD, func() error {
+		if uid >= 0 {
+			if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(uid), ^uintptr(0)); e != 0 {
+				return os.NewSyscallError("setresuid", e)
+			}
+		}
 		s, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
+		if uid >= 0 {
+			if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), 0, ^uintptr(0)); e != 0 {
+				// The thread cannot become root again; inNetNS's setns back fails
+				// too, and the thread dies locked rather than serve anyone else.
+				if err == nil {
+					unix.Close(s)
+				}
+				return os.NewSyscallError("setresuid back to root", e)
+			}
+		}
 		if err != nil {
 			return os.NewSyscallError("socket", err)
 		}

@@ -312,6 +312,38 @@ func (tb *Testbed) WriteFile(p topology.Pod, name string, data []byte, mode uint
 // (see dialTCPInNetNS).
 // Host names resolve the way the pod's /etc/hosts resolves them (services, the pod's
 // own name, localhost); anything else must be an IP address.
+// DialContextAs opens a TCP connection from inside the pod as if a process running as
+// uid had opened it (see substrate.UIDDialer).
+func (tb *Testbed) DialContextAs(ctx context.Context, p topology.Pod, uid int, network, addr string) (net.Conn, error) {
+	if uid < 0 {
+		return nil, fmt.Errorf("testbed: dial as uid %d: not a uid", uid)
+	}
+	if network != "tcp" && network != "tcp4" && network != "tcp6" {
+		return nil, fmt.Errorf("testbed: dial as uid %d: %s: only TCP", uid, network)
+	}
+	t, err := tb.resolveTarget(p)
+	if err != nil {
+		return nil, err
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("testbed: dial %s: %w", addr, err)
+	}
+	ip, err := tb.lookupHost(host, t)
+	if err != nil {
+		return nil, err
+	}
+	portNum, err := net.LookupPort(network, port)
+	if err != nil {
+		return nil, fmt.Errorf("testbed: dial %s: %w", addr, err)
+	}
+	conn, err := dialTCPInNetNSAs(ctx, t.ns.fd(), netip.AddrPortFrom(ip, uint16(portNum)), uid)
+	if err != nil {
+		return nil, fmt.Errorf("testbed: dial %s from %s as uid %d: %w", addr, t.name, uid, err)
+	}
+	return conn, nil
+}
+
 func (tb *Testbed) DialContext(ctx context.Context, p topology.Pod, network, addr string) (net.Conn, error) {
 	t, err := tb.resolveTarget(p)
 	if err != nil {

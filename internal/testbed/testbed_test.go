@@ -423,6 +423,53 @@ func TestDialContext(t *testing.T) {
 	uc.Close()
 }
 
+// A connection dialled as a uid is the one netfilter's owner match sees as that uid's:
+// a rule rejecting uid 1337 (the way interception excludes the proxy's uid) stops it,
+// and the same dial as root or as the workload uid goes through. The dialling thread
+// is root again afterwards.
+func TestDialContextAsUID(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	tb := newTestbed(t, Options{Nodes: 1})
+	app, err := tb.Deploy(ctx, AppSpec{Name: "dialas", Deployments: []Deployment{{Service: "web", Port: 8080}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, client := app.Services[0].Versions[0].Endpoints[0], app.Clients[0]
+	startServer(t, tb, server)
+	if out, err := tb.Exec(ctx, client, nil, "iptables", "-w", "-A", "OUTPUT", "-p", "tcp", "-m", "owner", "--uid-owner", "1337",
+		"-j", "REJECT", "--reject-with", "tcp-reset"); err != nil {
+		t.Fatalf("iptables: %v: %s", err, out)
+	}
+	addr := fmt.Sprintf("%s:8080", server.IP)
+	for range 3 { // threads are reused: each dial must start from root again
+		if c, err := tb.DialContextAs(ctx, client, 1337, "tcp", addr); err == nil {
+			c.Close()
+			t.Fatal("dial as uid 1337 went through a rule rejecting uid 1337")
+		} else if !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("dial as uid 1337: %v; want connection refused (the rule's reset)", err)
+		}
+		for _, uid := range []int{0, 2000} {
+			c, err := tb.DialContextAs(ctx, client, uid, "tcp", addr)
+			if err != nil {
+				t.Fatalf("dial as uid %d: %v", uid, err)
+			}
+			c.Close()
+		}
+		c, err := tb.DialContext(ctx, client, "tcp", addr)
+		if err != nil {
+			t.Fatalf("plain dial after dialling as 1337: %v", err)
+		}
+		c.Close()
+	}
+	if os.Geteuid() != 0 {
+		t.Fatalf("euid %d after dialling as other uids", os.Geteuid())
+	}
+	if _, err := tb.DialContextAs(ctx, client, 1337, "udp", addr); err == nil {
+		t.Error("udp dial as a uid accepted")
+	}
+}
+
 func TestProcessLifecycle(t *testing.T) {
 	requireRoot(t)
 	ctx := context.Background()
