@@ -24,6 +24,8 @@ import (
 func (r *runner) runExperiment(ctx context.Context, d *deployment, t *study.Trial) error {
 	e := t.Experiment
 	switch e.Kind {
+	case study.KindSecurity:
+		return r.runSecurity(ctx, d, t)
 	case study.KindCapacity:
 		return r.runCapacity(ctx, d, t)
 	case study.KindSteps:

@@ -114,6 +114,8 @@ func (r *runner) estimate() time.Duration {
 		e := t.Experiment
 		per := e.Duration.D() + e.Warmup.D()
 		switch e.Kind {
+		case study.KindSecurity:
+			per = 10 * time.Second // probes, a short capture, a policy round trip
 		case study.KindSteps:
 			per = time.Duration(len(e.StepRates()))*e.Each.D() + e.Warmup.D()
 		case study.KindCapacity:

@@ -1,0 +1,115 @@
+package security
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/substrate"
+	"github.com/meshmark/meshmark/internal/topology"
+)
+
+// bypassRules take a pod's outbound traffic out of interception: a RETURN at the head
+// of the nat and mangle OUTPUT chains skips every redirect, TPROXY mark and
+// per-uid exclusion a profile put after it (istio-iptables, linkerd2-proxy-init,
+// istio-cni's in-pod rules all hook there).
+var bypassRules = [][]string{
+	{"-t", "nat", "OUTPUT", "-p", "tcp", "-m", "comment", "--comment", "meshmark-bypass-probe", "-j", "RETURN"},
+	{"-t", "mangle", "OUTPUT", "-p", "tcp", "-m", "comment", "--comment", "meshmark-bypass-probe", "-j", "RETURN"},
+}
+
+// probeBypass tries to get from one meshed pod to another without going through the
+// source's proxy, and reports whether the mesh still stops it:
+//   - as a workload running under a uid interception skips (the proxy's own);
+//   - with the source pod's interception removed.
+//
+// The plain request then reaches the destination pod directly; only a destination
+// that refuses callers without a mesh identity blocks it.
+func probeBypass(ctx context.Context, tgt Target, p mesh.Posture) results.SecurityProbe {
+	r := results.SecurityProbe{Probe: results.ProbeBypass,
+		Promised: promise(p.RefusesPlaintext, "a caller that skips its proxy is refused at the destination", "a caller that skips its proxy is served (plaintext accepted)")}
+	services := meshedServices(tgt, p)
+	if len(services) < 2 {
+		return notApplicable(r.Probe, "needs two meshed services")
+	}
+	src := servicePods(services[0])[0]
+	dstSvc := services[1]
+	dst := servicePods(dstSvc)[0]
+	addr := mesh.Addr(dst.IP, dstSvc.Port)
+	host := fmt.Sprintf("%s:%d", dstSvc.Name, dstSvc.Port)
+	route := fmt.Sprintf("%s -> pod %s (%s)", src.Name, dst.Name, addr)
+	if ud, ok := tgt.Sub.(substrate.UIDDialer); ok {
+		for _, uid := range p.ExcludedUIDs {
+			res, err := plainGet(ctx, func(ctx context.Context, network, a string) (net.Conn, error) {
+				return ud.DialContextAs(ctx, src, uid, network, a)
+			}, addr, host)
+			obs, refused := refusal(res, err)
+			r.Checks = append(r.Checks, results.SecurityCheck{Target: fmt.Sprintf("workload as uid %d, %s", uid, route), Observed: bypassWords(obs, refused), Held: refused})
+		}
+	}
+	if obs, refused, err := withoutInterception(ctx, tgt, src, addr, host); err != nil {
+		r.Checks = append(r.Checks, results.SecurityCheck{Target: "interception removed, " + route, Observed: "could not remove interception: " + err.Error(), Held: false})
+	} else {
+		r.Checks = append(r.Checks, results.SecurityCheck{Target: "interception removed, " + route, Observed: bypassWords(obs, refused), Held: refused})
+	}
+	judge(&r, p.RefusesPlaintext, "bypass blocked")
+	return r
+}
+
+func bypassWords(obs string, refused bool) string {
+	if refused {
+		return "blocked at the destination: " + obs
+	}
+	return "not blocked, the application answered the unproxied call: " + obs
+}
+
+// withoutInterception inserts bypassRules in pod, makes one plain call, and deletes
+// them again whatever happened.
+func withoutInterception(ctx context.Context, tgt Target, pod topology.Pod, addr, host string) (string, bool, error) {
+	var inserted [][]string
+	defer func() {
+		for _, rule := range inserted {
+			del := append([]string{"iptables", "-w", rule[0], rule[1], "-D"}, rule[2:]...)
+			tgt.Sub.Exec(context.WithoutCancel(ctx), pod, nil, del...)
+		}
+	}()
+	for _, rule := range bypassRules {
+		ins := append([]string{"iptables", "-w", rule[0], rule[1], "-I"}, append([]string{rule[2], "1"}, rule[3:]...)...)
+		if out, err := tgt.Sub.Exec(ctx, pod, nil, ins...); err != nil {
+			return "", false, fmt.Errorf("%s: %v: %s", strings.Join(ins, " "), err, strings.TrimSpace(string(out)))
+		}
+		inserted = append(inserted, rule)
+	}
+	res, err := plainGet(ctx, func(ctx context.Context, network, a string) (net.Conn, error) {
+		return tgt.Sub.DialContext(ctx, pod, network, a)
+	}, addr, host)
+	obs, refused := refusal(res, err)
+	return obs, refused, nil
+}
+
+// plainGet is mesh.ProbeHTTP with a dialer of the caller's choosing.
+func plainGet(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), addr, host string) (mesh.ProbeResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
+	defer cancel()
+	tr := &http.Transport{DialContext: dial, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
+	if err != nil {
+		return mesh.ProbeResult{}, err
+	}
+	req.Host = host
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return mesh.ProbeResult{}, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	res := mesh.ProbeResult{Status: resp.StatusCode, Body: string(body)}
+	res.ProxyGenerated = resp.StatusCode >= 500 && mesh.ProxyGeneratedBody(res.Body)
+	return res, nil
+}

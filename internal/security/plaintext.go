@@ -1,0 +1,85 @@
+package security
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+
+	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/topology"
+)
+
+// probePlaintext: a caller with no mesh identity sends plain HTTP to every meshed
+// service, on its service address and on each pod's own address and port. Under
+// strict mTLS every one must be refused (reset, closed, or a proxy's 403); a request
+// the application answers got through.
+func probePlaintext(ctx context.Context, tgt Target, p mesh.Posture) results.SecurityProbe {
+	r := results.SecurityProbe{Probe: results.ProbePlaintext, Promised: promise(p.RefusesPlaintext, "callers without a mesh identity refused", "plaintext callers accepted")}
+	from, where, ok := outsider(tgt, p)
+	if !ok {
+		return notApplicable(r.Probe, "no pod outside the mesh to call from")
+	}
+	services := meshedServices(tgt, p)
+	if len(services) == 0 {
+		return notApplicable(r.Probe, "no meshed service")
+	}
+	for _, s := range services {
+		host := fmt.Sprintf("%s:%d", s.Name, s.Port)
+		if s.VIP.IsValid() {
+			r.Checks = append(r.Checks, plainCall(ctx, tgt, from, where, "service "+s.Name, mesh.Addr(s.VIP, s.Port), host))
+		}
+		for _, pod := range servicePods(s) {
+			r.Checks = append(r.Checks, plainCall(ctx, tgt, from, where, "pod "+pod.Name, mesh.Addr(pod.IP, s.Port), host))
+		}
+	}
+	judge(&r, p.RefusesPlaintext, "plaintext refused")
+	return r
+}
+
+func plainCall(ctx context.Context, tgt Target, from topology.Pod, where, what, addr, host string) results.SecurityCheck {
+	c := results.SecurityCheck{Target: fmt.Sprintf("%s -> %s (%s)", where, what, addr)}
+	res, err := mesh.ProbeHTTP(ctx, tgt.Sub, from, addr, host, "/")
+	c.Observed, c.Held = refusal(res, err)
+	return c
+}
+
+// refusal says how a call without the right identity ended, and whether it was kept
+// from the application: a connection error, a proxy's own error page, or a 401/403.
+func refusal(res mesh.ProbeResult, err error) (string, bool) {
+	switch {
+	case err != nil:
+		return "refused: " + connError(err), true
+	case res.Status == 401 || res.Status == 403:
+		return fmt.Sprintf("denied: HTTP %d %.80q", res.Status, res.Body), true
+	case res.ProxyGenerated:
+		return fmt.Sprintf("stopped by the proxy: HTTP %d %.80q", res.Status, res.Body), true
+	}
+	return fmt.Sprintf("served: HTTP %d", res.Status), false
+}
+
+// connError names how a connection failed in the words a user would look for.
+func connError(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection closed without an answer"
+	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, context.DeadlineExceeded):
+		return "no answer in time"
+	}
+	return err.Error()
+}
+
+func promise(on bool, yes, no string) string {
+	if on {
+		return yes
+	}
+	return no
+}
