@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/meshmark/meshmark/internal/results"
 )
@@ -45,7 +46,7 @@ func CompareRuns(a, b *results.Run, meshes []string, opts Options) ([]Comparison
 			out = append(out, c)
 		}
 	}
-	if len(out) == 0 {
+	if len(out) == 0 && !slices.ContainsFunc(CompareSecurity(a, b, meshes), func(c SecurityChange) bool { return c.Before != "" }) {
 		return nil, fmt.Errorf("runs %s and %s share no mesh × experiment × step with trials to compare", a.ID, b.ID)
 	}
 	return out, nil
@@ -64,12 +65,17 @@ type GateResult struct {
 	Gate   Gate       `json:"gate"`
 	Failed bool       `json:"failed"`
 	Why    string     `json:"why"`
-	On     Comparison `json:"on"`
+	On     Comparison `json:"on,omitzero"`
+	// Security is the probe a `security` gate judged.
+	Security *SecurityChange `json:"security,omitempty"`
 }
 
 // CheckGates applies every gate to every comparison of its metric.
 func CheckGates(gates []Gate, cs []Comparison) (results []GateResult, failed bool) {
 	for _, g := range gates {
+		if g.Security {
+			continue // CheckSecurityGate judges it, on the probes rather than the comparisons
+		}
 		for _, c := range cs {
 			if c.Metric != g.Metric {
 				continue

@@ -11,7 +11,7 @@ import (
 //
 // Grammar (spaces optional):
 //
-//	gate      = metric op threshold
+//	gate      = metric op threshold | "security"
 //	metric    = "p50" | "p90" | "p99" | "p99.9" | "p999" | "throughput" | "error_rate"
 //	op        = ">" | ">=" | "<" | "<="
 //	threshold = [ "+" | "-" ] number unit
@@ -23,12 +23,16 @@ import (
 // The change is new − old (run B − run A). A gate fails when the point estimate of the
 // change crosses the threshold and the change is real: its confidence interval
 // excludes zero. Noise alone therefore never fails a gate.
+//
+// The gate "security" fails when a security probe fails in RUN_B and did not in RUN_A
+// (see CompareSecurity).
 type Gate struct {
 	Raw      string
 	Metric   Metric
 	Op       string
 	Value    float64 // in the metric's unit (µs, req/s, fraction) or percent if Relative
 	Relative bool
+	Security bool `json:",omitempty"`
 }
 
 // GateError is a gate expression that does not parse.
@@ -48,6 +52,10 @@ var gateMetrics = map[string]Metric{"p50": P50, "p90": P90, "p99": P99, "p99.9":
 // ParseGate parses one gate expression.
 func ParseGate(expr string) (Gate, error) {
 	g := Gate{Raw: expr}
+	if strings.EqualFold(strings.TrimSpace(expr), "security") {
+		g.Security = true
+		return g, nil
+	}
 	i := 0
 	fail := func(msg string, args ...any) (Gate, error) {
 		return Gate{}, &GateError{Expr: expr, Column: len([]rune(expr[:i])) + 1, Msg: fmt.Sprintf(msg, args...)}
@@ -69,7 +77,7 @@ func ParseGate(expr string) (Gate, error) {
 	m, ok := gateMetrics[name]
 	if !ok {
 		i = start
-		return fail("unknown metric %q (want p50, p90, p99, p99.9, throughput or error_rate)", name)
+		return fail("unknown metric %q (want p50, p90, p99, p99.9, throughput, error_rate, or the gate security)", name)
 	}
 	g.Metric = m
 	skip()
@@ -148,6 +156,9 @@ func unitsFor(m Metric) string {
 
 // String renders the gate in canonical form (which ParseGate reads back).
 func (g Gate) String() string {
+	if g.Security {
+		return "security"
+	}
 	num := func(v float64) string {
 		s := strconv.FormatFloat(v, 'f', -1, 64)
 		if v >= 0 {

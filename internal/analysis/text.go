@@ -114,8 +114,14 @@ func WriteRunSummary(w io.Writer, run *results.Run, rep *Report) error {
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
+	if sec := SecurityMatrix(run); len(sec) > 0 {
+		if err := WriteSecurityMatrix(w, sec); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+	}
 	if len(rep.Groups) == 0 {
-		fmt.Fprintln(w, "no trials stored")
+		fmt.Fprintln(w, "no load trials stored")
 		return nil
 	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

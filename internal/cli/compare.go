@@ -31,7 +31,8 @@ func init() {
 				"op > >= < <=, threshold a signed number with a unit: % (relative), us|ms|s (latency), rps " +
 				"(throughput), pp (error-rate percentage points). Examples: 'p99 > +10%', 'p50 > +2ms', " +
 				"'throughput < -5%', 'error_rate > +0.5pp'. A gate fails when the change crosses the threshold " +
-				"and its confidence interval excludes zero, so noise alone never fails it.\n\n" +
+				"and its confidence interval excludes zero, so noise alone never fails it. " +
+				"--fail-if security fails when a security probe fails in RUN_B and did not in RUN_A.\n\n" +
 				"Exit status: 0 when no gate fails, 3 when a gate fails, 2 for a malformed gate, 1 for other errors.\n" +
 				"RUN_A and RUN_B are run ids, unique prefixes of them, or \"last\".",
 			Args: cobra.ExactArgs(2),
@@ -57,11 +58,21 @@ func init() {
 					return err
 				}
 				results, failed := analysis.CheckGates(parsed, cs)
+				security := analysis.CompareSecurity(a, b, meshes)
+				for _, g := range parsed {
+					if g.Security {
+						rs, f := analysis.CheckSecurityGate(g, security)
+						if len(rs) == 0 {
+							return fmt.Errorf("--fail-if security: run %s has no security experiment to judge", b.ID)
+						}
+						results, failed = append(results, rs...), failed || f
+					}
+				}
 				out := cmd.OutOrStdout()
 				if asJSON {
 					enc := json.NewEncoder(out)
 					enc.SetIndent("", "  ")
-					if err := enc.Encode(map[string]any{"a": a.ID, "b": b.ID, "comparisons": cs, "gates": results, "failed": failed}); err != nil {
+					if err := enc.Encode(map[string]any{"a": a.ID, "b": b.ID, "comparisons": cs, "security": security, "gates": results, "failed": failed}); err != nil {
 						return err
 					}
 				} else {
@@ -90,7 +101,7 @@ func init() {
 			},
 		}
 		addDBFlag(c, &db)
-		c.Flags().StringArrayVar(&gates, "fail-if", nil, "gate expression, e.g. 'p99 > +10%' (repeatable)")
+		c.Flags().StringArrayVar(&gates, "fail-if", nil, "gate expression, e.g. 'p99 > +10%' or 'security' (repeatable)")
 		c.Flags().StringSliceVar(&meshes, "mesh", nil, "compare only these meshes (repeatable or comma-separated)")
 		c.Flags().IntVar(&resamples, "resamples", 4000, "bootstrap resamples per comparison (2000..100000)")
 		c.Flags().Uint64Var(&seed, "seed", 0, "bootstrap seed (default: RUN_A's seed)")
