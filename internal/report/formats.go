@@ -163,6 +163,7 @@ const (
 	titleNetwork     = "Network per pod"
 	titleCost        = "Cost per mesh"
 	titleChecks      = "Checks"
+	titleSecurity    = "Security matrix"
 	titleProvenance  = "Provenance"
 )
 
@@ -257,6 +258,34 @@ func renderMarkdown(w io.Writer, s *Summary) error {
 		}
 		m.table([]string{"Mesh", "vCPU", "Memory (MiB)", "Mesh vCPU", "Mesh memory (MiB)", "req/s", "Extra vCPU", "Extra GiB",
 			"Instances (bound by)", s.CostModel.Currency + "/month", s.CostModel.Currency + " per million requests"}, rows)
+	}
+	if m.section(titleSecurity, len(s.Security) == 0, "This run has no security experiment.") {
+		m.printf("pass: promised and held on every check; fail: promised and broken; expected: not promised with these options, and indeed not held; n/a: does not apply.\n\n")
+		type row struct{ mesh, exp string }
+		var order []row
+		cells := map[row]map[string]string{}
+		for _, c := range s.Security {
+			r := row{c.Mesh, c.Experiment}
+			if cells[r] == nil {
+				cells[r] = map[string]string{}
+				order = append(order, r)
+			}
+			cells[r][c.Probe] = string(c.Outcome)
+		}
+		var rows [][]string
+		for _, r := range order {
+			line := []string{r.mesh, r.exp}
+			for _, p := range s.SecurityProbes {
+				line = append(line, orDash(cells[r][p]))
+			}
+			rows = append(rows, line)
+		}
+		m.table(append([]string{"Mesh", "Experiment"}, s.SecurityProbes...), rows)
+		rows = nil
+		for _, c := range s.Security {
+			rows = append(rows, []string{c.Mesh, c.Probe, string(c.Outcome), orDash(c.Promised), c.Summary})
+		}
+		m.table([]string{"Mesh", "Probe", "Outcome", "Promised", "Observed"}, rows)
 	}
 	if m.section(titleChecks, len(s.Checks) == 0, "No checks were stored with this run.") {
 		var rows [][]string

@@ -42,6 +42,8 @@ type sectionCheck struct {
 	EmptyNote string `json:"emptyNote"` // the "no data" sentence, if any
 	// NetworkRows are the rows of the "Network per pod" table (resources section).
 	NetworkRows int `json:"networkRows"`
+	// FailEvidence is the hover text of the security matrix's failed cells.
+	FailEvidence []string `json:"failEvidence"`
 }
 
 const inspectSections = `Array.from(document.querySelectorAll('section[data-section]')).map(s => {
@@ -54,7 +56,8 @@ const inspectSections = `Array.from(document.querySelectorAll('section[data-sect
   s.querySelectorAll('table tbody tr').forEach(() => rows++);
   const e = s.querySelector('.empty');
   const net = s.querySelectorAll('table[data-table="network"] tbody tr').length;
-  return {id: s.dataset.section, charts: charts, dataRows: rows, emptyNote: e ? e.textContent : '', networkRows: net};
+  const ev = Array.from(s.querySelectorAll('span.sec.fail')).map(x => x.getAttribute('title'));
+  return {id: s.dataset.section, charts: charts, dataRows: rows, emptyNote: e ? e.textContent : '', networkRows: net, failEvidence: ev};
 })`
 
 // TestHTMLInChromium opens the report in real headless Chromium and checks that it
@@ -83,7 +86,7 @@ func TestHTMLInChromium(t *testing.T) {
 		t.Errorf("browser reported: %s", p)
 	}
 	wantCharts := map[string]int{"spectrum": 1, "capacity": 1, "heatmaps": 1, "timeseries": 3, "resources": 2, "cost": 1}
-	wantRows := map[string]int{"verdicts": 2 * 8 * 6 / 2, "comparisons": 96, "results": 24, "capacity": 3, "resources": 1, "cost": 3, "checks": 3, "provenance": 5}
+	wantRows := map[string]int{"verdicts": 2 * 8 * 6 / 2, "comparisons": 96, "results": 24, "capacity": 3, "resources": 1, "cost": 3, "checks": 3, "security": 3, "provenance": 5}
 	seen := map[string]bool{}
 	for _, c := range checks {
 		seen[c.ID] = true
@@ -98,6 +101,9 @@ func TestHTMLInChromium(t *testing.T) {
 		}
 		if c.ID == "resources" && c.NetworkRows != 13 {
 			t.Errorf("section resources: network table has %d rows, want 13", c.NetworkRows)
+		}
+		if c.ID == "security" && (len(c.FailEvidence) != 1 || !strings.Contains(c.FailEvidence[0], "✗ productpage-0 -> reviews-0: synthetic observation")) {
+			t.Errorf("security matrix: failed cells' evidence %q, want the one failed probe's check", c.FailEvidence)
 		}
 		if c.Charts == 0 && c.DataRows == 0 {
 			t.Errorf("section %s shows neither a chart nor a table row", c.ID)

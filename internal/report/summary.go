@@ -72,6 +72,11 @@ type Summary struct {
 	CostModel     CostModel  `json:"cost_model"`
 	Costs         []CostRow  `json:"costs"`
 	Checks        []CheckRow `json:"checks"`
+	// Security is the security matrix: one cell per mesh, security experiment and
+	// probe, with the evidence behind each verdict.
+	Security []analysis.SecurityCell `json:"security"`
+	// SecurityProbes are the matrix's columns, in order.
+	SecurityProbes []string `json:"security_probes"`
 	// Excluded are the trials left out of every number because a process of the
 	// system under test exited during them (or their attempt was measured again).
 	Excluded   []analysis.ExcludedTrial `json:"excluded_trials,omitempty"`
@@ -383,6 +388,8 @@ func Summarize(run *results.Run, an *analysis.Report, opts Options) *Summary {
 	}
 	s.CostModel, s.Costs = costRows(s.Resources, loadGroups, meshOrder(run), an.Baseline, prices, instance)
 	s.Checks = checkRows(run, an.Groups)
+	s.Security = analysis.SecurityMatrix(run)
+	s.SecurityProbes = results.SecurityProbes
 	s.Excluded = an.Excluded
 	s.Provenance = provenance(run)
 	return s

@@ -99,6 +99,24 @@ func syntheticRun(t testing.TB) *results.Run {
 			}
 		}
 	}
+	// One security experiment per mesh, with a failure to show.
+	secOutcomes := map[string][]results.SecurityOutcome{
+		"baseline":     {"n/a", "n/a", "n/a", "n/a", "n/a"},
+		"sidecar":      {"expected", "expected", "n/a", "expected", "n/a"},
+		"sidecar-mtls": {"pass", "pass", "pass", "fail", "pass"},
+	}
+	for _, m := range synthMeshes {
+		var probes []results.SecurityProbe
+		for i, p := range results.SecurityProbes {
+			o := secOutcomes[m.label][i]
+			held := o == results.SecurityPass
+			probes = append(probes, results.SecurityProbe{Probe: p, Outcome: o, Promised: "synthetic promise", Summary: p + " " + string(o),
+				Checks: []results.SecurityCheck{{Target: "productpage-0 -> reviews-0", Observed: "synthetic observation", Held: held}}})
+		}
+		now = now.Add(2 * time.Second)
+		run.Trials = append(run.Trials, results.Trial{Mesh: m.label, Experiment: "security", Kind: results.KindSecurity,
+			Start: now, End: now.Add(time.Second), Result: results.TrialResult{Security: probes}})
+	}
 	run.Ended = now.Add(time.Second)
 	return run
 }

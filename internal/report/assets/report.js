@@ -265,6 +265,28 @@
       [0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]);
   } else empty("cost", "No resource samples, so no cost.");
 
+  // Security matrix: mesh (and experiment) × probe; a cell's title holds what was
+  // promised, what was observed and every check behind it.
+  if (R.security && R.security.length) {
+    const probes = R.security_probes || [];
+    const rows = [], at = {};
+    for (const c of R.security) {
+      const key = c.mesh + "\u0000" + c.experiment;
+      if (!at[key]) { at[key] = {}; rows.push([c.mesh, c.experiment, key]); }
+      at[key][c.probe] = c;
+    }
+    body("security").append(el("p", {}, "pass: promised and held on every check; fail: promised and broken; " +
+      "expected: not promised with these options, and indeed not held; n/a: does not apply. Hover a cell for the evidence."));
+    table("security", ["Mesh", "Experiment", ...probes], rows.map(([mesh, exp, key]) => [mesh, exp, ...probes.map(p => {
+      const c = at[key][p];
+      if (!c) return "—";
+      const lines = [(c.promised ? "promised: " + c.promised + "\n" : "") + "observed: " + c.summary];
+      for (const ch of (c.checks || [])) lines.push((ch.held ? "✓ " : "✗ ") + ch.target + ": " + ch.observed);
+      const cls = { "pass": "pass", "fail": "fail", "expected": "expected", "n/a": "na" }[c.outcome] || "";
+      return el("span", { class: "sec " + cls, title: lines.join("\n"), "data-probe": p, "data-mesh": mesh }, c.outcome);
+    })]));
+  } else empty("security", "This run has no security experiment.");
+
   if (R.checks && R.checks.length) {
     table("checks", ["Mesh", "Check", "Result", "Detail"],
       R.checks.map(c => [c.mesh, c.check, el("span", { class: c.pass ? "pass" : "fail" }, c.pass ? "PASS" : "FAIL"), c.detail]));
