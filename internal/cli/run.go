@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -77,7 +78,11 @@ func runStudy(cmd *cobra.Command, st *study.Study, f runFlags) error {
 	for _, w := range st.Warnings {
 		fmt.Fprintf(errw, "warning: %s\n", w)
 	}
-	s, err := store.Open(ctx, f.db)
+	db, err := studyDB(st, f.db)
+	if err != nil {
+		return err
+	}
+	s, err := store.Open(ctx, db)
 	if err != nil {
 		return err
 	}
@@ -124,4 +129,18 @@ func runStudy(cmd *cobra.Command, st *study.Study, f runFlags) error {
 		return withExitCode(130, err)
 	}
 	return err
+}
+
+// studyDB is the results database a run writes to: --db, else $MESHMARK_DB, else the
+// study's spec.results.dir (results.db in it, relative to the study file), else the
+// default ("" lets the store choose).
+func studyDB(st *study.Study, flag string) (string, error) {
+	if flag != "" || os.Getenv("MESHMARK_DB") != "" || st.Spec.Results == nil || st.Spec.Results.Dir == "" {
+		return flag, nil
+	}
+	dir := st.Resolve(st.Spec.Results.Dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("spec.results.dir: %w", err)
+	}
+	return filepath.Join(dir, "results.db"), nil
 }
