@@ -92,3 +92,18 @@ type Substrate interface {
 type UIDDialer interface {
 	DialContextAs(ctx context.Context, pod topology.Pod, uid int, network, addr string) (net.Conn, error)
 }
+
+// WireTapper is implemented by substrates whose pods' traffic can be captured: the
+// local testbed's node bridges. The security experiment's encryption probe reads the
+// wire through it; a substrate without it cannot show what crosses its network.
+type WireTapper interface {
+	WireTaps() []WireTap
+}
+
+// WireTap is one place to capture: an interface inside a network namespace, named by
+// the path of its pin (for example /run/netns/NAME).
+type WireTap struct {
+	Node      string
+	NetNSPath string
+	Interface string
+}

@@ -221,6 +221,19 @@ func (tb *Testbed) NodePod(nodeName string) (topology.Pod, error) {
 	return topology.Pod{Name: n.name, Node: n.name, NetNS: n.ns.name, IP: n.gateway}, nil
 }
 
+// WireTaps are the node bridges: every pod hangs off its node's bridge, so captured
+// there (in promiscuous mode) every frame a pod sends or receives is seen, traffic
+// between nodes on both nodes' bridges (see substrate.WireTapper).
+func (tb *Testbed) WireTaps() []substrate.WireTap {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	out := make([]substrate.WireTap, 0, len(tb.nodes))
+	for _, n := range tb.nodes {
+		out = append(out, substrate.WireTap{Node: n.name, NetNSPath: filepath.Join(netnsDir, n.ns.name), Interface: nodeBridge})
+	}
+	return out
+}
+
 func (tb *Testbed) nodeByName(name string) (*node, error) {
 	for _, n := range tb.nodes {
 		if n.name == name {
