@@ -82,6 +82,9 @@ func probeEncryption(ctx context.Context, tgt Target, p mesh.Posture, requests i
 		if len(f.ALPN) > 0 {
 			desc += " alpn " + strings.Join(f.ALPN, ",")
 		}
+		if f.Midstream {
+			desc += " (opened before the capture)"
+		}
 		t.classes[desc]++
 		if f.Class.Encrypted() && f.PlaintextBytes == 0 {
 			t.encrypted++

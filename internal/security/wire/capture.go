@@ -43,6 +43,10 @@ type Capture struct {
 // pollEvery is how often a reader wakes to see whether the capture is stopping.
 const pollEvery = 50 * time.Millisecond
 
+// blockTimeout is how long the kernel holds a partly filled ring block before handing
+// it over; Stop waits a few of them so the last packets are read, not dropped.
+const blockTimeout = 10 * time.Millisecond
+
 // Start opens an AF_PACKET socket on every tap, inside the tap's namespace (never the
 // host's), in promiscuous mode so a bridge passes up the frames it forwards between
 // its ports, and follows every TCP flow until Stop. Nothing is stored but flow state.
@@ -102,7 +106,7 @@ func openInNetNS(tap substrate.WireTap) (*afpacket.TPacket, error) {
 			return
 		}
 		h, err := afpacket.NewTPacket(afpacket.OptInterface(tap.Interface), afpacket.OptPollTimeout(pollEvery),
-			afpacket.OptFrameSize(1<<16), afpacket.OptBlockSize(1<<20), afpacket.OptNumBlocks(16))
+			afpacket.OptFrameSize(1<<16), afpacket.OptBlockSize(1<<20), afpacket.OptNumBlocks(16), afpacket.OptBlockTimeout(blockTimeout))
 		if err == nil {
 			if perr := h.SetPromiscuous(true); perr != nil {
 				h.Close()
@@ -201,6 +205,9 @@ func segment(decoded []gopacket.LayerType, ip4 *layers.IPv4, ip6 *layers.IPv6, t
 // was seen. It is safe to call more than once; later calls return the same report.
 func (c *Capture) Stop() (Report, error) {
 	c.once.Do(func() {
+		// Packets of the last moments sit in a block the kernel has not handed over
+		// yet: let the readers take them first.
+		time.Sleep(5*blockTimeout + pollEvery)
 		close(c.stop)
 		c.wg.Wait()
 		var drops int64
