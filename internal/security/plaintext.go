@@ -27,24 +27,42 @@ func probePlaintext(ctx context.Context, tgt Target, p mesh.Posture) results.Sec
 	if len(services) == 0 {
 		return notApplicable(r.Probe, "no meshed service")
 	}
+	unreachable := 0
 	for _, s := range services {
 		host := fmt.Sprintf("%s:%d", s.Name, s.Port)
 		if s.VIP.IsValid() {
-			r.Checks = append(r.Checks, plainCall(ctx, tgt, from, where, "service "+s.Name, mesh.Addr(s.VIP, s.Port), host))
+			if c, ok := plainCall(ctx, tgt, from, where, "service "+s.Name, mesh.Addr(s.VIP, s.Port), host); ok {
+				r.Checks = append(r.Checks, c)
+			} else {
+				unreachable++
+			}
 		}
 		for _, pod := range servicePods(s) {
-			r.Checks = append(r.Checks, plainCall(ctx, tgt, from, where, "pod "+pod.Name, mesh.Addr(pod.IP, s.Port), host))
+			if c, ok := plainCall(ctx, tgt, from, where, "pod "+pod.Name, mesh.Addr(pod.IP, s.Port), host); ok {
+				r.Checks = append(r.Checks, c)
+			} else {
+				unreachable++
+			}
 		}
 	}
 	judge(&r, p.RefusesPlaintext, "plaintext refused")
+	if unreachable > 0 {
+		r.Summary += fmt.Sprintf(" (%d addresses not routable from %s, not judged)", unreachable, where)
+	}
 	return r
 }
 
-func plainCall(ctx context.Context, tgt Target, from topology.Pod, where, what, addr, host string) results.SecurityCheck {
+// plainCall sends one plain request; ok is false when the address is not routable
+// from the vantage point at all (a node's namespace has no service address
+// translation), which says nothing about the mesh.
+func plainCall(ctx context.Context, tgt Target, from topology.Pod, where, what, addr, host string) (results.SecurityCheck, bool) {
 	c := results.SecurityCheck{Target: fmt.Sprintf("%s -> %s (%s)", where, what, addr)}
 	res, err := mesh.ProbeHTTP(ctx, tgt.Sub, from, addr, host, "/")
+	if errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.EHOSTUNREACH) {
+		return c, false
+	}
 	c.Observed, c.Held = refusal(res, err)
-	return c
+	return c, true
 }
 
 // refusal says how a call without the right identity ended, and whether it was kept
