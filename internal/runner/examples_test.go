@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/study"
 )
 
@@ -31,6 +32,12 @@ func TestExamplesRun(t *testing.T) {
 			seen := map[string]bool{}
 			for _, tr := range run.Trials {
 				seen[tr.Mesh+"/"+tr.Experiment] = true
+				if tr.Kind == results.KindSecurity {
+					if e := st.Experiment(tr.Experiment); len(tr.Result.Security) != len(e.Probes) {
+						t.Errorf("security trial on %s: %d probe results, want %d", tr.Mesh, len(tr.Result.Security), len(e.Probes))
+					}
+					continue
+				}
 				if tr.Result.Requests == 0 {
 					t.Errorf("trial %s/%s step %d completed no request", tr.Mesh, tr.Experiment, tr.Params.Step)
 				}
