@@ -122,13 +122,11 @@ type stream struct {
 
 type flow struct {
 	Flow
-	fromA  bool // the A side of the key is the client
-	known  bool // client side decided
-	toSrv  stream
-	toCli  stream
-	tap    string
-	hello  helloInfo
-	shello helloInfo
+	fromA bool // the A side of the key is the client
+	known bool // client side decided
+	toSrv stream
+	toCli stream
+	tap   string
 }
 
 // Tracker follows TCP flows packet by packet. It is not safe for concurrent use.
