@@ -370,3 +370,19 @@ func Load(nameOrPath string) (*Study, error) {
 	}
 	return ParseFile(nameOrPath)
 }
+
+// MarshalYAML prints a security experiment with its own fields only: the load fields
+// every other kind prints with their defaults mean nothing to it, and the parser
+// refuses them there.
+func (e Experiment) MarshalYAML() (any, error) {
+	if e.Kind != KindSecurity {
+		type plain Experiment // no methods: no recursion
+		return plain(e), nil
+	}
+	return struct {
+		Name     string         `yaml:"name"`
+		Kind     ExperimentKind `yaml:"kind"`
+		Requests int            `yaml:"requests,omitempty"`
+		Probes   []string       `yaml:"probes,omitempty"`
+	}{e.Name, e.Kind, e.Requests, e.Probes}, nil
+}
