@@ -58,6 +58,10 @@ func probeAuthorization(ctx context.Context, tgt Target, p mesh.Posture) results
 				break
 			}
 		}
+		if pr.other.Name == "" && !slices.Contains(callers, s.Name) {
+			// no third service: the callee's own pod is a meshed caller it does not allow
+			pr.other = servicePods(s)[0]
+		}
 		plan = append(plan, pr)
 	}
 	if len(plan) == 0 {

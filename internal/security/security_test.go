@@ -38,6 +38,7 @@ func deploy(t *testing.T, mtls string) (meshtest.Bed, mesh.Profile, Target) {
 	}
 	ctx := context.Background()
 	b := meshtest.NewBed(t)
+	b.App.Calls = map[string][]string{"productpage": {"reviews"}}
 	p, err := mesh.New(envoysidecar.Name, map[string]any{"mtls": mtls})
 	if err != nil {
 		t.Fatal(err)
@@ -106,16 +107,27 @@ func TestEnvoySidecarMatrix(t *testing.T) {
 		want map[string]results.SecurityOutcome
 	}{
 		{"off", map[string]results.SecurityOutcome{results.ProbeEncryption: "expected", results.ProbePlaintext: "expected",
-			results.ProbeBypass: "expected", results.ProbeIdentity: "n/a"}},
+			results.ProbeAuthorization: "n/a", results.ProbeBypass: "expected", results.ProbeIdentity: "n/a"}},
 		{"permissive", map[string]results.SecurityOutcome{results.ProbeEncryption: "pass", results.ProbePlaintext: "expected",
-			results.ProbeBypass: "expected", results.ProbeIdentity: "pass"}},
+			results.ProbeAuthorization: "pass", results.ProbeBypass: "expected", results.ProbeIdentity: "pass"}},
 		{"strict", map[string]results.SecurityOutcome{results.ProbeEncryption: "pass", results.ProbePlaintext: "pass",
-			results.ProbeBypass: "pass", results.ProbeIdentity: "pass"}},
+			results.ProbeAuthorization: "pass", results.ProbeBypass: "pass", results.ProbeIdentity: "pass"}},
 	} {
 		t.Run(tc.mtls, func(t *testing.T) {
 			_, _, tgt := deploy(t, tc.mtls)
 			got := outcomes(t, tgt)
 			expect(t, got, tc.want)
+			if tc.mtls != "off" {
+				// the denied caller got Istio's denial, and the allowed one was served
+				var denied, served bool
+				for _, c := range got[results.ProbeAuthorization].Checks {
+					denied = denied || strings.Contains(c.Target, "(not allowed)") && strings.Contains(c.Observed, "403") && strings.Contains(c.Observed, "RBAC: access denied")
+					served = served || strings.Contains(c.Target, "productpage -> reviews (allowed)") && c.Held
+				}
+				if !denied || !served {
+					t.Errorf("authorization checks: %+v", got[results.ProbeAuthorization].Checks)
+				}
+			}
 			// Every flow's evidence names TLS with its version, unless a pooled
 			// connection was opened before the capture and its handshake not seen.
 			for _, c := range got[results.ProbeEncryption].Checks {

@@ -2,6 +2,8 @@ package envoysidecar
 
 import (
 	"fmt"
+	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	rbacfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	"math"
 	"sort"
 	"strings"
@@ -100,6 +102,9 @@ type generator struct {
 	mode  mesh.MTLSMode
 	certs CertPaths
 	lay   layout
+	// allow, when not nil, restricts the inbound side to callers presenting one of
+	// these identities (Istio's ALLOW AuthorizationPolicy, as an RBAC filter).
+	allow []string
 }
 
 // BuildResources generates the sidecar resources for pod in app under options (mode
@@ -110,7 +115,15 @@ func BuildResources(app *topology.App, pod topology.Pod, opts mesh.Options, mode
 
 // BuildBootstrap generates the complete static bootstrap for pod's sidecar.
 func BuildBootstrap(app *topology.App, pod topology.Pod, opts mesh.Options, mode mesh.MTLSMode, certs CertPaths) (*bootstrapv3.Bootstrap, error) {
-	return generator{app: app, pod: pod, opts: opts, mode: mode, certs: certs, lay: istioLayout}.bootstrap()
+	return BuildBootstrapAllowing(app, pod, opts, mode, certs, nil)
+}
+
+// BuildBootstrapAllowing is BuildBootstrap with an authorization policy on the
+// inbound side: only callers whose mTLS identity is in allow get through (nil: no
+// policy). What Istio makes of an ALLOW AuthorizationPolicy with principals: an RBAC
+// filter before the router, whose denial is 403 "RBAC: access denied".
+func BuildBootstrapAllowing(app *topology.App, pod topology.Pod, opts mesh.Options, mode mesh.MTLSMode, certs CertPaths, allow []string) (*bootstrapv3.Bootstrap, error) {
+	return generator{app: app, pod: pod, opts: opts, mode: mode, certs: certs, lay: istioLayout, allow: allow}.bootstrap()
 }
 
 // BuildOutboundBootstrap generates the outbound half of a sidecar for a proxy that
@@ -613,6 +626,9 @@ func (g generator) hcm(statPrefix string, rc *routev3.RouteConfiguration, inboun
 			})},
 		}},
 	}
+	if inbound && g.allow != nil {
+		m.HttpFilters = append([]*hcmv3.HttpFilter{g.rbacFilter()}, m.HttpFilters...)
+	}
 	if inbound && g.mode != mesh.MTLSOff {
 		// As Istio: tell the app who called, from the verified client certificate.
 		m.ForwardClientCertDetails = hcmv3.HttpConnectionManager_APPEND_FORWARD
@@ -629,6 +645,30 @@ func (g generator) hcm(statPrefix string, rc *routev3.RouteConfiguration, inboun
 	return &listenerv3.Filter{
 		Name:       "envoy.filters.network.http_connection_manager",
 		ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(m)},
+	}
+}
+
+// rbacFilter allows the identities in g.allow and denies everyone else, including
+// callers with no certificate at all.
+func (g generator) rbacFilter() *hcmv3.HttpFilter {
+	var principals []*rbacv3.Principal
+	for _, id := range g.allow {
+		principals = append(principals, &rbacv3.Principal{Identifier: &rbacv3.Principal_Authenticated_{Authenticated: &rbacv3.Principal_Authenticated{
+			PrincipalName: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: id}},
+		}}})
+	}
+	policies := map[string]*rbacv3.Policy{}
+	if len(principals) > 0 {
+		policies["meshmark-allowed-callers"] = &rbacv3.Policy{
+			Permissions: []*rbacv3.Permission{{Rule: &rbacv3.Permission_Any{Any: true}}},
+			Principals:  principals,
+		}
+	}
+	return &hcmv3.HttpFilter{
+		Name: "envoy.filters.http.rbac",
+		ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&rbacfilterv3.RBAC{
+			Rules: &rbacv3.RBAC{Action: rbacv3.RBAC_ALLOW, Policies: policies},
+		})},
 	}
 }
 

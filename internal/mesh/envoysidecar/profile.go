@@ -61,8 +61,10 @@ type Profile struct {
 type sidecar struct {
 	pod      topology.Pod
 	identity string
+	certs    CertPaths
 	proc     substrate.Process
 	rules    *Interception // set once applied
+	allow    []string      // the authorization policy it enforces; nil: none
 }
 
 // New builds the profile from parsed options.
@@ -198,8 +200,35 @@ func (p *Profile) installPod(ctx context.Context, sub substrate.Substrate, app *
 			*f.dst = path
 		}
 	}
+	sc.certs = certs
+	p.mu.Lock()
+	p.sidecars[pod.Name] = sc
+	p.mu.Unlock()
+	if err := p.startEnvoy(ctx, sub, app, sc, envoy); err != nil {
+		return err
+	}
+	ic := istioInterception(pod.Port)
+	rules := ic.InstallRules()
+	p.mu.Lock()
+	p.configs[pod.Name+"/iptables.rules"] = []byte(rules)
+	p.mu.Unlock()
+	// Rules go in only once the proxy listens, so no connection is ever redirected
+	// into a port nobody serves.
+	if out, err := sub.Exec(ctx, pod, strings.NewReader(rules), "iptables-restore", "--noflush", "--wait"); err != nil {
+		return fmt.Errorf("iptables-restore: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	p.mu.Lock()
+	sc.rules = &ic
+	p.mu.Unlock()
+	return nil
+}
+
+// startEnvoy writes the sidecar's bootstrap (with its authorization policy, if any)
+// and starts Envoy under the proxy uid, returning once its admin says ready.
+func (p *Profile) startEnvoy(ctx context.Context, sub substrate.Substrate, app *topology.App, sc *sidecar, envoy string) error {
+	pod := sc.pod
 	pod.Identity = sc.identity
-	b, err := BuildBootstrap(app, pod, p.opts, p.mode, certs)
+	b, err := BuildBootstrapAllowing(app, pod, p.opts, p.mode, sc.certs, sc.allow)
 	if err != nil {
 		return err
 	}
@@ -211,14 +240,9 @@ func (p *Profile) installPod(ctx context.Context, sub substrate.Substrate, app *
 	if err != nil {
 		return err
 	}
-	ic := istioInterception(pod.Port)
-	rules := ic.InstallRules()
 	p.mu.Lock()
 	p.configs[pod.Name+"/envoy.json"] = js
-	p.configs[pod.Name+"/iptables.rules"] = []byte(rules)
-	p.sidecars[pod.Name] = sc
 	p.mu.Unlock()
-
 	argv := []string{envoy, "-c", cfg,
 		"--concurrency", fmt.Sprint(p.opts.Concurrency),
 		// As Istio's pilot-agent: no hot restart, so no shared memory between Envoys;
@@ -243,14 +267,6 @@ func (p *Profile) installPod(ctx context.Context, sub substrate.Substrate, app *
 	}
 	p.mu.Lock()
 	sc.proc = proc
-	p.mu.Unlock()
-	// Rules go in only once the proxy listens, so no connection is ever redirected
-	// into a port nobody serves.
-	if out, err := sub.Exec(ctx, pod, strings.NewReader(rules), "iptables-restore", "--noflush", "--wait"); err != nil {
-		return fmt.Errorf("iptables-restore: %w: %s", err, strings.TrimSpace(string(out)))
-	}
-	p.mu.Lock()
-	sc.rules = &ic
 	p.mu.Unlock()
 	return nil
 }

@@ -113,3 +113,37 @@ func BenchmarkBuildBootstrap(b *testing.B) {
 		}
 	}
 }
+
+// A policy adds Envoy's RBAC filter, naming the allowed identities, ahead of the
+// router on the inbound side only; without one the bootstrap has no RBAC filter at
+// all, so load trials measure exactly Istio's policy-free sidecar.
+func TestAuthorizationPolicyOnlyWhenAsked(t *testing.T) {
+	app := bookinfo()
+	opts := mesh.DefaultOptions()
+	certs := CertPaths{CA: "/ca.pem", Cert: "/cert.pem", Key: "/key.pem"}
+	pod := app.Service("reviews").Versions[0].Endpoints[0]
+	plain, err := BuildBootstrap(app, pod, opts, mesh.MTLSStrict, certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := MarshalBootstrap(plain)
+	if strings.Contains(string(js), "envoy.filters.http.rbac") {
+		t.Error("a bootstrap without a policy has an RBAC filter")
+	}
+	const caller = "spiffe://cluster.local/ns/bookinfo/sa/productpage"
+	withPolicy, err := BuildBootstrapAllowing(app, pod, opts, mesh.MTLSStrict, certs, []string{caller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ = MarshalBootstrap(withPolicy)
+	s := string(js)
+	if n := strings.Count(s, "envoy.filters.http.rbac"); n != 1 {
+		t.Errorf("%d RBAC filters, want one (the inbound mTLS chain)", n)
+	}
+	if !strings.Contains(s, caller) || !strings.Contains(s, "meshmark-allowed-callers") {
+		t.Errorf("RBAC filter does not allow %s", caller)
+	}
+	if rbac, router := strings.Index(s, "envoy.filters.http.rbac"), strings.LastIndex(s, "envoy.filters.http.router"); rbac > router {
+		t.Error("RBAC filter after the router")
+	}
+}
