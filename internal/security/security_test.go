@@ -9,6 +9,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/envoysidecar"
+	"github.com/meshmark/meshmark/internal/mesh/linkerd"
 	"github.com/meshmark/meshmark/internal/mesh/meshtest"
 	"github.com/meshmark/meshmark/internal/prereq"
 	"github.com/meshmark/meshmark/internal/results"
@@ -26,20 +27,32 @@ func TestMain(m *testing.M) {
 // deploy brings up productpage and reviews v1..v3 (the test binary as each workload)
 // under real Envoy sidecars with the given mTLS mode and proves the enrollment.
 func deploy(t *testing.T, mtls string) (meshtest.Bed, mesh.Profile, Target) {
+	return deployProfile(t, envoysidecar.Name, mtls)
+}
+
+// deployProfile is deploy for any profile; its proxy binary must be installed (CI has
+// them all; elsewhere a missing one skips).
+func deployProfile(t *testing.T, profile, mtls string) (meshtest.Bed, mesh.Profile, Target) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, iptables)")
 	}
-	if _, err := prereq.Envoy(); err != nil {
+	var err error
+	if profile == linkerd.Name {
+		_, err = prereq.ProxyBin("linkerd2-proxy")
+	} else {
+		_, err = prereq.Envoy()
+	}
+	if err != nil {
 		if os.Getenv("CI") == "" {
-			t.Skipf("no Envoy: %v", err)
+			t.Skipf("no proxy: %v", err)
 		}
-		t.Fatalf("these tests run a real Envoy: %v", err)
+		t.Fatalf("these tests run the real proxy: %v", err)
 	}
 	ctx := context.Background()
 	b := meshtest.NewBed(t)
 	b.App.Calls = map[string][]string{"productpage": {"reviews"}}
-	p, err := mesh.New(envoysidecar.Name, map[string]any{"mtls": mtls})
+	p, err := mesh.New(profile, map[string]any{"mtls": mtls})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,5 +192,33 @@ func TestBrokenStrictMeshIsCaught(t *testing.T) {
 		if !found {
 			t.Errorf("%s: no failed check names %s: %+v", probe, who, got[probe].Checks)
 		}
+	}
+}
+
+// Linkerd's real proxy under meshmark's control plane: always mTLS between proxies,
+// identities as DNS SANs, plaintext refused only under strict, and an authorization
+// policy pushed on the proxies' policy streams at run time (denial: the proxy's 403).
+func TestLinkerdMatrix(t *testing.T) {
+	for _, tc := range []struct {
+		mtls string
+		want map[string]results.SecurityOutcome
+	}{
+		{"permissive", map[string]results.SecurityOutcome{results.ProbeEncryption: "pass", results.ProbePlaintext: "expected",
+			results.ProbeAuthorization: "pass", results.ProbeBypass: "expected", results.ProbeIdentity: "pass"}},
+		{"strict", map[string]results.SecurityOutcome{results.ProbeEncryption: "pass", results.ProbePlaintext: "pass",
+			results.ProbeAuthorization: "pass", results.ProbeBypass: "pass", results.ProbeIdentity: "pass"}},
+	} {
+		t.Run(tc.mtls, func(t *testing.T) {
+			_, _, tgt := deployProfile(t, linkerd.Name, tc.mtls)
+			got := outcomes(t, tgt)
+			expect(t, got, tc.want)
+			var denied bool
+			for _, c := range got[results.ProbeAuthorization].Checks {
+				denied = denied || strings.Contains(c.Target, "(not allowed)") && strings.Contains(c.Observed, "denied: HTTP 403")
+			}
+			if !denied {
+				t.Errorf("no caller got Linkerd's 403: %+v", got[results.ProbeAuthorization].Checks)
+			}
+		})
 	}
 }

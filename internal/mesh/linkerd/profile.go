@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -93,13 +94,17 @@ type Profile struct {
 	// cpEnv is added to the control plane's environment (tests inject faults with it).
 	cpEnv []string
 
-	mu      sync.Mutex
-	ca      *pki.CA
-	cp      substrate.Process
-	cpPod   topology.Pod
-	cpIP    netip.Addr
-	configs map[string][]byte
-	proxies map[string]*proxy // by pod name
+	mu    sync.Mutex
+	ca    *pki.CA
+	cp    substrate.Process
+	cpPod topology.Pod
+	cpIP  netip.Addr
+	// policyFile is where Authorize writes the running AuthzPolicy; policyVersion
+	// numbers them.
+	policyFile    string
+	policyVersion int64
+	configs       map[string][]byte
+	proxies       map[string]*proxy // by pod name
 }
 
 type proxy struct {
@@ -333,6 +338,7 @@ func (p *Profile) startControlPlane(ctx context.Context, sub substrate.Substrate
 		}
 		*f.dst = path
 	}
+	cfg.PolicyFile = filepath.Join(filepath.Dir(cfg.CACert), "authz-policy.json")
 	js, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return err
@@ -368,6 +374,7 @@ func (p *Profile) startControlPlane(ctx context.Context, sub substrate.Substrate
 	}
 	p.mu.Lock()
 	p.cp, p.cpPod, p.cpIP = proc, cpPod, cpPod.IP
+	p.policyFile, p.policyVersion = cfg.PolicyFile, 0
 	p.mu.Unlock()
 	return nil
 }

@@ -60,8 +60,10 @@ type Config struct {
 	// Strict makes the default inbound policy all-authenticated.
 	Strict bool `json:"strict,omitempty"`
 	// Authz, when set, admits only these client identities (plus localhost) inbound.
-	Authz    []string  `json:"authz,omitempty"`
-	Services []Service `json:"services"`
+	Authz []string `json:"authz,omitempty"`
+	// PolicyFile, when set, is where an AuthzPolicy is read from while running.
+	PolicyFile string    `json:"policy_file,omitempty"`
+	Services   []Service `json:"services"`
 	// Workloads are the meshed pods; only their identities are certified.
 	Workloads []Workload `json:"workloads"`
 }

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"log"
 	"net"
 	"net/netip"
@@ -24,18 +25,35 @@ const detectTimeout = 10 * time.Second
 
 type inboundServer struct {
 	pbinbound.UnimplementedInboundServerPoliciesServer
-	cfg *Config
+	cfg    *Config
+	policy *policyStore
 }
 
-// server is the inbound policy of every port: protocol detection, default routes (the
-// proxy adds a catch-all route when none is given) and the authorizations.
-func (s *inboundServer) server() *pbinbound.Server {
+// server is the inbound policy of a pod's ports: protocol detection, default routes
+// (the proxy adds a catch-all route when none is given) and the authorizations: the
+// running AuthzPolicy's for a pod it names, else the default.
+func (s *inboundServer) server(pod string) *pbinbound.Server {
 	everywhere := []*pbinbound.Network{
 		{Net: ipNet(netip.MustParsePrefix("0.0.0.0/0"))},
 		{Net: ipNet(netip.MustParsePrefix("::/0"))},
 	}
 	name, authn := "all-unauthenticated", &pbinbound.Authn{Permit: &pbinbound.Authn_Unauthenticated{Unauthenticated: &pbinbound.Authn_PermitUnauthenticated{}}}
+	var running []string
+	restricted := false
+	if s.policy != nil {
+		p, _ := s.policy.snapshot()
+		running, restricted = p.Pods[pod]
+	}
 	switch {
+	case restricted:
+		ids := make([]*pbinbound.Identity, len(running))
+		for i, id := range running {
+			ids[i] = &pbinbound.Identity{Name: id}
+		}
+		name = "meshmark-authz-policy"
+		authn = &pbinbound.Authn{Permit: &pbinbound.Authn_MeshTLS{MeshTLS: &pbinbound.Authn_PermitMeshTLS{
+			Clients: &pbinbound.Authn_PermitMeshTLS_Identities{Identities: &pbinbound.Authn_PermitMeshTLS_PermitClientIdentities{Identities: ids}},
+		}}}
 	case len(s.cfg.Authz) > 0:
 		ids := make([]*pbinbound.Identity, len(s.cfg.Authz))
 		for i, id := range s.cfg.Authz {
@@ -66,16 +84,47 @@ func (s *inboundServer) server() *pbinbound.Server {
 }
 
 func (s *inboundServer) GetPort(_ context.Context, req *pbinbound.PortSpec) (*pbinbound.Server, error) {
-	return s.server(), nil
+	return s.server(workloadPod(req.GetWorkload())), nil
 }
 
+// WatchPort sends the port's policy, and again whenever the running AuthzPolicy
+// changes, until the proxy goes away.
 func (s *inboundServer) WatchPort(req *pbinbound.PortSpec, stream pbinbound.InboundServerPolicies_WatchPortServer) error {
 	log.Printf("policy: WatchPort %s:%d", req.GetWorkload(), req.GetPort())
-	if err := stream.Send(s.server()); err != nil {
-		return err
+	pod := workloadPod(req.GetWorkload())
+	if s.policy == nil {
+		if err := stream.Send(s.server(pod)); err != nil {
+			return err
+		}
+		<-stream.Context().Done()
+		return nil
 	}
-	<-stream.Context().Done()
-	return nil
+	id := s.policy.register()
+	defer s.policy.unregister(id)
+	for {
+		p, changed := s.policy.snapshot()
+		if err := stream.Send(s.server(pod)); err != nil {
+			return err
+		}
+		s.policy.sent(id, p.Version)
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+// workloadPod reads the pod name out of the workload a proxy names in its policy
+// requests (LINKERD2_PROXY_POLICY_WORKLOAD: {"ns":..., "pod":...}).
+func workloadPod(workload string) string {
+	var w struct {
+		Pod string `json:"pod"`
+	}
+	if json.Unmarshal([]byte(workload), &w) == nil && w.Pod != "" {
+		return w.Pod
+	}
+	return workload
 }
 
 // outboundServer serves Linkerd's outbound policy for a service address: protocol

@@ -25,7 +25,9 @@ import (
 
 // Server is the control plane with its three listeners open.
 type Server struct {
-	servers []namedServer
+	servers    []namedServer
+	policy     *policyStore
+	policyFile string
 }
 
 type namedServer struct {
@@ -87,10 +89,14 @@ func Listen(cfg *Config) (*Server, error) {
 	destSrv := grpc.NewServer(grpc.Creds(credentials.NewTLS(destTLS)))
 	pbdest.RegisterDestinationServer(destSrv, &destinationServer{cfg: cfg})
 	polSrv := grpc.NewServer(grpc.Creds(credentials.NewTLS(destTLS)))
-	pbinbound.RegisterInboundServerPoliciesServer(polSrv, &inboundServer{cfg: cfg})
+	inbound := &inboundServer{cfg: cfg}
+	if cfg.PolicyFile != "" {
+		inbound.policy = newPolicyStore()
+	}
+	pbinbound.RegisterInboundServerPoliciesServer(polSrv, inbound)
 	pboutbound.RegisterOutboundPoliciesServer(polSrv, &outboundServer{cfg: cfg})
 
-	s := &Server{}
+	s := &Server{policy: inbound.policy, policyFile: cfg.PolicyFile}
 	for _, c := range []struct {
 		name, addr string
 		srv        *grpc.Server
@@ -111,6 +117,9 @@ func Listen(cfg *Config) (*Server, error) {
 // Serve answers until ctx ends or a listener fails.
 func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, len(s.servers))
+	if s.policy != nil {
+		go s.policy.watchFile(ctx, s.policyFile)
+	}
 	for _, ns := range s.servers {
 		go func() { errc <- ns.srv.Serve(ns.ln) }()
 	}
