@@ -27,12 +27,12 @@ func TestMain(m *testing.M) {
 // deploy brings up productpage and reviews v1..v3 (the test binary as each workload)
 // under real Envoy sidecars with the given mTLS mode and proves the enrollment.
 func deploy(t *testing.T, mtls string) (meshtest.Bed, mesh.Profile, Target) {
-	return deployProfile(t, envoysidecar.Name, mtls)
+	return deployProfile(t, envoysidecar.Name, map[string]any{"mtls": mtls})
 }
 
 // deployProfile is deploy for any profile; its proxy binary must be installed (CI has
 // them all; elsewhere a missing one skips).
-func deployProfile(t *testing.T, profile, mtls string) (meshtest.Bed, mesh.Profile, Target) {
+func deployProfile(t *testing.T, profile string, options map[string]any) (meshtest.Bed, mesh.Profile, Target) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, iptables)")
@@ -52,7 +52,7 @@ func deployProfile(t *testing.T, profile, mtls string) (meshtest.Bed, mesh.Profi
 	ctx := context.Background()
 	b := meshtest.NewBed(t)
 	b.App.Calls = map[string][]string{"productpage": {"reviews"}}
-	p, err := mesh.New(profile, map[string]any{"mtls": mtls})
+	p, err := mesh.New(profile, options)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestLinkerdMatrix(t *testing.T) {
 			results.ProbeAuthorization: "pass", results.ProbeBypass: "pass", results.ProbeIdentity: "pass"}},
 	} {
 		t.Run(tc.mtls, func(t *testing.T) {
-			_, _, tgt := deployProfile(t, linkerd.Name, tc.mtls)
+			_, _, tgt := deployProfile(t, linkerd.Name, map[string]any{"mtls": tc.mtls})
 			got := outcomes(t, tgt)
 			expect(t, got, tc.want)
 			var denied bool
@@ -220,5 +220,26 @@ func TestLinkerdMatrix(t *testing.T) {
 				t.Errorf("no caller got Linkerd's 403: %+v", got[results.ProbeAuthorization].Checks)
 			}
 		})
+	}
+}
+
+// A strict mesh with mTLS switched off on one service's sidecars, the way an Istio
+// user exempts a workload (PeerAuthentication DISABLE, DestinationRule tls DISABLE):
+// the deployment is as configured, so the enrollment check passes, and every probe
+// that concerns it fails, naming that service's pods.
+func TestMTLSOffOnOneServiceIsCaught(t *testing.T) {
+	_, _, tgt := deployProfile(t, envoysidecar.Name, map[string]any{"mtls": "strict", envoysidecar.PlaintextServicesOption: []any{"reviews"}})
+	got := outcomes(t, tgt)
+	expect(t, got, map[string]results.SecurityOutcome{results.ProbeEncryption: "fail", results.ProbePlaintext: "fail",
+		results.ProbeBypass: "fail", results.ProbeIdentity: "fail"})
+	for _, probe := range []string{results.ProbeEncryption, results.ProbePlaintext, results.ProbeIdentity} {
+		for _, c := range got[probe].Checks {
+			if !c.Held && !strings.Contains(c.Target, "reviews") {
+				t.Errorf("%s: blamed %s (%s), whose mTLS is on", probe, c.Target, c.Observed)
+			}
+			if c.Held && strings.Contains(c.Target, "-> reviews-") {
+				t.Errorf("%s: %s held (%s) though reviews has mTLS off", probe, c.Target, c.Observed)
+			}
+		}
 	}
 }

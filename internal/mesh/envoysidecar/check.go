@@ -260,7 +260,7 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 			}
 		}
 		body, status, err := httpGet(ctx, sub, out, nil, addr, service, "/", 4096)
-		if p.mode == mesh.MTLSStrict {
+		if p.podMode(pod) == mesh.MTLSStrict {
 			if err == nil {
 				mu.Lock()
 				*e.PlaintextRefused = false
@@ -344,7 +344,7 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 		if !r.Answered {
 			e.Fail("pod %s: the workload behind the sidecar answered no request", pod.Name)
 		}
-		switch p.mode {
+		switch p.podMode(pod) {
 		case mesh.MTLSOff:
 			if r.InboundMTLS > 0 {
 				e.Fail("pod %s: mTLS is off but %d inbound requests came over mTLS", pod.Name, r.InboundMTLS)

@@ -5,6 +5,7 @@ import (
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	rbacfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -314,7 +315,7 @@ func (g generator) outboundCluster(s topology.Service, version string, eps []top
 	}
 	c.TypedExtensionProtocolOptions = upstreamProtocol(s.Protocol)
 	// Istio's auto-mTLS: inside the mesh, send mTLS whenever the mesh has it at all.
-	if g.mode != mesh.MTLSOff && len(eps) > 0 {
+	if g.mode != mesh.MTLSOff && !g.plaintextService(s.Name) && len(eps) > 0 {
 		want := eps[0].Identity
 		if want == "" {
 			want = topology.SPIFFEID(g.opts.TrustDomain, g.app.Namespace, s.Name)
@@ -515,7 +516,8 @@ func (g generator) virtualInbound() (*listenerv3.Listener, []*clusterv3.Cluster)
 			Filters: []*listenerv3.Filter{tcpProxy(InboundPassthroughCluster, InboundPassthroughCluster)},
 		},
 	}
-	if g.mode != mesh.MTLSOff {
+	mode := g.inboundMode()
+	if mode != mesh.MTLSOff {
 		l.ListenerFilters = append(l.ListenerFilters, &listenerv3.ListenerFilter{
 			Name:       "envoy.filters.listener.tls_inspector",
 			ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspectorv3.TlsInspector{})},
@@ -565,7 +567,7 @@ func (g generator) virtualInbound() (*listenerv3.Listener, []*clusterv3.Cluster)
 		}
 	}
 	prefix := fmt.Sprintf("inbound_0.0.0.0_%d", port)
-	if g.mode != mesh.MTLSOff {
+	if mode != mesh.MTLSOff {
 		l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
 			Name:             fmt.Sprintf("0.0.0.0_%d_mtls", port),
 			FilterChainMatch: &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port), TransportProtocol: "tls"},
@@ -577,9 +579,9 @@ func (g generator) virtualInbound() (*listenerv3.Listener, []*clusterv3.Cluster)
 			}),
 		})
 	}
-	if g.mode != mesh.MTLSStrict {
+	if mode != mesh.MTLSStrict {
 		match := &listenerv3.FilterChainMatch{DestinationPort: wrapperspb.UInt32(port)}
-		if g.mode == mesh.MTLSPermissive {
+		if mode == mesh.MTLSPermissive {
 			match.TransportProtocol = "raw_buffer"
 		}
 		l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
@@ -629,7 +631,7 @@ func (g generator) hcm(statPrefix string, rc *routev3.RouteConfiguration, inboun
 	if inbound && g.allow != nil {
 		m.HttpFilters = append([]*hcmv3.HttpFilter{g.rbacFilter()}, m.HttpFilters...)
 	}
-	if inbound && g.mode != mesh.MTLSOff {
+	if inbound && g.inboundMode() != mesh.MTLSOff {
 		// As Istio: tell the app who called, from the verified client certificate.
 		m.ForwardClientCertDetails = hcmv3.HttpConnectionManager_APPEND_FORWARD
 		m.SetCurrentClientCertDetails = &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{
@@ -646,6 +648,23 @@ func (g generator) hcm(statPrefix string, rc *routev3.RouteConfiguration, inboun
 		Name:       "envoy.filters.network.http_connection_manager",
 		ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(m)},
 	}
+}
+
+// plaintextService says whether the study exempts service from mTLS
+// (PlaintextServicesOption): as a DestinationRule with tls mode DISABLE for its host,
+// callers' sidecars send it plaintext.
+func (g generator) plaintextService(service string) bool {
+	list, _ := g.opts.OwnStrings(PlaintextServicesOption) // checked by New
+	return service != "" && slices.Contains(list, service)
+}
+
+// inboundMode is the pod's own inbound mTLS mode: the mesh's, or off for a service the
+// study exempts (as a PeerAuthentication with mode DISABLE selecting its workloads).
+func (g generator) inboundMode() mesh.MTLSMode {
+	if g.plaintextService(g.pod.Service) {
+		return mesh.MTLSOff
+	}
+	return g.mode
 }
 
 // rbacFilter allows the identities in g.allow and denies everyone else, including

@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -40,17 +42,25 @@ func init() {
 		Name:    Name,
 		Summary: "Istio's sidecar data plane: Envoy in every pod, iptables REDIRECT, SPIFFE mTLS",
 		New:     New,
-		Needs:   []string{"envoy"},
+		Own: map[string]string{
+			PlaintextServicesOption: "services exempted from mTLS, as a PeerAuthentication with mode DISABLE on their workloads and a DestinationRule with tls mode DISABLE for their host (default: none)",
+		},
+		Needs: []string{"envoy"},
 	})
 }
+
+// PlaintextServicesOption names the services whose workloads have mTLS switched off,
+// the way an Istio user exempts a legacy workload; the security probes catch it.
+const PlaintextServicesOption = "plaintext_services"
 
 var _ mesh.Telemetry = (*Profile)(nil)
 
 // Profile is one envoy-sidecar configuration. Install and Uninstall are not meant to
 // run concurrently with each other.
 type Profile struct {
-	opts mesh.Options
-	mode mesh.MTLSMode
+	opts   mesh.Options
+	mode   mesh.MTLSMode
+	exempt []string // PlaintextServicesOption
 
 	mu       sync.Mutex
 	ca       *pki.CA
@@ -69,7 +79,30 @@ type sidecar struct {
 
 // New builds the profile from parsed options.
 func New(o mesh.Options) (mesh.Profile, error) {
-	return &Profile{opts: o, mode: o.EffectiveMTLS(DefaultMTLS)}, nil
+	mode := o.EffectiveMTLS(DefaultMTLS)
+	exempt, err := o.OwnStrings(PlaintextServicesOption)
+	if err != nil {
+		return nil, err
+	}
+	if len(exempt) > 0 && mode == mesh.MTLSOff {
+		return nil, &mesh.OptionError{Key: PlaintextServicesOption, Msg: "with mtls off every service is plaintext already"}
+	}
+	for _, s := range exempt {
+		if !serviceName.MatchString(s) {
+			return nil, &mesh.OptionError{Key: PlaintextServicesOption, Msg: fmt.Sprintf("%q is not a service name", s)}
+		}
+	}
+	return &Profile{opts: o, mode: mode, exempt: exempt}, nil
+}
+
+var serviceName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// podMode is the mTLS mode a pod's own sidecar serves inbound.
+func (p *Profile) podMode(pod topology.Pod) mesh.MTLSMode {
+	if pod.Service != "" && slices.Contains(p.exempt, pod.Service) {
+		return mesh.MTLSOff
+	}
+	return p.mode
 }
 
 func (p *Profile) Name() string { return Name }
@@ -138,6 +171,15 @@ func (p *Profile) Install(ctx context.Context, sub substrate.Substrate, app *top
 	envoy, err := prereq.Envoy()
 	if err != nil {
 		return fmt.Errorf("%s: %w", Name, err)
+	}
+	for _, s := range p.exempt {
+		if app.Service(s) == nil {
+			var have []string
+			for _, s := range app.Services {
+				have = append(have, s.Name)
+			}
+			return fmt.Errorf("%s: option %s: the app has no service %q (it has %s)", Name, PlaintextServicesOption, s, strings.Join(have, ", "))
+		}
 	}
 	p.mu.Lock()
 	p.configs = map[string][]byte{}

@@ -147,3 +147,47 @@ func TestAuthorizationPolicyOnlyWhenAsked(t *testing.T) {
 		t.Error("RBAC filter after the router")
 	}
 }
+
+func TestPlaintextServicesOption(t *testing.T) {
+	for _, tc := range []struct {
+		raw  map[string]any
+		want string // "" for accepted
+	}{
+		{map[string]any{"mtls": "strict", PlaintextServicesOption: []any{"reviews"}}, ""},
+		{map[string]any{"mtls": "off", PlaintextServicesOption: []any{"reviews"}}, "plaintext already"},
+		{map[string]any{"mtls": "strict", PlaintextServicesOption: []any{"Reviews_1"}}, "not a service name"},
+	} {
+		_, err := mesh.New(Name, tc.raw)
+		if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.raw, err, tc.want)
+		}
+	}
+	// The exempted service's pods serve plaintext only, and callers send it plaintext;
+	// everyone else keeps strict mTLS.
+	app := bookinfo()
+	opts := mesh.DefaultOptions()
+	opts.Own = map[string]any{PlaintextServicesOption: []any{"reviews"}}
+	certs := CertPaths{CA: "/ca.pem", Cert: "/cert.pem", Key: "/key.pem"}
+	reviews, _ := MarshalBootstrap(must(BuildBootstrap(app, app.Service("reviews").Versions[0].Endpoints[0], opts, mesh.MTLSStrict, certs)))
+	if strings.Contains(string(reviews), "_mtls") || strings.Contains(string(reviews), "refuse_plaintext") {
+		t.Error("the exempted service's sidecar still serves mTLS inbound")
+	}
+	pp, _ := MarshalBootstrap(must(BuildBootstrap(app, app.Service("productpage").Versions[0].Endpoints[0], opts, mesh.MTLSStrict, certs)))
+	s := string(pp)
+	if !strings.Contains(s, "refuse_plaintext") {
+		t.Error("productpage lost its strict inbound")
+	}
+	if strings.Contains(s, "outbound_.9080_.v1_.reviews") {
+		t.Error("productpage still sends mTLS to the exempted reviews")
+	}
+	if !strings.Contains(s, "outbound_.9080_._.details") {
+		t.Error("productpage no longer sends mTLS to details")
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
