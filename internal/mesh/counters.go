@@ -118,8 +118,26 @@ func subtract(before, after map[string]uint64, resets *[]string, keepZero bool) 
 	return out
 }
 
+// InboundByUnit sums what proxies counted into service over a trial, per unit
+// (UnitRequests, UnitConnections): a mesh may have proxies of both kinds on one path,
+// such as ambient's ztunnels (connections) and its waypoint (requests). A unit is
+// absent when no proxy of that kind counted the service.
+func InboundByUnit(deltas []ProxyDelta, service string) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, d := range deltas {
+		if d.Err != "" {
+			continue
+		}
+		if v, has := d.Inbound[service]; has {
+			out[d.Unit] += v
+		}
+	}
+	return out
+}
+
 // InboundTotal sums what proxies counted into service over a trial, and says in which
-// unit; ok is false when no proxy counted that service at all.
+// unit; ok is false when no proxy counted that service at all. With proxies of two
+// units it is the sum of both under the last one's unit: use InboundByUnit there.
 func InboundTotal(deltas []ProxyDelta, service string) (n uint64, unit string, ok bool) {
 	for _, d := range deltas {
 		if d.Err != "" {

@@ -309,23 +309,26 @@ func readCounters(ctx context.Context, d *deployment) []mesh.ProxyCounters {
 // the application through the mesh's proxies at the entry service. The counters also
 // include warm-up requests, so they may exceed the measured count, never fall short of
 // it. Proxies that count connections (L4) are held to one connection at least, since
-// a connection carries many requests.
+// a connection carries many requests; where a mesh has both (ambient's ztunnels and a
+// waypoint, which a caller from outside the mesh does not pass, as in Istio), the
+// requests must be counted by the L7 proxy or the connections by the L4 one.
 func bypassed(d *deployment, deltas []mesh.ProxyDelta, res *load.Result) string {
-	inbound, unit, ok := mesh.InboundTotal(deltas, d.entry.Service)
+	byUnit := mesh.InboundByUnit(deltas, d.entry.Service)
 	answered := res.Completed - res.Errors.Total()
-	if !ok || answered <= 0 {
+	if len(byUnit) == 0 || answered <= 0 {
 		return ""
 	}
-	if unit == mesh.UnitConnections {
-		if inbound == 0 {
-			return fmt.Sprintf("the mesh's proxies counted no connection into %s for %d answered requests", d.entry.Service, answered)
-		}
+	requests, haveRequests := byUnit[mesh.UnitRequests]
+	conns, haveConns := byUnit[mesh.UnitConnections]
+	switch {
+	case haveRequests && int64(requests) >= answered:
 		return ""
+	case haveConns && conns > 0:
+		return ""
+	case haveRequests:
+		return fmt.Sprintf("the %s proxies counted %d inbound %s for %d answered", d.entry.Service, requests, mesh.UnitRequests, answered)
 	}
-	if int64(inbound) < answered {
-		return fmt.Sprintf("the %s proxies counted %d inbound %s for %d answered", d.entry.Service, inbound, unit, answered)
-	}
-	return ""
+	return fmt.Sprintf("the mesh's proxies counted no connection into %s for %d answered requests", d.entry.Service, answered)
 }
 
 // proxyStats stores what each proxy counted over the trial.

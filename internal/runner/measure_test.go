@@ -4,7 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/load"
+	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/sampler"
+	"github.com/meshmark/meshmark/internal/workload"
 )
 
 func TestSteadyRoundsTrimWarmup(t *testing.T) {
@@ -21,5 +24,32 @@ func TestSteadyRoundsTrimWarmup(t *testing.T) {
 	// A window past the last round keeps from its start to the end of the samples.
 	if got := steadyRounds(rounds, t0.Add(9500*time.Millisecond), t0.Add(20*time.Second)); len(got) != 2 {
 		t.Errorf("kept %d rounds for a window past the samples, want 2", len(got))
+	}
+}
+
+// The bypass check judges each kind of proxy in its own unit: a waypoint that counted
+// no request for the entry service (callers from outside the mesh do not pass it) is
+// no bypass when the ztunnels counted connections into it; with neither, it is.
+func TestBypassedByUnit(t *testing.T) {
+	d := &deployment{entry: workload.Entrypoint{Service: "productpage"}}
+	res := &load.Result{Completed: 600}
+	delta := func(unit string, n uint64) mesh.ProxyDelta {
+		return mesh.ProxyDelta{Unit: unit, Inbound: map[string]uint64{"productpage": n}}
+	}
+	for _, tc := range []struct {
+		name   string
+		deltas []mesh.ProxyDelta
+		bypass bool
+	}{
+		{"sidecars counted every request", []mesh.ProxyDelta{delta(mesh.UnitRequests, 620)}, false},
+		{"sidecars short of the answered", []mesh.ProxyDelta{delta(mesh.UnitRequests, 100)}, true},
+		{"ztunnels counted connections", []mesh.ProxyDelta{delta(mesh.UnitConnections, 8)}, false},
+		{"ztunnels counted none", []mesh.ProxyDelta{delta(mesh.UnitConnections, 0)}, true},
+		{"waypoint none, ztunnels some", []mesh.ProxyDelta{delta(mesh.UnitRequests, 0), delta(mesh.UnitConnections, 8), delta(mesh.UnitConnections, 0)}, false},
+		{"waypoint none, ztunnels none", []mesh.ProxyDelta{delta(mesh.UnitRequests, 0), delta(mesh.UnitConnections, 0)}, true},
+	} {
+		if got := bypassed(d, tc.deltas, res); (got != "") != tc.bypass {
+			t.Errorf("%s: %q, want bypass %v", tc.name, got, tc.bypass)
+		}
 	}
 }

@@ -515,8 +515,10 @@ func TestWaypointSplitsPerRequest(t *testing.T) {
 				if c.Err != nil || c.Unit != mesh.UnitRequests || c.Inbound["reviews"] < 40 {
 					t.Errorf("waypoint counters: %+v", c)
 				}
-			} else if c.Inbound != nil {
-				t.Errorf("ztunnel on %s counts inbound %v although the waypoint counts requests", c.Pod, c.Inbound)
+			} else if c.Unit != mesh.UnitConnections {
+				// ztunnel keeps counting connections: callers from outside the mesh reach
+				// pods through it without the waypoint, as in Istio
+				t.Errorf("ztunnel on %s counts in %q", c.Pod, c.Unit)
 			}
 		}
 		if !found {

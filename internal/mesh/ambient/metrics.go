@@ -113,8 +113,8 @@ func Sum(series []Series, name string, match map[string]string) float64 {
 
 // ReadCounters snapshots every node's ztunnel (mesh.Telemetry): inbound connections per
 // destination service (counted by the destination's ztunnel), and connection and byte
-// totals per reporter; with a waypoint, the waypoint's requests per service instead of
-// ztunnel's connections.
+// totals per reporter; with a waypoint, also the waypoint's requests per service
+// (ztunnel still counts what reaches a pod without it: callers from outside the mesh).
 func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, app *topology.App) []mesh.ProxyCounters {
 	p.mu.Lock()
 	nodes := make([]*nodeProxy, 0, len(p.nodes))
@@ -130,15 +130,8 @@ func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, app
 		pc := mesh.ProxyCounters{Component: "ztunnel", Pod: n.node, Time: time.Now(), Err: err, Unit: mesh.UnitConnections}
 		if err == nil {
 			pc.Inbound = map[string]uint64{}
-			if wp != nil {
-				// With a waypoint, the waypoint counts requests into each service;
-				// ztunnel's connections would mix units.
-				pc.Inbound = nil
-			}
 			for _, s := range app.Services {
-				if wp == nil {
-					pc.Inbound[s.Name] = uint64(Sum(series, metricOpened, map[string]string{"reporter": "destination", "destination_canonical_service": s.Name}))
-				}
+				pc.Inbound[s.Name] = uint64(Sum(series, metricOpened, map[string]string{"reporter": "destination", "destination_canonical_service": s.Name}))
 			}
 			pc.Counters = map[string]uint64{}
 			for _, m := range []string{metricOpened, metricClosed, metricSent, metricReceived} {
