@@ -8,9 +8,12 @@ import (
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/ambient"
 	"github.com/meshmark/meshmark/internal/mesh/envoysidecar"
 	"github.com/meshmark/meshmark/internal/mesh/linkerd"
 	"github.com/meshmark/meshmark/internal/mesh/meshtest"
+	"github.com/meshmark/meshmark/internal/mesh/nodeenvoy"
+	"github.com/meshmark/meshmark/internal/mesh/traefikmesh"
 	"github.com/meshmark/meshmark/internal/prereq"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/substrate"
@@ -38,9 +41,14 @@ func deployProfile(t *testing.T, profile string, options map[string]any) (meshte
 		t.Skip("needs root (network namespaces, iptables)")
 	}
 	var err error
-	if profile == linkerd.Name {
+	switch profile {
+	case linkerd.Name:
 		_, err = prereq.ProxyBin("linkerd2-proxy")
-	} else {
+	case ambient.Name:
+		_, err = prereq.ProxyBin("ztunnel")
+	case traefikmesh.Name:
+		_, err = prereq.ProxyBin("traefik")
+	default:
 		_, err = prereq.Envoy()
 	}
 	if err != nil {
@@ -241,5 +249,33 @@ func TestMTLSOffOnOneServiceIsCaught(t *testing.T) {
 				t.Errorf("%s: %s held (%s) though reviews has mTLS off", probe, c.Target, c.Observed)
 			}
 		}
+	}
+}
+
+// The other profiles' promises, each on its real proxies: ambient's ztunnels carry HBONE
+// and present the pods' SPIFFE certificates on 15008, strict refuses plaintext, and
+// meshmark cannot apply ztunnel policy at run time (n/a, with why); the node-proxy
+// meshes promise no encryption, so plaintext on the wire is expected, not a failure.
+func TestOtherProfilesMatrix(t *testing.T) {
+	for _, tc := range []struct {
+		profile string
+		options map[string]any
+		want    map[string]results.SecurityOutcome
+	}{
+		{ambient.Name, map[string]any{"mtls": "strict"}, map[string]results.SecurityOutcome{results.ProbeEncryption: "pass",
+			results.ProbePlaintext: "pass", results.ProbeAuthorization: "n/a", results.ProbeBypass: "pass", results.ProbeIdentity: "pass"}},
+		{nodeenvoy.Name, nil, map[string]results.SecurityOutcome{results.ProbeEncryption: "expected",
+			results.ProbePlaintext: "expected", results.ProbeAuthorization: "n/a", results.ProbeBypass: "expected", results.ProbeIdentity: "n/a"}},
+		{traefikmesh.Name, nil, map[string]results.SecurityOutcome{results.ProbeEncryption: "expected",
+			results.ProbePlaintext: "expected", results.ProbeAuthorization: "n/a", results.ProbeBypass: "expected", results.ProbeIdentity: "n/a"}},
+	} {
+		t.Run(tc.profile, func(t *testing.T) {
+			_, _, tgt := deployProfile(t, tc.profile, tc.options)
+			got := outcomes(t, tgt)
+			expect(t, got, tc.want)
+			if tc.profile == ambient.Name && !strings.Contains(fmt.Sprint(got[results.ProbeEncryption].Checks), "hbone") {
+				t.Errorf("ambient flows not HBONE: %+v", got[results.ProbeEncryption].Checks)
+			}
+		})
 	}
 }
