@@ -58,14 +58,24 @@ func probeAuthorization(ctx context.Context, tgt Target, p mesh.Posture) results
 				break
 			}
 		}
-		if pr.other.Name == "" && !slices.Contains(callers, s.Name) {
-			// no third service: the callee's own pod is a meshed caller it does not allow
-			pr.other = servicePods(s)[0]
+		if pr.other.Name == "" {
+			// no other meshed service: a meshed client holds an identity too. Not the
+			// callee's own pods: a call can land on the caller itself, which meshes
+			// treat as local traffic.
+			for _, c := range tgt.App.Clients {
+				if meshed[c.Name] {
+					pr.other = c
+					break
+				}
+			}
 		}
 		plan = append(plan, pr)
 	}
 	if len(plan) == 0 {
 		return notApplicable(r.Probe, "no meshed service has a meshed caller in the graph")
+	}
+	if !slices.ContainsFunc(plan, func(p pair) bool { return p.other.Name != "" }) {
+		return notApplicable(r.Probe, "no meshed pod outside the allowed callers to try a denial from")
 	}
 	if err := az.Authorize(ctx, tgt.Sub, tgt.App, allowed); err != nil {
 		return notApplicable(r.Probe, "policy not applied: "+err.Error())
@@ -90,7 +100,7 @@ func probeAuthorization(ctx context.Context, tgt Target, p mesh.Posture) results
 		if pr.other.Name != "" {
 			res, err := call(pr.other, pr.callee)
 			obs, refused := refusal(res, err)
-			r.Checks = append(r.Checks, results.SecurityCheck{Target: fmt.Sprintf("%s -> %s (not allowed)", pr.other.Service, pr.callee.Name),
+			r.Checks = append(r.Checks, results.SecurityCheck{Target: fmt.Sprintf("%s -> %s (not allowed)", callerName(pr.other), pr.callee.Name),
 				Observed: obs, Held: refused})
 			denied = append(denied, pr)
 		}
@@ -102,7 +112,7 @@ func probeAuthorization(ctx context.Context, tgt Target, p mesh.Posture) results
 		for _, pr := range denied {
 			res, err := call(pr.other, pr.callee)
 			obs, refused := refusal(res, err)
-			r.Checks = append(r.Checks, results.SecurityCheck{Target: fmt.Sprintf("%s -> %s (policy removed)", pr.other.Service, pr.callee.Name),
+			r.Checks = append(r.Checks, results.SecurityCheck{Target: fmt.Sprintf("%s -> %s (policy removed)", callerName(pr.other), pr.callee.Name),
 				Observed: obs, Held: !refused && res.Status < 400})
 		}
 	}
@@ -118,4 +128,12 @@ func allMeshed(s topology.Service, meshed map[string]bool) bool {
 		}
 	}
 	return len(pods) > 0
+}
+
+// callerName names a caller by its service, or by its pod for a client.
+func callerName(p topology.Pod) string {
+	if p.Service != "" {
+		return p.Service
+	}
+	return p.Name
 }

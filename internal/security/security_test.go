@@ -17,6 +17,7 @@ import (
 	"github.com/meshmark/meshmark/internal/prereq"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/substrate"
+	"github.com/meshmark/meshmark/internal/testbed"
 )
 
 func TestMain(m *testing.M) {
@@ -58,8 +59,9 @@ func deployProfile(t *testing.T, profile string, options map[string]any) (meshte
 		t.Fatalf("these tests run the real proxy: %v", err)
 	}
 	ctx := context.Background()
-	b := meshtest.NewBed(t)
-	b.App.Calls = map[string][]string{"productpage": {"reviews"}}
+	// details is a third service, so each callee has a meshed caller it does not allow
+	b := meshtest.NewBedWith(t, testbed.Deployment{Service: "details", Port: 9080})
+	b.App.Calls = map[string][]string{"productpage": {"reviews", "details"}}
 	p, err := mesh.New(profile, options)
 	if err != nil {
 		t.Fatal(err)

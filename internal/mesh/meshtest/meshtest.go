@@ -66,6 +66,12 @@ type Bed struct {
 // nodes and stay on one. The caller has checked for root and its proxy binary.
 func NewBed(t *testing.T) Bed {
 	t.Helper()
+	return NewBedWith(t)
+}
+
+// NewBedWith is NewBed with more services deployed beside productpage and reviews.
+func NewBedWith(t *testing.T, extra ...testbed.Deployment) Bed {
+	t.Helper()
 	ctx := context.Background()
 	tb, err := testbed.New(ctx, testbed.Options{Nodes: 3, Namespace: "bookinfo", LogDir: os.Getenv("MESHMARK_TEST_LOGDIR")})
 	if err != nil {
@@ -76,12 +82,12 @@ func NewBed(t *testing.T) Bed {
 			t.Errorf("testbed close: %v", err)
 		}
 	})
-	app, err := tb.Deploy(ctx, testbed.AppSpec{Name: "bookinfo", ClientNode: "node0", Deployments: []testbed.Deployment{
+	app, err := tb.Deploy(ctx, testbed.AppSpec{Name: "bookinfo", ClientNode: "node0", Deployments: append([]testbed.Deployment{
 		{Service: "productpage", Port: 9080},
 		{Service: "reviews", Version: "v1", Weight: 25, Port: 9080},
 		{Service: "reviews", Version: "v2", Weight: 75, Port: 9080},
 		{Service: "reviews", Version: "v3", Weight: 0, Port: 9080},
-	}})
+	}, extra...)})
 	if err != nil {
 		t.Fatal(err)
 	}
