@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/meshmark/meshmark/internal/pki"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -28,7 +29,7 @@ import (
 	securityapi "istio.io/api/security/v1alpha1"
 )
 
-// ControlPlaneCommand is the hidden meshmark subcommand that runs the CA service as its
+// ControlPlaneCommand is the hidden meshmark subcommand that runs the CA and xDS as its
 // own process, so the resource sampler sees the control plane's CPU and memory under
 // the control-plane role instead of folding them into meshmark itself.
 const ControlPlaneCommand = "ambient-controlplane"
@@ -112,6 +113,9 @@ type ControlPlaneConfig struct {
 	Hostnames   []string // DNS names in the serving certificate
 	TokenFile   string
 	Identities  []string
+	// PolicyFile, when set, is watched for authorization policies to push to the
+	// ztunnels over xDS (xds.go).
+	PolicyFile string
 }
 
 // ServeControlPlane creates the CA, writes its root, and serves until ctx ends.
@@ -151,6 +155,11 @@ func ServeControlPlane(ctx context.Context, cfg ControlPlaneConfig) error {
 	}
 	srv := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{tc}, MinVersion: tls.VersionTLS12})))
 	securityapi.RegisterIstioCertificateServiceServer(srv, &CAServer{CA: ca, Token: strings.TrimSpace(string(tok)), Allowed: allowed, Issued: issued})
+	xds := newXDSServer(strings.TrimSpace(string(tok)))
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(srv, xds)
+	if cfg.PolicyFile != "" {
+		go xds.watchPolicies(ctx, cfg.PolicyFile)
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
@@ -182,6 +191,7 @@ func ControlPlaneMain(args []string) int {
 	fs.StringVar(&hosts, "hostnames", caHostname, "comma-separated DNS names of the serving certificate")
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding the bearer token callers must present")
 	fs.StringVar(&ids, "identities", "", "file of SPIFFE IDs that may be issued, one per line")
+	fs.StringVar(&cfg.PolicyFile, "policy-file", "", "file of authorization policies to push to the ztunnels over xDS")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

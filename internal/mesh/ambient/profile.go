@@ -11,12 +11,12 @@
 //     dispatched at this package's init), so its CPU and memory are sampled under the
 //     control-plane role. ztunnel authenticates with a bearer token
 //     meshmark gave it and asks for the identities of the pods it proxies.
-//   - istiod's workload xDS: replaced by ztunnel's local config file (LOCAL_XDS_PATH,
-//     config.go) generated from the app graph. A study deploys a fixed graph once per
-//     trial set and never changes it while load runs, so a file carries the same
-//     workloads, services and policies an xDS stream would, without a server whose own
-//     cost and timing would need explaining; delta pushes, the one thing xDS adds,
-//     are not exercised by any study.
+//   - istiod's workload xDS, in two parts. Workloads and services come from ztunnel's
+//     local config file (LOCAL_XDS_PATH, config.go) generated from the app graph: a
+//     study deploys a fixed graph once per trial set and never changes it while load
+//     runs, and ztunnel reads the file once. Authorization policies, which the
+//     security experiment applies and removes while the mesh runs, are pushed over
+//     delta ADS by the same control-plane process (xds.go), as istiod pushes them.
 //
 // Without a waypoint ztunnel is an L4 proxy: it counts connections, not requests, and a
 // service's version split is applied per connection through endpoint capacity, not per
@@ -96,6 +96,10 @@ type Profile struct {
 	enrolled map[string]topology.Pod
 	rules    map[string]topology.Pod // pods whose rules are in place
 	waypoint *waypointProxy
+	// policyFile is where Authorize writes the policies the control plane pushes over
+	// xDS; policyVersion is the last version written.
+	policyFile    string
+	policyVersion int64
 }
 
 type waypointProxy struct {
@@ -281,7 +285,8 @@ func (p *Profile) install(ctx context.Context, sub substrate.Substrate, app *top
 		Name: "ambient-controlplane",
 		Role: substrate.RoleControlPlane,
 		Argv: []string{self, ControlPlaneCommand, "--dir", cpDir, "--trust-domain", p.opts.TrustDomain,
-			"--listen", caAddr, "--token-file", tokenPath, "--identities", idPath},
+			"--listen", caAddr, "--token-file", tokenPath, "--identities", idPath,
+			"--policy-file", filepath.Join(cpDir, PolicyFile)},
 		Ready: func(context.Context) error {
 			_, err := os.Stat(rootPath)
 			return err
@@ -296,6 +301,7 @@ func (p *Profile) install(ctx context.Context, sub substrate.Substrate, app *top
 	}
 	p.mu.Lock()
 	p.cp, p.cpDir = cp, cpDir
+	p.policyFile, p.policyVersion = filepath.Join(cpDir, PolicyFile), 0
 	p.configs["root-cert.pem"] = root
 	p.mu.Unlock()
 
@@ -375,7 +381,10 @@ func (p *Profile) startNode(ctx context.Context, sub substrate.Substrate, np nod
 		"PROXY_MODE=shared",
 		"INPOD_UDS=" + agent.path,
 		"LOCAL_XDS_PATH=" + cfgPath,
-		"XDS_ADDRESS=", // no istiod: the local file is the whole config
+		// Workloads and services from the local file, authorization policies over xDS
+		// from the control plane, which serves it beside the CA as istiod does.
+		"XDS_ADDRESS=https://" + caAddr,
+		"XDS_ROOT_CA=" + rootPath,
 		"CA_ADDRESS=https://" + caAddr,
 		"CA_ROOT_CA=" + rootPath,
 		"AUTH_TOKEN=" + tokenPath,

@@ -1,0 +1,299 @@
+package ambient
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"log"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/meshmark/meshmark/internal/mesh/ambient/workloadapi/security"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// The xDS types ztunnel subscribes to (ztunnel src/xds/types.rs).
+const (
+	addressType       = "type.googleapis.com/istio.workload.Address"
+	authorizationType = "type.googleapis.com/istio.security.Authorization"
+)
+
+// PolicyFile is the file in the control plane's directory the profile writes the
+// authorization policies to; AppliedSuffix names the file the control plane writes a
+// policy version to once every ztunnel has acknowledged it.
+const (
+	PolicyFile    = "authorization.json"
+	AppliedSuffix = ".applied"
+)
+
+// policyDoc is PolicyFile's content: a version and the policies as protojson.
+type policyDoc struct {
+	Version  int64             `json:"version"`
+	Policies []json.RawMessage `json:"policies"`
+}
+
+// xdsServer is the part of istiod's xDS meshmark serves: the Authorization resources
+// pushed to every ztunnel over delta ADS, so that a policy applied while the mesh runs
+// reaches the proxies the way istiod sends it, without restarting them. Workloads and
+// services come from ztunnel's local config file (which ztunnel reads once at start:
+// they do not change during a study), so the Address type is answered empty.
+type xdsServer struct {
+	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
+	token string
+
+	mu       sync.Mutex
+	version  int64
+	policies map[string]*anypb.Any // by resource name, namespace/name
+	changed  chan struct{}         // closed and replaced on every change
+	acked    map[int]int64         // per open stream that subscribed to Authorization: version acknowledged
+	nextID   int
+}
+
+func newXDSServer(token string) *xdsServer {
+	return &xdsServer{token: token, policies: map[string]*anypb.Any{}, changed: make(chan struct{}), acked: map[int]int64{}}
+}
+
+// set replaces every policy and returns once the change is visible to the streams.
+func (s *xdsServer) set(version int64, policies []*security.Authorization) error {
+	next := map[string]*anypb.Any{}
+	for _, p := range policies {
+		a, err := anypb.New(p)
+		if err != nil {
+			return err
+		}
+		next[p.GetNamespace()+"/"+p.GetName()] = a
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.version, s.policies = version, next
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return nil
+}
+
+// allAcked reports whether every open Authorization stream acknowledged version, and
+// there is at least one (a ztunnel is ready only once it holds the policies, so every
+// ready one has a stream).
+func (s *xdsServer) allAcked(version int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.acked) == 0 {
+		return false
+	}
+	for _, v := range s.acked {
+		if v < version {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *xdsServer) snapshot() (int64, map[string]*anypb.Any, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version, s.policies, s.changed
+}
+
+// DeltaAggregatedResources serves one ztunnel: the full set of each type it subscribes
+// to, then, for Authorization, every change as a delta (updated resources and the names
+// removed). A NACK is logged; the version is then not counted as applied.
+func (s *xdsServer) DeltaAggregatedResources(stream grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]) error {
+	md, _ := metadata.FromIncomingContext(stream.Context())
+	tok, ok := strings.CutPrefix(strings.Join(md.Get("authorization"), ""), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(s.token)) != 1 {
+		return status.Error(codes.Unauthenticated, "meshmark xDS: missing or wrong bearer token")
+	}
+	requests := make(chan *discoveryv3.DeltaDiscoveryRequest)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case requests <- req:
+			case <-stream.Context().Done():
+				return
+			}
+		}
+	}()
+
+	s.mu.Lock()
+	s.nextID++
+	id := s.nextID
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.acked, id)
+		s.mu.Unlock()
+	}()
+
+	var (
+		nonce        int
+		subscribed   bool            // to Authorization
+		sent         map[string]bool // Authorization names the client holds
+		sentVersion  int64
+		nonceVersion = map[string]int64{}
+	)
+	send := func(typeURL string, version int64, res []*discoveryv3.Resource, removed []string) error {
+		nonce++
+		n := strconv.Itoa(nonce)
+		if typeURL == authorizationType {
+			nonceVersion[n] = version
+		}
+		return stream.Send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: typeURL, SystemVersionInfo: strconv.FormatInt(version, 10),
+			Resources: res, RemovedResources: removed, Nonce: n})
+	}
+	pushPolicies := func() error {
+		version, policies, _ := s.snapshot()
+		var res []*discoveryv3.Resource
+		names := make([]string, 0, len(policies))
+		for name := range policies {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		next := map[string]bool{}
+		for _, name := range names {
+			next[name] = true
+			res = append(res, &discoveryv3.Resource{Name: name, Version: strconv.FormatInt(version, 10), Resource: policies[name]})
+		}
+		var removed []string
+		for name := range sent {
+			if !next[name] {
+				removed = append(removed, name)
+			}
+		}
+		slices.Sort(removed)
+		sent, sentVersion = next, version
+		return send(authorizationType, version, res, removed)
+	}
+
+	for {
+		version, _, changed := s.snapshot()
+		if subscribed && version != sentVersion {
+			if err := pushPolicies(); err != nil {
+				return err
+			}
+		}
+		select {
+		case err := <-recvErr:
+			if status.Code(err) == codes.Canceled {
+				return nil
+			}
+			return err
+		case <-stream.Context().Done():
+			return nil
+		case <-changed:
+		case req := <-requests:
+			if req.GetResponseNonce() != "" {
+				v, ours := nonceVersion[req.GetResponseNonce()]
+				delete(nonceVersion, req.GetResponseNonce())
+				if req.GetErrorDetail() != nil {
+					log.Printf("xds: %s rejected %s (nonce %s): %s", req.GetNode().GetId(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
+				} else if ours {
+					s.mu.Lock()
+					if v > s.acked[id] {
+						s.acked[id] = v
+					}
+					s.mu.Unlock()
+				}
+				continue
+			}
+			switch req.GetTypeUrl() {
+			case authorizationType:
+				if !subscribed {
+					subscribed = true
+					s.mu.Lock()
+					s.acked[id] = -1
+					s.mu.Unlock()
+				}
+				if err := pushPolicies(); err != nil {
+					return err
+				}
+			case addressType:
+				// the local config carries every workload and service
+				if err := send(addressType, 0, nil, nil); err != nil {
+					return err
+				}
+			default:
+				log.Printf("xds: %s asked for %s, which meshmark does not serve", req.GetNode().GetId(), req.GetTypeUrl())
+				if err := send(req.GetTypeUrl(), 0, nil, nil); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// watchPolicies polls path for a new policy version until ctx ends, hands it to the
+// streams and, once every ztunnel has acknowledged it, writes the version to
+// path + AppliedSuffix. A file that does not parse is logged and ignored, the last
+// good policies staying in force.
+func (s *xdsServer) watchPolicies(ctx context.Context, path string) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	var seen int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		var doc policyDoc
+		if err := json.Unmarshal(b, &doc); err != nil {
+			log.Printf("policy: %s: %v (keeping version %d)", path, err, seen)
+			continue
+		}
+		if doc.Version == seen {
+			continue
+		}
+		var policies []*security.Authorization
+		for i, raw := range doc.Policies {
+			var p security.Authorization
+			if err := protojson.Unmarshal(raw, &p); err != nil {
+				log.Printf("policy: %s: policy %d: %v (keeping version %d)", path, i, err, seen)
+				policies = nil
+				break
+			}
+			policies = append(policies, &p)
+		}
+		if len(policies) != len(doc.Policies) {
+			seen = doc.Version // do not log the same bad file every tick
+			continue
+		}
+		seen = doc.Version
+		if err := s.set(doc.Version, policies); err != nil {
+			log.Printf("policy: %v", err)
+			continue
+		}
+		log.Printf("policy: version %d, %d authorization policies", doc.Version, len(policies))
+		deadline := time.Now().Add(5 * time.Second)
+		for !s.allAcked(doc.Version) && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !s.allAcked(doc.Version) {
+			log.Printf("policy: version %d not acknowledged by every ztunnel within 5s", doc.Version)
+			continue
+		}
+		if err := os.WriteFile(path+AppliedSuffix, fmt.Appendf(nil, "%d\n", doc.Version), 0o644); err != nil {
+			log.Printf("policy: %v", err)
+		}
+	}
+}
