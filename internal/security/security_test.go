@@ -254,18 +254,58 @@ func TestMTLSOffOnOneServiceIsCaught(t *testing.T) {
 	}
 }
 
-// The other profiles' promises, each on its real proxies: ambient's ztunnels carry HBONE
-// and present the pods' SPIFFE certificates on 15008, strict refuses plaintext, and
-// meshmark cannot apply ztunnel policy at run time (n/a, with why); the node-proxy
-// meshes promise no encryption, so plaintext on the wire is expected, not a failure.
+// Ambient on real ztunnels: HBONE on the wire and the pods' SPIFFE certificates on
+// 15008 in either mode, plaintext refused only when strict, and the authorization
+// policy pushed to the running ztunnels over xDS: the callee's ztunnel closes a
+// disallowed caller's connection and admits it again once the policy is removed.
+// Behind a waypoint the policy belongs in the waypoint, which meshmark's does not
+// enforce: n/a, saying why.
+func TestAmbientMatrix(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		options map[string]any
+		want    map[string]results.SecurityOutcome
+	}{
+		{"permissive", map[string]any{"mtls": "permissive"}, map[string]results.SecurityOutcome{results.ProbeEncryption: "pass",
+			results.ProbePlaintext: "expected", results.ProbeAuthorization: "pass", results.ProbeBypass: "expected", results.ProbeIdentity: "pass"}},
+		{"strict", map[string]any{"mtls": "strict"}, map[string]results.SecurityOutcome{results.ProbeEncryption: "pass",
+			results.ProbePlaintext: "pass", results.ProbeAuthorization: "pass", results.ProbeBypass: "pass", results.ProbeIdentity: "pass"}},
+		{"strict-waypoint", map[string]any{"mtls": "strict", "waypoint": "on"}, map[string]results.SecurityOutcome{results.ProbeEncryption: "pass",
+			results.ProbePlaintext: "pass", results.ProbeAuthorization: "n/a", results.ProbeIdentity: "pass"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, tgt := deployProfile(t, ambient.Name, tc.options)
+			got := outcomes(t, tgt)
+			expect(t, got, tc.want)
+			if !strings.Contains(fmt.Sprint(got[results.ProbeEncryption].Checks), "hbone") {
+				t.Errorf("ambient flows not HBONE: %+v", got[results.ProbeEncryption].Checks)
+			}
+			if tc.options["waypoint"] != nil {
+				if !strings.Contains(got[results.ProbeAuthorization].Summary, "waypoint") {
+					t.Errorf("authorization n/a without saying it is the waypoint's: %s", got[results.ProbeAuthorization].Summary)
+				}
+				return
+			}
+			var denied, readmitted bool
+			for _, c := range got[results.ProbeAuthorization].Checks {
+				denied = denied || strings.Contains(c.Target, "(not allowed)") && c.Held
+				readmitted = readmitted || strings.Contains(c.Target, "(policy removed)") && c.Held
+			}
+			if !denied || !readmitted {
+				t.Errorf("ztunnel did not deny a disallowed caller and admit it after removal: %+v", got[results.ProbeAuthorization].Checks)
+			}
+		})
+	}
+}
+
+// The node-proxy meshes promise no encryption, so plaintext on the wire is expected,
+// not a failure, and meshmark has no policy API of theirs to apply.
 func TestOtherProfilesMatrix(t *testing.T) {
 	for _, tc := range []struct {
 		profile string
 		options map[string]any
 		want    map[string]results.SecurityOutcome
 	}{
-		{ambient.Name, map[string]any{"mtls": "strict"}, map[string]results.SecurityOutcome{results.ProbeEncryption: "pass",
-			results.ProbePlaintext: "pass", results.ProbeAuthorization: "n/a", results.ProbeBypass: "pass", results.ProbeIdentity: "pass"}},
 		{nodeenvoy.Name, nil, map[string]results.SecurityOutcome{results.ProbeEncryption: "expected",
 			results.ProbePlaintext: "expected", results.ProbeAuthorization: "n/a", results.ProbeBypass: "expected", results.ProbeIdentity: "n/a"}},
 		{traefikmesh.Name, nil, map[string]results.SecurityOutcome{results.ProbeEncryption: "expected",
@@ -275,9 +315,6 @@ func TestOtherProfilesMatrix(t *testing.T) {
 			_, _, tgt := deployProfile(t, tc.profile, tc.options)
 			got := outcomes(t, tgt)
 			expect(t, got, tc.want)
-			if tc.profile == ambient.Name && !strings.Contains(fmt.Sprint(got[results.ProbeEncryption].Checks), "hbone") {
-				t.Errorf("ambient flows not HBONE: %+v", got[results.ProbeEncryption].Checks)
-			}
 		})
 	}
 }
