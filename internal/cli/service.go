@@ -14,7 +14,7 @@ func init() {
 	register(func() *cobra.Command {
 		var (
 			graphArg, service, version, pod, listen string
-			resolve, callees                        []string
+			resolve, callees, spread                []string
 			callTimeout                             time.Duration
 			printGraph                              bool
 		)
@@ -56,9 +56,13 @@ With --print, write the graph file of a built-in graph and exit.`,
 				if err != nil {
 					return withExitCode(2, err)
 				}
+				endpoints, err := workload.ParseSpread(spread)
+				if err != nil {
+					return withExitCode(2, err)
+				}
 				srv, err := workload.NewServer(g, workload.ServerOptions{
 					Service: service, Version: version, Pod: pod,
-					Resolve: overrides, Callees: authorities, CallTimeout: callTimeout,
+					Resolve: overrides, Callees: authorities, Spread: endpoints, CallTimeout: callTimeout,
 				})
 				if err != nil {
 					return withExitCode(2, err)
@@ -81,6 +85,7 @@ With --print, write the graph file of a built-in graph and exit.`,
 		f.StringVar(&pod, "pod", "", "pod name reported in traces (default: $POD_NAME, then the host name)")
 		f.StringVar(&listen, "listen", "", "address to listen on (default: :<service port>)")
 		f.StringArrayVar(&resolve, "resolve", nil, "name=ip or name=ip:port: where calls to a service go (repeatable)")
+		f.StringArrayVar(&spread, "spread", nil, "service=ip:port@weight,...: call a service's endpoints directly, one picked per request by weight (repeatable; the baseline's per-request balancing)")
 		f.StringArrayVar(&callees, "callee", nil, "service=host:port: the authority calls to a service use in their URLs instead of service:port (repeatable; meshes that address services by their own names set it)")
 		f.DurationVar(&callTimeout, "call-timeout", 30*time.Second, "time limit for one request's whole script")
 		f.BoolVar(&printGraph, "print", false, "print the graph file of the built-in named by --graph and exit")

@@ -15,3 +15,24 @@ type Addressing interface {
 	// caller. ok is false when the caller uses the service's own name.
 	CalleeAddress(from topology.Pod, service string) (authority, dial string, ok bool)
 }
+
+// Spreader is implemented by profiles whose callers balance requests themselves, with
+// no proxy: the baseline with `balancing: per-request`. The runner gives every workload
+// pod the endpoints of each service (`meshmark service --spread`), and the pod picks
+// one per request by weight, as a mesh's proxy would, instead of calling the service
+// address, which picks one per connection as kube-proxy does.
+type Spreader interface {
+	// Balancing is "per-request" or "per-connection"; it is stored with the run so that
+	// the report can say how the baseline balanced.
+	Balancing() string
+	// SpreadEndpoints lists the pods of service that take requests, as ip:port with
+	// their weights (a version's weight shared among its pods); ok is false when
+	// callers use the service address.
+	SpreadEndpoints(app *topology.App, service string) (endpoints []WeightedAddr, ok bool)
+}
+
+// WeightedAddr is one endpoint (ip:port) and its share of a service's requests.
+type WeightedAddr struct {
+	Addr   string
+	Weight int
+}

@@ -1021,8 +1021,8 @@ func checkRows(run *results.Run, groups []*analysis.Group) []CheckRow {
 }
 
 // mixCheck says whether each service's versions served the shares of its requests the
-// graph's weights intend, and how the mesh balances (a baseline without a mesh
-// balances per connection, through the testbed's kube-proxy-like service VIPs).
+// graph's weights intend, and how the mesh balances (a baseline per request, by its
+// callers, or per connection, through the testbed's kube-proxy-like service VIPs).
 func mixCheck(run *results.Run, m results.Mesh) (CheckRow, bool) {
 	judged, skewed := 0, 0
 	var worst string
@@ -1048,8 +1048,12 @@ func mixCheck(run *results.Run, m results.Mesh) (CheckRow, bool) {
 		return CheckRow{}, false
 	}
 	balancing := "the mesh's proxies balance"
-	if m.Profile == "none" {
-		balancing = "no mesh: the service VIPs pick an endpoint per connection, as kube-proxy does, so kept-alive connections fix the split at bring-up"
+	switch {
+	case m.Profile == "none" && m.Options["balancing"] == "per-request":
+		balancing = "no mesh, balancing: per-request: each caller picks a pod per request by the versions' weights, as the meshes' proxies do"
+	case m.Profile == "none":
+		// runs stored before the option existed balanced this way
+		balancing = "no mesh, balancing: per-connection: the service VIPs pick an endpoint per connection, as kube-proxy does, so kept-alive connections fix the split at bring-up"
 	}
 	return CheckRow{Mesh: m.Label, Check: "request mix matches the graph's weights", Pass: skewed == 0,
 		Detail: fmt.Sprintf("%d of %d trials off by more than %.0f points for some service (%s)%s", skewed, judged, 100*results.MixTolerance, balancing, worst)}, true

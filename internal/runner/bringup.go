@@ -179,13 +179,27 @@ func (r *runner) startWorkload(ctx context.Context, d *deployment) error {
 }
 
 // meshAddressArgs tells a workload how to address its callees when the mesh has names
-// of its own (mesh.Addressing), as `meshmark service` flags.
+// of its own (mesh.Addressing), or which pods to spread its calls over when callers
+// balance per request themselves (mesh.Spreader), as `meshmark service` flags.
 func meshAddressArgs(d *deployment, from topology.Pod) []string {
+	var args []string
+	if sp, ok := d.profile.(mesh.Spreader); ok {
+		for _, s := range d.app.Services {
+			eps, ok := sp.SpreadEndpoints(&d.app, s.Name)
+			if !ok {
+				continue
+			}
+			list := make([]string, len(eps))
+			for i, ep := range eps {
+				list[i] = fmt.Sprintf("%s@%d", ep.Addr, ep.Weight)
+			}
+			args = append(args, "--spread", s.Name+"="+strings.Join(list, ","))
+		}
+	}
 	ma, ok := d.profile.(mesh.Addressing)
 	if !ok {
-		return nil
+		return args
 	}
-	var args []string
 	for _, s := range d.app.Services {
 		authority, dial, ok := ma.CalleeAddress(from, s.Name)
 		if !ok {

@@ -14,9 +14,10 @@ import (
 )
 
 // Two versions of one service with equal weights, called by a front service over a
-// kept-alive connection: with no mesh the testbed's VIP picks a version per connection
-// (as kube-proxy does), so one version serves all traffic and the trial is flagged; the
-// Envoy sidecars balance per request and split it by the weights.
+// kept-alive connection: with no mesh balancing per connection the testbed's VIP picks a
+// version per connection (as kube-proxy does), so one version serves all traffic and the
+// trial is flagged; the Envoy sidecars balance per request and split it by the weights,
+// and so does the baseline balancing per request, its default.
 func TestSkewedRequestMixIsFlagged(t *testing.T) {
 	needRoot(t)
 	graph := filepath.Join(t.TempDir(), "split.yaml")
@@ -40,7 +41,8 @@ spec:
     local: {nodes: 2, loadgenNode: 1}
   workload: {graph: `+graph+`}
   meshes:
-    - {name: none, profile: none}
+    - {name: none, profile: none, options: {balancing: per-connection}}
+    - {name: spread, profile: none}
     - {name: sidecar, profile: envoy-sidecar, options: {mtls: off}}
   experiments:
     - {name: latency, kind: fixed-rate, rate: 100, connections: 1, duration: 3s, warmup: 500ms}
@@ -62,9 +64,9 @@ spec:
 			if !skewed {
 				t.Errorf("baseline with one kept-alive connection split %+v and was not flagged", tr.Result.Mix)
 			}
-		case "sidecar":
+		case "sidecar", "spread":
 			if skewed {
-				t.Errorf("sidecar mesh balancing per request was flagged: %+v", tr.Result.Mix)
+				t.Errorf("%s balancing per request was flagged: %+v", tr.Mesh, tr.Result.Mix)
 			}
 		}
 	}
@@ -77,7 +79,9 @@ spec:
 		t.Fatal(err)
 	}
 	for _, want := range []string{"| none | request mix matches the graph's weights | FAIL | 1 of 1 trials off by more than 10 points",
-		"per connection, as kube-proxy does", "100% (intended 50%)", "| sidecar | request mix matches the graph's weights | PASS |"} {
+		"balancing: per-connection: the service VIPs pick an endpoint per connection, as kube-proxy does", "100% (intended 50%)",
+		"| sidecar | request mix matches the graph's weights | PASS |", "| spread | request mix matches the graph's weights | PASS | 0 of 1 trials",
+		"balancing: per-request: each caller picks a pod per request"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report does not say %q", want)
 		}

@@ -194,8 +194,9 @@ func TestIngressPathCrossesTheGateway(t *testing.T) {
 }
 
 // TestGRPCBalancedPerRequestOnlyByTheMesh: a gRPC caller keeps one channel, so without a
-// mesh (kube-proxy style DNAT per connection) every call of it lands on one version of
-// the callee, while the sidecars split per request by weight, as Istio does for gRPC.
+// mesh balancing per connection (kube-proxy style DNAT) every call of it lands on one
+// version of the callee, while the sidecars split per request by weight, as Istio does
+// for gRPC, and so does the baseline balancing per request (its default).
 func TestGRPCBalancedPerRequestOnlyByTheMesh(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
@@ -211,7 +212,8 @@ services:
 	if err := os.WriteFile(filepath.Join(dir, "g.yaml"), []byte(graph), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	doc := strings.NewReplacer("mixed.yaml", "g.yaml", "{mtls: strict}", "{mtls: permissive}").Replace(mixedProtocolStudy)
+	doc := strings.NewReplacer("mixed.yaml", "g.yaml", "{mtls: strict}", "{mtls: permissive}",
+		"- {name: none, profile: none}", "- {name: none, profile: none, options: {balancing: per-connection}}\n    - {name: none-spread, profile: none}").Replace(mixedProtocolStudy)
 	if err := os.WriteFile(filepath.Join(dir, "study.yaml"), []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +253,7 @@ services:
 		}
 		d.close()
 		t.Logf("%s: back versions %v", m.Name, versions)
-		switch m.Profile {
+		switch m.Name {
 		case "none":
 			if len(versions) != 1 {
 				t.Errorf("without a mesh one gRPC channel reached %d versions %v, want 1 (balancing per connection)", len(versions), versions)

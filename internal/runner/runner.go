@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/study"
@@ -158,7 +159,18 @@ func (r *runner) createRun(ctx context.Context) error {
 	}
 	run.OwnerHost = run.Provenance.Hostname
 	for _, m := range r.study.Spec.Meshes {
-		run.Meshes = append(run.Meshes, results.Mesh{Label: m.Name, Profile: m.Profile, Options: stringOptions(m.Options)})
+		opts := stringOptions(m.Options)
+		// How a baseline balanced is part of what its numbers mean; the default is
+		// written down, so the report can say it of runs made under another default.
+		if p, err := mesh.New(m.Profile, m.Options); err == nil {
+			if sp, ok := p.(mesh.Spreader); ok {
+				if opts == nil {
+					opts = map[string]string{}
+				}
+				opts["balancing"] = sp.Balancing()
+			}
+		}
+		run.Meshes = append(run.Meshes, results.Mesh{Label: m.Name, Profile: m.Profile, Options: opts})
 	}
 	if err := r.opts.Store.CreateRun(ctx, run); err != nil {
 		return err

@@ -142,18 +142,23 @@ type grpcCallers struct {
 	ccs  map[string]*grpc.ClientConn
 }
 
-func (g *grpcCallers) channel(target string) (*grpc.ClientConn, error) {
+// channel returns the channel to target; a non-empty authority replaces target as the
+// :authority of its calls (a spread call addresses a pod but names the service).
+func (g *grpcCallers) channel(target, authority string) (*grpc.ClientConn, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if cc, ok := g.ccs[target]; ok {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient("passthrough:///"+target,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return g.dial(ctx, "tcp", addr) }),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(passCodec{})),
 		grpc.WithUserAgent("meshmark-service"),
-	)
+	}
+	if authority != "" {
+		opts = append(opts, grpc.WithAuthority(authority))
+	}
+	cc, err := grpc.NewClient("passthrough:///"+target, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +180,8 @@ func (g *grpcCallers) close() {
 
 // callGRPC makes one call to a gRPC callee and returns its trace node.
 func (e *execution) callGRPC(u *upstream) []byte {
-	cc, err := e.server.grpc.channel(u.target)
+	_, target := u.pick()
+	cc, err := e.server.grpc.channel(target, u.authority)
 	if err != nil {
 		return e.callFailed(u, 0, err.Error())
 	}

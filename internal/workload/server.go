@@ -57,8 +57,21 @@ type ServerOptions struct {
 	// authority (host:port): meshes whose clients address services by mesh names
 	// (Traefik Mesh: <svc>.<ns>.traefik.mesh on a port of the node's proxy) set it.
 	Callees map[string]string
+	// Spread makes this service's calls to a callee pick one of the callee's endpoints
+	// for each request, by weight, instead of calling the service's address (whose
+	// balancing, kube-proxy style, is per connection). It is client-side balancing,
+	// what a gRPC client's round-robin policy or a mesh's proxy does per request, for a
+	// baseline whose request mix must match the meshes'. The Host header (gRPC
+	// authority) stays the service's name and port.
+	Spread map[string][]Endpoint
 	// CallTimeout bounds each request's whole script; 0 means 30s.
 	CallTimeout time.Duration
+}
+
+// Endpoint is one pod of a callee for Spread: its ip:port and its share of requests.
+type Endpoint struct {
+	Addr   string
+	Weight int
 }
 
 // Server plays one version of one service of a graph. It answers HTTP/1.1 and
@@ -105,6 +118,31 @@ type upstream struct {
 	method      string
 	size        int64
 	probability float64
+	// spread, when set, is picked from per request (ServerOptions.Spread); authority
+	// is then the Host every request carries.
+	spread    []spreadTarget
+	authority string
+}
+
+// spreadTarget is one endpoint a spread call may go to; upTo is the running total of
+// weights up to and including it.
+type spreadTarget struct {
+	url, target string
+	upTo        int
+}
+
+// pick returns the url and target of this request's endpoint.
+func (u *upstream) pick() (url, target string) {
+	if len(u.spread) == 0 {
+		return u.url, u.target
+	}
+	n := rand.IntN(u.spread[len(u.spread)-1].upTo)
+	for _, t := range u.spread {
+		if n < t.upTo {
+			return t.url, t.target
+		}
+	}
+	return u.url, u.target // not reached: n < the last upTo
 }
 
 var (
@@ -149,7 +187,7 @@ func NewServer(g *Graph, opts ServerOptions) (*Server, error) {
 		s.timeout = 30 * time.Second
 	}
 	var maxSize int64
-	s.program = compile(g, ver.Script, opts.Callees, &maxSize)
+	s.program = compile(g, ver.Script, opts.Callees, opts.Spread, &maxSize)
 	s.payload = make([]byte, maxSize)
 	s.padding = bytes.Repeat([]byte{'x'}, int(svc.ResponseSize))
 	s.client = &http.Client{Transport: newTransport(opts.Resolve, false)}
@@ -175,7 +213,7 @@ func NewServer(g *Graph, opts ServerOptions) (*Server, error) {
 	return s, nil
 }
 
-func compile(g *Graph, sc Script, callees map[string]string, maxSize *int64) []op {
+func compile(g *Graph, sc Script, callees map[string]string, spread map[string][]Endpoint, maxSize *int64) []op {
 	out := make([]op, 0, len(sc))
 	for _, st := range sc {
 		switch {
@@ -206,11 +244,21 @@ func compile(g *Graph, sc Script, callees map[string]string, maxSize *int64) []o
 			if callee.Protocol == ProtocolGRPC {
 				u.path = grpcMethod(path)
 			}
+			total := 0
+			for _, ep := range spread[callee.Name] {
+				if ep.Weight > 0 {
+					total += ep.Weight
+					u.spread = append(u.spread, spreadTarget{url: "http://" + ep.Addr + path, target: ep.Addr, upTo: total})
+				}
+			}
+			if len(u.spread) > 0 {
+				u.authority = target
+			}
 			out = append(out, op{call: u})
 		case st.Sleep != nil:
 			out = append(out, op{sleep: st.Sleep})
 		case st.Concurrent != nil:
-			out = append(out, op{group: compile(g, st.Concurrent, callees, maxSize)})
+			out = append(out, op{group: compile(g, st.Concurrent, callees, spread, maxSize)})
 		default:
 			out = append(out, op{cpu: st.CPU})
 		}
@@ -326,6 +374,48 @@ func ParseCallees(specs []string) (map[string]string, error) {
 			return nil, fmt.Errorf("--callee %q: port %q out of range", spec, port)
 		}
 		out[name] = to
+	}
+	return out, nil
+}
+
+// ParseSpread reads --spread values of the form service=ip:port@weight,ip:port@weight,...
+// (@weight may be left out: 1); a service given twice is an error.
+func ParseSpread(specs []string) (map[string][]Endpoint, error) {
+	out := map[string][]Endpoint{}
+	for _, spec := range specs {
+		name, list, ok := strings.Cut(spec, "=")
+		if !ok || name == "" || list == "" {
+			return nil, fmt.Errorf("--spread %q: want service=ip:port@weight, with more endpoints after commas", spec)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("--spread %q: service %s given twice", spec, name)
+		}
+		eps := []Endpoint{}
+		positive := false
+		for _, item := range strings.Split(list, ",") {
+			addr, w, hasWeight := strings.Cut(item, "@")
+			weight := 1
+			if hasWeight {
+				n, err := strconv.Atoi(w)
+				if err != nil || n < 0 || n > 1_000_000 {
+					return nil, fmt.Errorf("--spread %q: weight %q of %s is not a whole number from 0 to 1000000", spec, w, addr)
+				}
+				weight = n
+			}
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil || net.ParseIP(host) == nil {
+				return nil, fmt.Errorf("--spread %q: %q is not ip:port", spec, addr)
+			}
+			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+				return nil, fmt.Errorf("--spread %q: port %q out of range", spec, port)
+			}
+			positive = positive || weight > 0
+			eps = append(eps, Endpoint{Addr: addr, Weight: weight})
+		}
+		if !positive {
+			return nil, fmt.Errorf("--spread %q: every endpoint of %s has weight 0", spec, name)
+		}
+		out[name] = eps
 	}
 	return out, nil
 }
@@ -568,9 +658,13 @@ func (e *execution) call(u *upstream) []byte {
 	if u.size > 0 {
 		body = bytes.NewReader(e.server.payload[:u.size])
 	}
-	req, err := http.NewRequestWithContext(e.ctx, u.method, u.url, body)
+	url, _ := u.pick()
+	req, err := http.NewRequestWithContext(e.ctx, u.method, url, body)
 	if err != nil {
 		return e.callFailed(u, 0, err.Error())
+	}
+	if u.authority != "" {
+		req.Host = u.authority
 	}
 	for _, k := range propagatedHeaders {
 		if v, ok := e.in[k]; ok {

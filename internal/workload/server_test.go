@@ -654,3 +654,80 @@ services:
 		t.Errorf("ParseCallees: %v %v", m, err)
 	}
 }
+
+// Spread picks a callee's endpoint per request by weight over kept-alive connections
+// (HTTP/1.1 and gRPC alike), so one caller's calls land on every version in proportion,
+// each request still naming the service as its Host (gRPC :authority).
+func TestSpreadBalancesPerRequest(t *testing.T) {
+	g := mustParse(t, `name: g
+services:
+  - name: a
+    script:
+      - call: b
+      - call: c
+  - name: b
+    versions: [{name: v1}, {name: v2}]
+  - name: c
+    protocol: grpc
+    versions: [{name: v1}, {name: v2}]
+`)
+	hosts := map[string]*sync.Map{"b": {}, "c": {}}
+	spread := map[string][]Endpoint{}
+	for _, p := range []testPod{{"b", "v1"}, {"b", "v2"}, {"c", "v1"}, {"c", "v2"}} {
+		urls := startPodsWrapped(t, g, []testPod{p}, func(svc string, h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hosts[svc].Store(r.Host, true)
+				h.ServeHTTP(w, r)
+			})
+		})
+		weight := 1
+		if p.version == "v2" {
+			weight = 3
+		}
+		spread[p.service] = append(spread[p.service], Endpoint{Addr: strings.TrimPrefix(urls[p.service], "http://"), Weight: weight})
+	}
+	spread["unrelated"] = []Endpoint{{Addr: "127.0.0.1:1", Weight: 1}} // a service a does not call
+	srv, err := NewServer(g, ServerOptions{Service: "a", Spread: spread})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 400
+	got := map[string]int{}
+	for range n {
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		var tr trace
+		if err := json.Unmarshal(rec.Body.Bytes(), &tr); err != nil || rec.Code != 200 || len(tr.Calls) != 2 {
+			t.Fatalf("a answered %d: %s", rec.Code, rec.Body)
+		}
+		for _, c := range tr.Calls {
+			got[c.Service+" "+c.Version]++
+		}
+	}
+	// v2 has 3/4 of the weight: 300 of 400 expected, sd 8.7; 30 is over three sd.
+	for _, svc := range []string{"b", "c"} {
+		if v2 := got[svc+" v2"]; v2 < 270 || v2 > 330 || got[svc+" v1"]+v2 != n {
+			t.Errorf("%s: v1 %d, v2 %d of %d calls; want about 100 and 300", svc, got[svc+" v1"], v2, n)
+		}
+	}
+	for svc, m := range hosts {
+		var seen []string
+		m.Range(func(k, _ any) bool { seen = append(seen, k.(string)); return true })
+		if want := svc + ":9080"; len(seen) != 1 || seen[0] != want {
+			t.Errorf("%s saw Host %v, want only %s", svc, seen, want)
+		}
+	}
+
+	for _, bad := range []string{"b", "b=", "=127.0.0.1:1", "b=host:1", "b=127.0.0.1:0", "b=127.0.0.1:1@x", "b=127.0.0.1:1@-1", "b=127.0.0.1:1@0"} {
+		if _, err := ParseSpread([]string{bad}); err == nil {
+			t.Errorf("ParseSpread(%q) accepted", bad)
+		}
+	}
+	if _, err := ParseSpread([]string{"b=127.0.0.1:1", "b=127.0.0.1:2"}); err == nil {
+		t.Error("ParseSpread accepted a service twice")
+	}
+	m, err := ParseSpread([]string{"b=127.0.0.1:1@2,127.0.0.2:1,127.0.0.3:1@0"})
+	if err != nil || len(m["b"]) != 3 || m["b"][0].Weight != 2 || m["b"][1].Weight != 1 || m["b"][2].Weight != 0 {
+		t.Errorf("ParseSpread: %+v %v", m, err)
+	}
+}

@@ -1,6 +1,14 @@
 // Package none is the baseline mesh profile: no proxy, no interception, no mTLS. Its
 // check proves that every pod answers directly, so a failed baseline is never mistaken
 // for mesh overhead.
+//
+// How the baseline balances is its one choice (`balancing`). Per request, the default:
+// every workload calls its callees' pods directly, picking one per request by the
+// versions' weights (mesh.Spreader), as a mesh's proxies do, so the baseline's request
+// mix is the meshes' and their latencies are comparable. Per connection: callers use
+// the service addresses, which pick an endpoint per connection as kube-proxy does, so a
+// kept-alive connection fixes the split at bring-up (one version may serve nothing):
+// what an application without a mesh really gets, and what an L4 mesh compares to.
 package none
 
 import (
@@ -17,12 +25,26 @@ import (
 // Name is the registry name.
 const Name = "none"
 
+// The values of the balancing option.
+const (
+	PerRequest    = "per-request"
+	PerConnection = "per-connection"
+)
+
 func init() {
-	mesh.RegisterProfile(mesh.Registration{Name: Name, Summary: "the baseline: no proxy, no interception, no mTLS", New: New})
+	mesh.RegisterProfile(mesh.Registration{Name: Name, Summary: "the baseline: no proxy, no interception, no mTLS", New: New,
+		Own: map[string]string{
+			"balancing": PerRequest + " (default: each caller picks a callee's pod per request by the versions' weights, as the meshes' proxies do) | " +
+				PerConnection + " (the service address picks one per connection, as kube-proxy does)",
+		}})
 }
 
 // Profile is the no-mesh baseline.
-type Profile struct{}
+type Profile struct {
+	balancing string
+}
+
+var _ mesh.Spreader = Profile{}
 
 // New accepts only options that make sense without a mesh.
 func New(o mesh.Options) (mesh.Profile, error) {
@@ -32,10 +54,45 @@ func New(o mesh.Options) (mesh.Profile, error) {
 	if o.MeshClients == mesh.On {
 		return nil, &mesh.OptionError{Key: "mesh_clients", Msg: "the baseline has no mesh to enroll clients in"}
 	}
-	return Profile{}, nil
+	b, err := o.OwnWord("balancing", PerRequest, PerRequest, PerConnection)
+	if err != nil {
+		return nil, err
+	}
+	return Profile{balancing: b}, nil
 }
 
 func (Profile) Name() string { return Name }
+
+// Balancing is the balancing option in force.
+func (p Profile) Balancing() string { return p.balancing }
+
+// SpreadEndpoints gives, under per-request balancing, the pods of the service's
+// versions with a positive weight (every pod when no version has one), each weighing
+// its version's weight shared among the version's pods.
+func (p Profile) SpreadEndpoints(app *topology.App, service string) ([]mesh.WeightedAddr, bool) {
+	s := app.Service(service)
+	if p.balancing != PerRequest || s == nil {
+		return nil, false
+	}
+	split := false
+	for _, v := range s.Versions {
+		split = split || v.Weight > 0
+	}
+	var out []mesh.WeightedAddr
+	for _, v := range s.Versions {
+		if split && v.Weight <= 0 {
+			continue
+		}
+		for _, pod := range v.Endpoints {
+			w := 1000 // an unsplit service: every pod alike
+			if split {
+				w = max(1, v.Weight*1000/len(v.Endpoints))
+			}
+			out = append(out, mesh.WeightedAddr{Addr: mesh.Addr(pod.IP, pod.Port), Weight: w})
+		}
+	}
+	return out, len(out) > 0
+}
 
 func (Profile) Install(context.Context, substrate.Substrate, *topology.App) error { return nil }
 
