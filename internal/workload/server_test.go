@@ -731,3 +731,28 @@ services:
 		t.Errorf("ParseSpread: %+v %v", m, err)
 	}
 }
+
+func FuzzParseSpread(f *testing.F) {
+	for _, s := range []string{"b=127.0.0.1:1@2,127.0.0.2:1", "b=[::1]:80@0,127.0.0.1:9", "b=", "=1", "b=1.2.3.4:5@@1", "b=1.2.3.4:5,"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, spec string) {
+		m, err := ParseSpread([]string{spec})
+		if err != nil {
+			return
+		}
+		for name, eps := range m {
+			positive := false
+			for _, ep := range eps {
+				host, port, err := net.SplitHostPort(ep.Addr)
+				if err != nil || net.ParseIP(host) == nil || port == "" || ep.Weight < 0 {
+					t.Fatalf("%q accepted with endpoint %+v", spec, ep)
+				}
+				positive = positive || ep.Weight > 0
+			}
+			if name == "" || !positive {
+				t.Fatalf("%q accepted: service %q, endpoints %+v", spec, name, eps)
+			}
+		}
+	})
+}
