@@ -12,7 +12,9 @@ import (
 	"github.com/meshmark/meshmark/internal/study"
 )
 
-// aaStudy is the issue-16 A/A: the demo's bookinfo with no mesh, twice, interleaved.
+// aaStudy is the issue-16 A/A on the demo's bookinfo: the baseline four times, two
+// balancing per connection (the old default) and two per request (the new one),
+// every repeat interleaved, so both balancings meet the same machine in one run.
 const aaStudy = `apiVersion: meshmark.dev/v1alpha1
 kind: Study
 metadata: {name: bench-aa-noise-floor}
@@ -21,9 +23,11 @@ spec:
     local: {nodes: 2, loadgenNode: 1, cpuPlacement: {loadgen: "1", sut: "0"}}
   workload: {graph: bookinfo}
   meshes:
-    - {name: none-a, profile: none}
-    - {name: none-b, profile: none}
-  baseline: none-a
+    - {name: conn-a, profile: none, options: {balancing: per-connection}}
+    - {name: conn-b, profile: none, options: {balancing: per-connection}}
+    - {name: req-a, profile: none, options: {balancing: per-request}}
+    - {name: req-b, profile: none, options: {balancing: per-request}}
+  baseline: conn-a
   experiments:
     - {name: latency, kind: fixed-rate, rate: 300, connections: 8, duration: 6s, warmup: 1s}
   repeats: 5
@@ -32,10 +36,10 @@ spec:
   seed: 16
 `
 
-// BenchmarkAANoiseFloor runs the A/A study once per iteration and reports the A/A
-// noise floor on p50 and p99 (the larger |bound| of the interval of one identical mesh
-// against the other, %), and how many trials had a skewed request mix. It is a
-// measurement of this machine, not a pass/fail test:
+// BenchmarkAANoiseFloor reports, from one run, the A/A noise floor on p50 and p99 of
+// two identical baselines for each balancing (the larger |bound| of the interval of one
+// against the other, both ways round, %), and how many of each one's trials had a
+// skewed request mix. It is a measurement of this machine, not a pass/fail test:
 //
 //	go test -run XXX -bench AANoiseFloor -benchtime 1x ./internal/runner/
 func BenchmarkAANoiseFloor(b *testing.B) {
@@ -61,24 +65,47 @@ func BenchmarkAANoiseFloor(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		rep := analysis.Analyze(run, analysis.Options{Seed: 1}, nil)
-		skewed := 0
-		for _, tr := range run.Trials {
-			if tr.Result.HasFlag(results.FlagMixSkewed) {
-				skewed++
+		for _, pair := range []struct{ name, a, b string }{{"per-connection", "conn-a", "conn-b"}, {"per-request", "req-a", "req-b"}} {
+			skewed, trials := 0, 0
+			for _, tr := range run.Trials {
+				if tr.Mesh == pair.a || tr.Mesh == pair.b {
+					trials++
+					if tr.Result.HasFlag(results.FlagMixSkewed) {
+						skewed++
+					}
+				}
 			}
+			for _, c := range aaComparisons(run, pair.a, pair.b) {
+				if c.Metric == analysis.P50 || c.Metric == analysis.P99 {
+					b.Logf("%s A/A %s: Δ%% %+.1f [%+.1f, %+.1f], noise floor %.1f%%, %s", pair.name, c.Metric, c.Pct.Value, c.Pct.Lo, c.Pct.Hi, c.NoiseFloorPct, c.Verdict)
+					b.ReportMetric(c.NoiseFloorPct, string(c.Metric)+"-floor-%-"+pair.name)
+				}
+			}
+			b.ReportMetric(float64(skewed), "mix-skewed-trials-"+pair.name)
+			b.Logf("%s: %d of %d trials had a skewed request mix", pair.name, skewed, trials)
 		}
-		for _, c := range rep.Comparisons {
-			if c.Mesh != "none-b" {
-				continue
-			}
-			switch c.Metric {
-			case analysis.P50, analysis.P99:
-				b.Logf("A/A %s: Δ%% %+.1f [%+.1f, %+.1f], noise floor %.1f%%, %s", c.Metric, c.Pct.Value, c.Pct.Lo, c.Pct.Hi, c.NoiseFloorPct, c.Verdict)
-				b.ReportMetric(c.NoiseFloorPct, string(c.Metric)+"-floor-%")
-			}
-		}
-		b.ReportMetric(float64(skewed), "mix-skewed-trials")
-		b.Logf("%d of %d trials had a skewed request mix", skewed, len(run.Trials))
 	}
+}
+
+// aaComparisons analyses the pair a, b alone (b against a), as an A/A pair.
+func aaComparisons(run *results.Run, a, b string) []analysis.Comparison {
+	sub := *run
+	sub.Meshes, sub.Trials, sub.Baseline = nil, nil, a
+	for _, m := range run.Meshes {
+		if m.Label == a || m.Label == b {
+			sub.Meshes = append(sub.Meshes, m)
+		}
+	}
+	for _, t := range run.Trials {
+		if t.Mesh == a || t.Mesh == b {
+			sub.Trials = append(sub.Trials, t)
+		}
+	}
+	var out []analysis.Comparison
+	for _, c := range analysis.Analyze(&sub, analysis.Options{Seed: 1}, nil).Comparisons {
+		if c.Mesh == b {
+			out = append(out, c)
+		}
+	}
+	return out
 }
