@@ -162,46 +162,82 @@ func TestEnvoySidecarMatrix(t *testing.T) {
 	}
 }
 
-// A strict mesh broken in two places, as happens when injection fails: productpage's
-// outbound interception is gone (its calls leave unproxied), and reviews-v1 has no
-// sidecar and no interception at all. Each probe must catch what concerns it.
+// A strict mesh broken in two places, as happens when injection or the CNI agent
+// fails: productpage's outbound interception is gone (its calls leave unproxied), and
+// reviews-v1 is out of the mesh (its sidecar stopped and its interception flushed; in
+// ambient, its in-pod redirection removed). Each probe must catch what concerns it, on
+// each mesh's real proxies.
 func TestBrokenStrictMeshIsCaught(t *testing.T) {
-	b, _, tgt := deploy(t, "strict")
-	ctx := context.Background()
-	if out, err := b.TB.Exec(ctx, b.Pod("productpage-v1-0"), nil, "iptables", "-w", "-t", "nat", "-F", "OUTPUT"); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	for _, pr := range b.TB.Processes() {
-		if pr.Pod() == "reviews-v1-0" && pr.Spec().Role == substrate.RoleSidecar {
-			if err := pr.Stop(); err != nil {
-				t.Fatal(err)
+	flush := func(t *testing.T, b meshtest.Bed, pod string, argvs ...[]string) {
+		t.Helper()
+		for _, argv := range argvs {
+			if out, err := b.TB.Exec(context.Background(), b.Pod(pod), nil, argv...); err != nil {
+				t.Fatalf("%s: %v: %s", strings.Join(argv, " "), err, out)
 			}
 		}
 	}
-	if out, err := b.TB.Exec(ctx, b.Pod("reviews-v1-0"), nil, "iptables", "-w", "-t", "nat", "-F"); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	got := outcomes(t, tgt)
-	expect(t, got, map[string]results.SecurityOutcome{results.ProbeEncryption: "fail", results.ProbePlaintext: "fail",
-		results.ProbeBypass: "fail", results.ProbeIdentity: "fail"})
-	mustName := map[string]string{
-		results.ProbeEncryption: "productpage-v1-0 -> reviews", // the plaintext calls
-		results.ProbePlaintext:  "pod reviews-v1-0",
-		results.ProbeIdentity:   "pod reviews-v1-0",
-	}
-	for probe, who := range mustName {
-		found := false
-		for _, c := range got[probe].Checks {
-			if !c.Held && strings.Contains(c.Target, who) {
-				found = true
-			}
-			if c.Held == false && !strings.Contains(c.Target, "reviews-v1-0") && probe != results.ProbeEncryption {
-				t.Errorf("%s: blamed %s (%s), which is intact", probe, c.Target, c.Observed)
+	stopSidecar := func(t *testing.T, b meshtest.Bed, pod string) {
+		t.Helper()
+		for _, pr := range b.TB.Processes() {
+			if pr.Pod() == pod && pr.Spec().Role == substrate.RoleSidecar {
+				if err := pr.Stop(); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
-		if !found {
-			t.Errorf("%s: no failed check names %s: %+v", probe, who, got[probe].Checks)
-		}
+	}
+	sidecarBreak := func(t *testing.T, b meshtest.Bed) {
+		flush(t, b, "productpage-v1-0", []string{"iptables", "-w", "-t", "nat", "-F", "OUTPUT"})
+		stopSidecar(t, b, "reviews-v1-0")
+		flush(t, b, "reviews-v1-0", []string{"iptables", "-w", "-t", "nat", "-F"})
+	}
+	for _, tc := range []struct {
+		profile string
+		brk     func(*testing.T, meshtest.Bed)
+		want    map[string]results.SecurityOutcome
+		// mustName: per probe, what a failed check must name
+		mustName map[string]string
+	}{
+		{envoysidecar.Name, sidecarBreak,
+			map[string]results.SecurityOutcome{results.ProbeEncryption: "fail", results.ProbePlaintext: "fail",
+				results.ProbeBypass: "fail", results.ProbeIdentity: "fail"},
+			map[string]string{results.ProbeEncryption: "productpage-v1-0 -> reviews", results.ProbePlaintext: "pod reviews-v1-0", results.ProbeIdentity: "pod reviews-v1-0"}},
+		{linkerd.Name, sidecarBreak,
+			map[string]results.SecurityOutcome{results.ProbeEncryption: "fail", results.ProbePlaintext: "fail", results.ProbeIdentity: "fail"},
+			map[string]string{results.ProbeEncryption: "productpage-v1-0 -> reviews", results.ProbePlaintext: "pod reviews-v1-0", results.ProbeIdentity: "pod reviews-v1-0"}},
+		// The redirects go (nat); the mangle rules that route replies back to ztunnel's
+		// transparent sockets stay, as HBONE still arrives on ztunnel's own listener in
+		// the pod (it holds the socket, no redirect needed). So identity still holds
+		// at reviews-v1.
+		{ambient.Name, func(t *testing.T, b meshtest.Bed) {
+			out := []string{"iptables", "-w", "-t", "nat", "-D", "OUTPUT", "-j", "ISTIO_OUTPUT"}
+			in := []string{"iptables", "-w", "-t", "nat", "-D", "PREROUTING", "-j", "ISTIO_PRERT"}
+			flush(t, b, "productpage-v1-0", out)
+			flush(t, b, "reviews-v1-0", out, in)
+		},
+			map[string]results.SecurityOutcome{results.ProbeEncryption: "fail", results.ProbePlaintext: "fail"},
+			map[string]string{results.ProbeEncryption: "productpage-v1-0 -> reviews", results.ProbePlaintext: "pod reviews-v1-0"}},
+	} {
+		t.Run(tc.profile, func(t *testing.T) {
+			b, _, tgt := deployProfile(t, tc.profile, map[string]any{"mtls": "strict"})
+			tc.brk(t, b)
+			got := outcomes(t, tgt)
+			expect(t, got, tc.want)
+			for probe, who := range tc.mustName {
+				found := false
+				for _, c := range got[probe].Checks {
+					if !c.Held && strings.Contains(c.Target, who) {
+						found = true
+					}
+					if !c.Held && !strings.Contains(c.Target, "reviews-v1-0") && probe != results.ProbeEncryption {
+						t.Errorf("%s: blamed %s (%s), which is intact", probe, c.Target, c.Observed)
+					}
+				}
+				if !found {
+					t.Errorf("%s: no failed check names %s: %+v", probe, who, got[probe].Checks)
+				}
+			}
+		})
 	}
 }
 
