@@ -307,11 +307,6 @@ func (tb *Testbed) WriteFile(p topology.Pod, name string, data []byte, mode uint
 	return path, nil
 }
 
-// DialContext opens a connection from inside the pod's namespace: the socket is created
-// on a thread that entered the namespace, which costs two setns calls and no fork
-// (see dialTCPInNetNS).
-// Host names resolve the way the pod's /etc/hosts resolves them (services, the pod's
-// own name, localhost); anything else must be an IP address.
 // DialContextAs opens a TCP connection from inside the pod as if a process running as
 // uid had opened it (see substrate.UIDDialer).
 func (tb *Testbed) DialContextAs(ctx context.Context, p topology.Pod, uid int, network, addr string) (net.Conn, error) {
@@ -344,6 +339,11 @@ func (tb *Testbed) DialContextAs(ctx context.Context, p topology.Pod, uid int, n
 	return conn, nil
 }
 
+// DialContext opens a connection from inside the pod's namespace: the socket is created
+// on a thread that entered the namespace, which costs two setns calls and no fork
+// (see dialTCPInNetNS).
+// Host names resolve the way the pod's /etc/hosts resolves them (services, the pod's
+// own name, localhost); anything else must be an IP address.
 func (tb *Testbed) DialContext(ctx context.Context, p topology.Pod, network, addr string) (net.Conn, error) {
 	t, err := tb.resolveTarget(p)
 	if err != nil {
