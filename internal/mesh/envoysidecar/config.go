@@ -499,8 +499,10 @@ func (g generator) serviceRoute(s topology.Service) (*routev3.Route, error) {
 
 // virtualInbound is the 15006 listener inbound connections are redirected to. Under
 // permissive mTLS it serves TLS and plaintext on the app port (told apart by
-// tls_inspector); under strict only TLS with a client certificate from the mesh CA;
-// connections to other ports pass through.
+// tls_inspector); under strict only TLS with a client certificate from the mesh CA.
+// Connections to the pod's other ports (every inbound port is captured, as in Istio)
+// pass through to the app, mTLS terminated first when they carry it; under strict a
+// plaintext one is refused, as STRICT applies to every port of the workload.
 func (g generator) virtualInbound() (*listenerv3.Listener, []*clusterv3.Cluster) {
 	l := &listenerv3.Listener{
 		Name:    "virtualInbound",
@@ -523,7 +525,28 @@ func (g generator) virtualInbound() (*listenerv3.Listener, []*clusterv3.Cluster)
 			ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspectorv3.TlsInspector{})},
 		})
 	}
+	if mode != mesh.MTLSOff {
+		l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
+			Name:             "virtualInbound-catchall-tls",
+			FilterChainMatch: &listenerv3.FilterChainMatch{TransportProtocol: "tls"},
+			Filters:          []*listenerv3.Filter{tcpProxy(InboundPassthroughCluster, InboundPassthroughCluster)},
+			TransportSocket: tlsSocket(&tlsv3.DownstreamTlsContext{
+				CommonTlsContext: g.commonTLS(&matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{
+					Prefix: "spiffe://" + g.opts.TrustDomain + "/"}}),
+				RequireClientCertificate: wrapperspb.Bool(true),
+			}),
+		})
+	}
+	if mode == mesh.MTLSStrict {
+		l.DefaultFilterChain = &listenerv3.FilterChain{
+			Name:    "virtualInbound-blackhole",
+			Filters: []*listenerv3.Filter{tcpProxy("refused_plaintext", "BlackHoleCluster")},
+		}
+	}
 	if g.pod.Port <= 0 {
+		if mode == mesh.MTLSStrict {
+			return l, []*clusterv3.Cluster{blackHole()}
+		}
 		return l, nil
 	}
 	port := uint32(g.pod.Port)

@@ -17,8 +17,12 @@ const (
 
 // Interception says which traffic of one pod goes through its sidecar.
 type Interception struct {
-	// InboundPorts are redirected to the inbound listener when they arrive at the pod.
-	InboundPorts []int
+	// InboundPorts are redirected to the inbound listener when they arrive at the pod;
+	// InboundAll redirects every port instead (Istio's includeInboundPorts "*"), except
+	// ExcludeInbound.
+	InboundPorts   []int
+	InboundAll     bool
+	ExcludeInbound []int
 	// Outbound redirects every outbound TCP connection not made by the proxy itself.
 	Outbound     bool
 	ProxyUID     int
@@ -40,8 +44,15 @@ func (ic Interception) InstallRules() string {
 	}
 	w("-A %s -p tcp -j REDIRECT --to-ports %d", chainInRedirect, ic.InboundPort)
 	w("-A %s -p tcp -j REDIRECT --to-ports %d", chainRedirect, ic.OutboundPort)
-	for _, p := range ic.InboundPorts {
-		w("-A %s -p tcp --dport %d -j %s", chainInbound, p, chainInRedirect)
+	if ic.InboundAll {
+		for _, p := range ic.ExcludeInbound {
+			w("-A %s -p tcp --dport %d -j RETURN", chainInbound, p)
+		}
+		w("-A %s -p tcp -j %s", chainInbound, chainInRedirect)
+	} else {
+		for _, p := range ic.InboundPorts {
+			w("-A %s -p tcp --dport %d -j %s", chainInbound, p, chainInRedirect)
+		}
 	}
 	if ic.Outbound {
 		uid := ic.ProxyUID
@@ -83,11 +94,20 @@ func (ic Interception) RemoveRules() string {
 	return b.String()
 }
 
-// istioInterception is the sidecar interception of a pod serving appPort (0: none).
+// IstioExcludedInboundPorts are the ports istio-iptables leaves out of inbound capture
+// whatever the pod's annotations say: HBONE (15008), Envoy's Prometheus stats (15090),
+// the health port (15021) and pilot-agent's merged metrics (15020). A connection to
+// one of them reaches whatever listens there in the pod without the sidecar.
+var IstioExcludedInboundPorts = []int{15008, 15090, 15021, 15020}
+
+// istioInterception is the sidecar interception of a pod serving appPort: every
+// inbound port but Istio's exclusions, as Istio's default includeInboundPorts "*"
+// does, so that a port the app opens beside its service port is inside the mesh too.
+// A pod serving nothing (a client, appPort 0) gets outbound capture only.
 func istioInterception(appPort int) Interception {
 	ic := Interception{Outbound: true, ProxyUID: substrate.ProxyUID, InboundPort: InboundPort, OutboundPort: OutboundPort}
 	if appPort > 0 {
-		ic.InboundPorts = []int{appPort}
+		ic.InboundAll, ic.ExcludeInbound = true, IstioExcludedInboundPorts
 	}
 	return ic
 }

@@ -59,7 +59,9 @@ func TestInterceptionRulesShape(t *testing.T) {
 	for _, want := range []string{
 		"-I OUTPUT 1 -p tcp -j ISTIO_OUTPUT",
 		"-I PREROUTING 1 -p tcp -j ISTIO_INBOUND",
-		"-A ISTIO_INBOUND -p tcp --dport 9080 -j ISTIO_IN_REDIRECT",
+		"-A ISTIO_INBOUND -p tcp --dport 15090 -j RETURN",
+		"-A ISTIO_INBOUND -p tcp --dport 15021 -j RETURN",
+		"-A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT",
 		"-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006",
 		"-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001",
 		"-m owner --uid-owner 1337 -j RETURN",
@@ -68,6 +70,10 @@ func TestInterceptionRulesShape(t *testing.T) {
 		if !strings.Contains(rules, want) {
 			t.Errorf("rules lack %q:\n%s", want, rules)
 		}
+	}
+	// Exclusions before the catch-all, or they exclude nothing.
+	if strings.Index(rules, "--dport 15020 -j RETURN") > strings.Index(rules, "-A ISTIO_INBOUND -p tcp -j ISTIO_IN_REDIRECT") {
+		t.Error("inbound catch-all precedes Istio's port exclusions")
 	}
 	// The uid exclusion must come before the catch-all redirect, or the proxy loops.
 	if strings.Index(rules, "--uid-owner 1337 -j RETURN") > strings.Index(rules, "-A ISTIO_OUTPUT -j ISTIO_REDIRECT") {
