@@ -93,6 +93,13 @@ type UIDDialer interface {
 	DialContextAs(ctx context.Context, pod topology.Pod, uid int, network, addr string) (net.Conn, error)
 }
 
+// PodListener is implemented by substrates that can open a listening socket inside a
+// pod, as a process of the pod would (the local testbed can). The security probes use
+// it to stand in for an application that opens a port beside its service port.
+type PodListener interface {
+	ListenIn(pod topology.Pod, network, addr string) (net.Listener, error)
+}
+
 // WireTapper is implemented by substrates whose pods' traffic can be captured: the
 // local testbed's node bridges. The security experiment's encryption probe reads the
 // wire through it; a substrate without it cannot show what crosses its network.

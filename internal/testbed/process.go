@@ -339,6 +339,29 @@ func (tb *Testbed) DialContextAs(ctx context.Context, p topology.Pod, uid int, n
 	return conn, nil
 }
 
+// ListenIn opens a TCP listener inside the pod's namespace (substrate.PodListener): the
+// socket is created and bound on a thread that entered the namespace, and keeps that
+// namespace for its life. addr is the local address ("" host: every address of the pod).
+func (tb *Testbed) ListenIn(p topology.Pod, network, addr string) (net.Listener, error) {
+	if network != "tcp" && network != "tcp4" {
+		return nil, fmt.Errorf("testbed: listen in %s: %s: only TCP", p.Name, network)
+	}
+	t, err := tb.resolveTarget(p)
+	if err != nil {
+		return nil, err
+	}
+	var ln net.Listener
+	err = inNetNS(t.ns.fd(), func() error {
+		var lerr error
+		ln, lerr = net.Listen(network, addr)
+		return lerr
+	})
+	if err != nil {
+		return nil, fmt.Errorf("testbed: listen on %s in %s: %w", addr, t.name, err)
+	}
+	return ln, nil
+}
+
 // DialContext opens a connection from inside the pod's namespace: the socket is created
 // on a thread that entered the namespace, which costs two setns calls and no fork
 // (see dialTCPInNetNS).

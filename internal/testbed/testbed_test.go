@@ -470,6 +470,50 @@ func TestDialContextAsUID(t *testing.T) {
 	}
 }
 
+// A listener opened in a pod is the pod's: another pod reaches it at the pod's address,
+// the host namespace does not have it, and the thread that opened it is back home.
+func TestListenInPod(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	tb := newTestbed(t, Options{Nodes: 1})
+	app, err := tb.Deploy(ctx, AppSpec{Name: "listenin", Deployments: []Deployment{{Service: "web", Port: 8080}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, client := app.Services[0].Versions[0].Endpoints[0], app.Clients[0]
+	ln, err := tb.ListenIn(server, "tcp", ":19080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("from the pod"))
+			c.Close()
+		}
+	}()
+	c, err := tb.DialContext(ctx, client, "tcp", fmt.Sprintf("%s:19080", server.IP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(c)
+	c.Close()
+	if string(got) != "from the pod" {
+		t.Errorf("read %q from the pod's listener", got)
+	}
+	if hc, err := net.DialTimeout("tcp", "127.0.0.1:19080", time.Second); err == nil {
+		hc.Close()
+		t.Error("the pod's listener answers in the host namespace")
+	}
+	if _, err := tb.ListenIn(server, "udp", ":19081"); err == nil {
+		t.Error("udp listener accepted")
+	}
+}
+
 func TestProcessLifecycle(t *testing.T) {
 	requireRoot(t)
 	ctx := context.Background()
