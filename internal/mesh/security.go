@@ -30,6 +30,11 @@ type Posture struct {
 	// ExcludedUIDs are the uids whose outbound traffic interception deliberately skips
 	// (the proxy's own); a workload running as one of them leaves the pod unproxied.
 	ExcludedUIDs []int
+	// ExcludedInboundPorts are the ports whose inbound connections the interception
+	// deliberately lets reach the pod without the proxy (Istio's 15090, 15021, ...,
+	// Linkerd's 4190 and 4191): whatever listens there is outside the mesh's
+	// protection, by the mesh's own design.
+	ExcludedInboundPorts []int
 	// Identity says how to see the certificate a meshed pod presents; nil when the
 	// profile issues no workload certificates.
 	Identity IdentityProber

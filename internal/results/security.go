@@ -50,6 +50,9 @@ type SecurityCheck struct {
 	// Held is whether this observation kept the property the probe tests (encrypted,
 	// refused, denied, chained...), whatever the mesh promised.
 	Held bool `json:"held"`
+	// Documented marks a path the mesh documents as outside its protection (a port its
+	// interception excludes by design): shown as evidence, not judged.
+	Documented bool `json:"documented,omitempty"`
 }
 
 // RegressedFrom reports whether the probe fails now where it did not before.

@@ -29,7 +29,9 @@ var bypassRules = [][]string{
 //   - with the source pod's interception removed.
 //
 // The plain request then reaches the destination pod directly; only a destination
-// that refuses callers without a mesh identity blocks it.
+// that refuses callers without a mesh identity blocks it. Beside them, the ports the
+// destination's interception excludes by design are called from outside the mesh,
+// and what answers there is recorded as documented evidence, not judged.
 func probeBypass(ctx context.Context, tgt Target, p mesh.Posture) results.SecurityProbe {
 	r := results.SecurityProbe{Probe: results.ProbeBypass,
 		Promised: promise(p.RefusesPlaintext, "a caller that skips its proxy is refused at the destination", "a caller that skips its proxy is served (plaintext accepted)")}
@@ -56,6 +58,9 @@ func probeBypass(ctx context.Context, tgt Target, p mesh.Posture) results.Securi
 		r.Checks = append(r.Checks, results.SecurityCheck{Target: "interception removed, " + route, Observed: "could not remove interception: " + err.Error(), Held: false})
 	} else {
 		r.Checks = append(r.Checks, results.SecurityCheck{Target: "interception removed, " + route, Observed: bypassWords(obs, refused), Held: refused})
+	}
+	if from, where, ok := outsider(tgt, p); ok && len(p.ExcludedInboundPorts) > 0 {
+		r.Checks = append(r.Checks, excludedPortChecks(ctx, tgt, from, where, dst, p.ExcludedInboundPorts)...)
 	}
 	judge(&r, p.RefusesPlaintext, "bypass blocked")
 	return r

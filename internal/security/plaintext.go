@@ -14,9 +14,10 @@ import (
 )
 
 // probePlaintext: a caller with no mesh identity sends plain HTTP to every meshed
-// service, on its service address and on each pod's own address and port. Under
-// strict mTLS every one must be refused (reset, closed, or a proxy's 403); a request
-// the application answers got through.
+// service, on its service address and on each pod's own address and port, and to a
+// second port the application opens in one pod of each service (the probe's own
+// listener). Under strict mTLS every one must be refused (reset, closed, or a proxy's
+// 403); a request the application answers got through.
 func probePlaintext(ctx context.Context, tgt Target, p mesh.Posture) results.SecurityProbe {
 	r := results.SecurityProbe{Probe: results.ProbePlaintext, Promised: promise(p.RefusesPlaintext, "callers without a mesh identity refused", "plaintext callers accepted")}
 	from, where, ok := outsider(tgt, p)
@@ -43,6 +44,9 @@ func probePlaintext(ctx context.Context, tgt Target, p mesh.Posture) results.Sec
 			} else {
 				unreachable++
 			}
+		}
+		if c, ok := secondPortCheck(ctx, tgt, from, where, servicePods(s)[0]); ok {
+			r.Checks = append(r.Checks, c)
 		}
 	}
 	judge(&r, p.RefusesPlaintext, "plaintext refused")

@@ -111,6 +111,35 @@ func outcomes(t *testing.T, tgt Target) map[string]results.SecurityProbe {
 	return out
 }
 
+// portChecks verifies the port checks of a deployment: a second port the app opens is
+// refused to a plaintext caller exactly when the mesh refuses plaintext (every port of
+// the workload is in the mesh), and each port the mesh excludes by design is reported
+// as documented evidence.
+func portChecks(t *testing.T, got map[string]results.SecurityProbe, strict bool, excluded []int) {
+	t.Helper()
+	second := 0
+	for _, c := range got[results.ProbePlaintext].Checks {
+		if strings.Contains(c.Target, "a second port of the app") {
+			second++
+			if c.Held != strict {
+				t.Errorf("second port: held %v under strict=%v: %s: %s", c.Held, strict, c.Target, c.Observed)
+			}
+		}
+	}
+	if second == 0 {
+		t.Errorf("no second-port check: %+v", got[results.ProbePlaintext].Checks)
+	}
+	for _, port := range excluded {
+		found := false
+		for _, c := range got[results.ProbeBypass].Checks {
+			found = found || c.Documented && strings.Contains(c.Target, fmt.Sprintf("port %d, excluded", port))
+		}
+		if !found {
+			t.Errorf("excluded port %d not reported: %+v", port, got[results.ProbeBypass].Checks)
+		}
+	}
+}
+
 func expect(t *testing.T, got map[string]results.SecurityProbe, want map[string]results.SecurityOutcome) {
 	t.Helper()
 	for probe, w := range want {
@@ -140,6 +169,7 @@ func TestEnvoySidecarMatrix(t *testing.T) {
 			_, _, tgt := deploy(t, tc.mtls)
 			got := outcomes(t, tgt)
 			expect(t, got, tc.want)
+			portChecks(t, got, tc.mtls == "strict", envoysidecar.IstioExcludedInboundPorts)
 			if tc.mtls != "off" {
 				// the denied caller got Istio's denial, and the allowed one was served
 				var denied, served bool
@@ -258,6 +288,7 @@ func TestLinkerdMatrix(t *testing.T) {
 			_, _, tgt := deployProfile(t, linkerd.Name, map[string]any{"mtls": tc.mtls})
 			got := outcomes(t, tgt)
 			expect(t, got, tc.want)
+			portChecks(t, got, tc.mtls == "strict", []int{linkerd.ControlPort, linkerd.AdminPort})
 			var denied bool
 			for _, c := range got[results.ProbeAuthorization].Checks {
 				denied = denied || strings.Contains(c.Target, "(not allowed)") && strings.Contains(c.Observed, "denied: HTTP 403")
@@ -313,6 +344,7 @@ func TestAmbientMatrix(t *testing.T) {
 			_, _, tgt := deployProfile(t, ambient.Name, tc.options)
 			got := outcomes(t, tgt)
 			expect(t, got, tc.want)
+			portChecks(t, got, tc.options["mtls"] == "strict", nil)
 			if !strings.Contains(fmt.Sprint(got[results.ProbeEncryption].Checks), "hbone") {
 				t.Errorf("ambient flows not HBONE: %+v", got[results.ProbeEncryption].Checks)
 			}

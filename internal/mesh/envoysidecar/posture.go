@@ -14,10 +14,11 @@ import (
 // without an identity; istio-iptables lets the proxy's uid out unintercepted.
 func (p *Profile) SecurityPosture(app *topology.App) mesh.Posture {
 	pos := mesh.Posture{
-		Meshed:           p.MeshedPods(app),
-		Encrypts:         p.mode != mesh.MTLSOff,
-		RefusesPlaintext: p.mode == mesh.MTLSStrict,
-		ExcludedUIDs:     []int{substrate.ProxyUID},
+		Meshed:               p.MeshedPods(app),
+		Encrypts:             p.mode != mesh.MTLSOff,
+		RefusesPlaintext:     p.mode == mesh.MTLSStrict,
+		ExcludedUIDs:         []int{substrate.ProxyUID},
+		ExcludedInboundPorts: IstioExcludedInboundPorts,
 	}
 	if p.mode != mesh.MTLSOff {
 		pos.Identity = sidecarIdentity{p}

@@ -14,11 +14,12 @@ import (
 // proxy's uid out unintercepted.
 func (p *Profile) SecurityPosture(app *topology.App) mesh.Posture {
 	return mesh.Posture{
-		Meshed:           p.MeshedPods(app),
-		Encrypts:         true,
-		RefusesPlaintext: p.mode == mesh.MTLSStrict || len(p.authz) > 0,
-		ExcludedUIDs:     []int{substrate.LinkerdProxyUID},
-		Identity:         linkerdIdentity{p},
+		Meshed:               p.MeshedPods(app),
+		Encrypts:             true,
+		RefusesPlaintext:     p.mode == mesh.MTLSStrict || len(p.authz) > 0,
+		ExcludedUIDs:         []int{substrate.LinkerdProxyUID},
+		ExcludedInboundPorts: []int{ControlPort, AdminPort},
+		Identity:             linkerdIdentity{p},
 	}
 }
 

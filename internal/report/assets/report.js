@@ -276,12 +276,13 @@
       at[key][c.probe] = c;
     }
     body("security").append(el("p", {}, "pass: promised and held on every check; fail: promised and broken; " +
-      "expected: not promised with these options, and indeed not held; n/a: does not apply. Hover a cell for the evidence."));
+      "expected: not promised with these options, and indeed not held; n/a: does not apply. Hover a cell for the evidence " +
+      "(✓ held, ✗ broken, · open by the mesh's own design, not judged)."));
     table("security", ["Mesh", "Experiment", ...probes], rows.map(([mesh, exp, key]) => [mesh, exp, ...probes.map(p => {
       const c = at[key][p];
       if (!c) return "—";
       const lines = [(c.promised ? "promised: " + c.promised + "\n" : "") + "observed: " + c.summary];
-      for (const ch of (c.checks || [])) lines.push((ch.held ? "✓ " : "✗ ") + ch.target + ": " + ch.observed);
+      for (const ch of (c.checks || [])) lines.push((ch.documented ? "· " : ch.held ? "✓ " : "✗ ") + ch.target + ": " + ch.observed);
       const cls = { "pass": "pass", "fail": "fail", "expected": "expected", "n/a": "na" }[c.outcome] || "";
       return el("span", { class: "sec " + cls, title: lines.join("\n"), "data-probe": p, "data-mesh": mesh }, c.outcome);
     })]));
