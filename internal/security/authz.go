@@ -86,7 +86,14 @@ func probeAuthorization(ctx context.Context, tgt Target, p mesh.Posture) results
 			az.Authorize(context.WithoutCancel(ctx), tgt.Sub, tgt.App, nil)
 		}
 	}()
+	// Calls go the way the app's own do: by the mesh's names where it has them
+	// (Traefik Mesh), else to the service address.
 	call := func(from topology.Pod, s topology.Service) (mesh.ProbeResult, error) {
+		if ma, ok := tgt.Profile.(mesh.Addressing); ok {
+			if authority, dial, ok := ma.CalleeAddress(from, s.Name); ok {
+				return mesh.ProbeHTTP(ctx, tgt.Sub, from, dial, authority, "/")
+			}
+		}
 		return mesh.ProbeHTTP(ctx, tgt.Sub, from, mesh.Addr(s.VIP, s.Port), fmt.Sprintf("%s:%d", s.Name, s.Port), "/")
 	}
 	var denied []pair

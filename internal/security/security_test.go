@@ -367,7 +367,8 @@ func TestAmbientMatrix(t *testing.T) {
 }
 
 // The node-proxy meshes promise no encryption, so plaintext on the wire is expected,
-// not a failure, and meshmark has no policy API of theirs to apply.
+// not a failure. Traefik Mesh's ACL mode denies a caller through the mesh with
+// Traefik's 403; cilium-envoy has no policy of meshmark's to apply.
 func TestOtherProfilesMatrix(t *testing.T) {
 	for _, tc := range []struct {
 		profile string
@@ -377,12 +378,21 @@ func TestOtherProfilesMatrix(t *testing.T) {
 		{nodeenvoy.Name, nil, map[string]results.SecurityOutcome{results.ProbeEncryption: "expected",
 			results.ProbePlaintext: "expected", results.ProbeAuthorization: "n/a", results.ProbeBypass: "expected", results.ProbeIdentity: "n/a"}},
 		{traefikmesh.Name, nil, map[string]results.SecurityOutcome{results.ProbeEncryption: "expected",
-			results.ProbePlaintext: "expected", results.ProbeAuthorization: "n/a", results.ProbeBypass: "expected", results.ProbeIdentity: "n/a"}},
+			results.ProbePlaintext: "expected", results.ProbeAuthorization: "pass", results.ProbeBypass: "expected", results.ProbeIdentity: "n/a"}},
 	} {
 		t.Run(tc.profile, func(t *testing.T) {
 			_, _, tgt := deployProfile(t, tc.profile, tc.options)
 			got := outcomes(t, tgt)
 			expect(t, got, tc.want)
+			if tc.profile == traefikmesh.Name {
+				var denied bool
+				for _, c := range got[results.ProbeAuthorization].Checks {
+					denied = denied || strings.Contains(c.Target, "(not allowed)") && strings.Contains(c.Observed, "denied: HTTP 403")
+				}
+				if !denied {
+					t.Errorf("no caller got Traefik's 403: %+v", got[results.ProbeAuthorization].Checks)
+				}
+			}
 		})
 	}
 }

@@ -65,8 +65,9 @@ type entryPoint struct {
 // Dynamic configuration (file provider).
 type dynamicConfig struct {
 	HTTP struct {
-		Routers  map[string]router  `yaml:"routers"`
-		Services map[string]service `yaml:"services"`
+		Routers     map[string]router     `yaml:"routers"`
+		Services    map[string]service    `yaml:"services"`
+		Middlewares map[string]middleware `yaml:"middlewares,omitempty"`
 	} `yaml:"http"`
 }
 
@@ -74,7 +75,23 @@ type router struct {
 	EntryPoints []string `yaml:"entryPoints"`
 	Rule        string   `yaml:"rule"`
 	Service     string   `yaml:"service"`
+	Middlewares []string `yaml:"middlewares,omitempty"`
 }
+
+type middleware struct {
+	IPAllowList *ipAllowList `yaml:"ipAllowList,omitempty"`
+}
+
+type ipAllowList struct {
+	SourceRange []string `yaml:"sourceRange"`
+}
+
+// denyAll is the source range of a service no caller may reach: an address no pod
+// has (Traefik refuses an empty range), as Traefik Mesh's block-all middleware does.
+const denyAll = "255.255.255.255/32"
+
+// aclMiddleware names a service's access-control middleware.
+func aclMiddleware(svc string) string { return "acl-" + svc }
 
 type service struct {
 	LoadBalancer *loadBalancer `yaml:"loadBalancer,omitempty"`
@@ -115,6 +132,7 @@ func StaticConfig(app *topology.App, dynamicPath string, accessLog bool) ([]byte
 		c.EntryPoints[name] = entryPoint{Address: ":" + strconv.Itoa(port)}
 	}
 	c.Providers.File.Filename = dynamicPath
+	c.Providers.File.Watch = true // access control changes while the mesh runs
 	p := &c.Metrics.Prometheus
 	p.EntryPoint, p.AddRoutersLabels, p.AddServicesLabels, p.AddEntryPointsLabels = metricsEntryPoint, true, true, true
 	c.Ping.EntryPoint = metricsEntryPoint
@@ -132,11 +150,26 @@ func versionService(svc, version string) string { return svc + "_" + version }
 // DynamicConfig renders the file provider's routes from the app graph: per service a
 // router on its entry point matching its mesh name, and either a load balancer over
 // its pods or, for a split, a weighted service over one load balancer per version.
-// gRPC and HTTP/2 services are reached in h2c.
-func DynamicConfig(app *topology.App) ([]byte, error) {
+// gRPC and HTTP/2 services are reached in h2c. A service named in acl only admits
+// callers from the listed source addresses (Traefik Mesh's ACL mode: an IP allow-list
+// middleware on its router, built from the pods a TrafficTarget names; none listed
+// admits nobody); other services stay open.
+func DynamicConfig(app *topology.App, acl map[string][]string) ([]byte, error) {
 	var c dynamicConfig
 	c.HTTP.Routers = map[string]router{}
 	c.HTTP.Services = map[string]service{}
+	for svc, sources := range acl {
+		if app.Service(svc) == nil {
+			return nil, fmt.Errorf("traefik-mesh: access control for unknown service %q", svc)
+		}
+		if len(sources) == 0 {
+			sources = []string{denyAll}
+		}
+		if c.HTTP.Middlewares == nil {
+			c.HTTP.Middlewares = map[string]middleware{}
+		}
+		c.HTTP.Middlewares[aclMiddleware(svc)] = middleware{IPAllowList: &ipAllowList{SourceRange: sources}}
+	}
 	for _, s := range app.Services {
 		// Entry points take HTTP/1.1 and h2c alike; toward pods, gRPC and HTTP/2
 		// services are spoken to in h2c (prior knowledge), as Traefik Mesh does for
@@ -152,11 +185,15 @@ func DynamicConfig(app *topology.App) ([]byte, error) {
 			}
 			return l
 		}
-		c.HTTP.Routers[s.Name] = router{
+		r := router{
 			EntryPoints: []string{s.Name},
 			Rule:        fmt.Sprintf("Host(`%s`)", MeshName(app.Namespace, s.Name)),
 			Service:     s.Name,
 		}
+		if _, restricted := acl[s.Name]; restricted {
+			r.Middlewares = []string{aclMiddleware(s.Name)}
+		}
+		c.HTTP.Routers[s.Name] = r
 		var w weighted
 		var all []topology.Pod
 		for _, v := range s.Versions {

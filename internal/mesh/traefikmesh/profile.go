@@ -119,7 +119,7 @@ func (p *Profile) Install(ctx context.Context, sub substrate.Substrate, app *top
 	if !ok {
 		return fmt.Errorf("%s: the substrate cannot run processes on a node (no NodePod)", Name)
 	}
-	dynamic, err := DynamicConfig(app)
+	dynamic, err := DynamicConfig(app, nil)
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ func splitApp() *topology.App {
 }
 
 func TestDynamicConfigFromGraph(t *testing.T) {
-	b, err := DynamicConfig(splitApp())
+	b, err := DynamicConfig(splitApp(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,12 +51,41 @@ func TestDynamicConfigFromGraph(t *testing.T) {
 
 	app := splitApp()
 	app.Services[1].Protocol = "grpc"
-	b, err = DynamicConfig(app)
+	b, err = DynamicConfig(app, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(b), "url: h2c://198.18.1.3:9080") || !strings.Contains(string(b), "url: http://198.18.1.2:9080") {
 		t.Errorf("a gRPC service's pods must be reached in h2c, the others in HTTP/1.1:\n%s", b)
+	}
+}
+
+// ACL mode: a restricted service's router carries an IP allow-list of its callers' pods,
+// one allowing nobody an address no pod has; the others stay open.
+func TestDynamicConfigACL(t *testing.T) {
+	b, err := DynamicConfig(splitApp(), map[string][]string{"reviews": {"198.18.1.2/32"}, "productpage": {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c dynamicConfig
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.HTTP.Routers["reviews"]; len(r.Middlewares) != 1 || r.Middlewares[0] != "acl-reviews" {
+		t.Errorf("reviews router: %+v", r)
+	}
+	if m := c.HTTP.Middlewares["acl-reviews"].IPAllowList; m == nil || len(m.SourceRange) != 1 || m.SourceRange[0] != "198.18.1.2/32" {
+		t.Errorf("reviews allow-list: %+v\n%s", m, b)
+	}
+	if m := c.HTTP.Middlewares["acl-productpage"].IPAllowList; m == nil || len(m.SourceRange) != 1 || m.SourceRange[0] != denyAll {
+		t.Errorf("productpage allows nobody, got %+v", m)
+	}
+	if _, err := DynamicConfig(splitApp(), map[string][]string{"nosuch": nil}); err == nil {
+		t.Error("access control for an unknown service accepted")
+	}
+	open, _ := DynamicConfig(splitApp(), nil)
+	if strings.Contains(string(open), "middlewares") {
+		t.Errorf("no ACL, yet middlewares:\n%s", open)
 	}
 }
 
