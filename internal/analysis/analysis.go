@@ -288,8 +288,11 @@ type Report struct {
 	Options     Options      `json:"options"`
 	Groups      []*Group     `json:"groups"`
 	Comparisons []Comparison `json:"comparisons"`
-	Winners     []Winner     `json:"winners"`
-	Capacity    []Capacity   `json:"capacity,omitempty"`
+	// Sensitivity is, per metric, the smallest difference the comparisons could tell
+	// apart (see SensitivityOf).
+	Sensitivity []Sensitivity `json:"sensitivity,omitempty"`
+	Winners     []Winner      `json:"winners"`
+	Capacity    []Capacity    `json:"capacity,omitempty"`
 	// Resources is CPU and memory per mesh, point, component and role.
 	Resources []ResourceUsage `json:"resources,omitempty"`
 	// Network is bytes and packets per second per mesh, point, pod and interface.
@@ -440,6 +443,7 @@ func Analyze(run *results.Run, opts Options, slo *SLO) *Report {
 			}
 		}
 	}
+	rep.Sensitivity = SensitivityOf(rep.Comparisons)
 	rep.Winners = Winners(run, rep.Groups, opts)
 	s := DefaultSLO()
 	if slo != nil {

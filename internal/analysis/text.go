@@ -164,6 +164,9 @@ func WriteRunSummary(w io.Writer, run *results.Run, rep *Report) error {
 		if err := WriteComparisons(w, rep.Comparisons); err != nil {
 			return err
 		}
+		if len(rep.Sensitivity) > 0 {
+			fmt.Fprintf(w, "\nsensitivity: %s\n", SensitivityLine(rep.Sensitivity))
+		}
 	}
 	if len(rep.Winners) > 0 {
 		fmt.Fprintln(w, "\nverdict table:")
@@ -256,3 +259,27 @@ func byteRate(b float64) string {
 }
 
 func mib(b float64) string { return fmt.Sprintf("%.1fMiB", b/(1<<20)) }
+
+// SensitivityLine says in one line how small a difference the run could tell apart
+// per metric: "p50 ±4.1%, p99 ±23%, ... (half the 95% interval's width, median over 6
+// comparisons, 5 repeats)".
+func SensitivityLine(ss []Sensitivity) string {
+	var parts []string
+	n, repeats, unit := 0, 0, ""
+	for _, s := range ss {
+		if s.Metric == ErrorRate || s.Metric == Throughput {
+			continue // at a fixed rate these hardly move; the latencies are what a study resolves
+		}
+		parts = append(parts, fmt.Sprintf("%s ±%.2g%%", s.Metric, s.Pct))
+		n, repeats, unit = max(n, s.Comparisons), max(repeats, s.Repeats), s.Unit
+	}
+	if len(parts) == 0 {
+		return "no latency comparison"
+	}
+	how := fmt.Sprintf("%d repeats", repeats)
+	if unit == "intervals" {
+		how = "too few repeats: intervals within trials resampled, which misses the spread between bring-ups"
+	}
+	return fmt.Sprintf("%s (the smallest difference the comparisons could tell apart: half their interval's width, median over %d comparisons, %s)",
+		strings.Join(parts, ", "), n, how)
+}

@@ -22,6 +22,7 @@ type runFlags struct {
 	reportDir   string
 	metricsAddr string
 	noReport    bool
+	plan        bool
 }
 
 func (f *runFlags) add(c *cobra.Command) {
@@ -30,6 +31,7 @@ func (f *runFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.reportDir, "report-dir", ".", "directory the run's report is written to")
 	c.Flags().StringVar(&f.metricsAddr, "metrics-addr", "", "serve live Prometheus metrics at this address during the run (e.g. 127.0.0.1:9478)")
 	c.Flags().BoolVar(&f.noReport, "no-report", false, "do not write a report at the end")
+	c.Flags().BoolVar(&f.plan, "plan", false, "run nothing: estimate from the stored runs of the same study or graph how small a difference the planned repeats will tell apart")
 }
 
 func init() {
@@ -72,6 +74,9 @@ func init() {
 func runStudy(cmd *cobra.Command, st *study.Study, f runFlags) error {
 	ctx := cmd.Context()
 	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	if f.plan {
+		return planStudy(cmd, st, f)
+	}
 	if os.Geteuid() != 0 {
 		return errors.New("running a study needs root: it creates network namespaces and iptables rules (try sudo)")
 	}

@@ -199,6 +199,9 @@ func renderMarkdown(w io.Writer, s *Summary) error {
 				fmt.Sprintf("%.1f%%", float64(c.NoiseFloorPct)), c.Verdict})
 		}
 		m.table([]string{"Point", "Mesh", "Metric", "Baseline", "Mesh value", "Δ", "Δ interval", "Δ%", "Δ% interval", "Noise floor", "Verdict"}, rows)
+		if s.Sensitivity != "" {
+			m.printf("%s\n\n", s.Sensitivity)
+		}
 	}
 	if m.section(titleResults, len(s.Groups) == 0, "This run has no successful trials.") {
 		var rows [][]string

@@ -61,12 +61,14 @@ type Summary struct {
 	Groups      []GroupRow      `json:"groups"`
 	Verdicts    []VerdictRow    `json:"verdicts"`
 	Comparisons []ComparisonRow `json:"comparisons"`
-	SLO         SLOInfo         `json:"slo"`
-	Capacity    []CapacityRow   `json:"capacity"`
-	Spectra     []Spectrum      `json:"spectra"`
-	Heatmaps    []Heatmap       `json:"heatmaps"`
-	TimeSeries  []TimeSeries    `json:"time_series"`
-	Resources   []ResourceRow   `json:"resources"`
+	// Sensitivity says how small a difference the comparisons could tell apart.
+	Sensitivity string        `json:"sensitivity,omitempty"`
+	SLO         SLOInfo       `json:"slo"`
+	Capacity    []CapacityRow `json:"capacity"`
+	Spectra     []Spectrum    `json:"spectra"`
+	Heatmaps    []Heatmap     `json:"heatmaps"`
+	TimeSeries  []TimeSeries  `json:"time_series"`
+	Resources   []ResourceRow `json:"resources"`
 	// ResourcesFrom names the experiments Resources and Costs are computed from.
 	ResourcesFrom []string   `json:"resources_from"`
 	CostModel     CostModel  `json:"cost_model"`
@@ -364,6 +366,9 @@ func Summarize(run *results.Run, an *analysis.Report, opts Options) *Summary {
 	s.Groups = groupRows(an.Groups)
 	s.Verdicts = verdictRows(an.Winners)
 	s.Comparisons = comparisonRows(an.Comparisons)
+	if len(an.Sensitivity) > 0 {
+		s.Sensitivity = "Sensitivity: " + analysis.SensitivityLine(an.Sensitivity) + "."
+	}
 	s.SLO, s.Capacity = capacityRows(an)
 	s.Spectra = spectra(an.Groups, meshOrder(run))
 	s.Heatmaps = heatmaps(an.Groups)

@@ -81,6 +81,7 @@
     table("comparisons", ["Point", "Mesh", "Metric", "Baseline", "Mesh value", "Δ", "Δ interval", "Δ%", "Δ% interval", "Noise floor", "Verdict"],
       R.comparisons.map(c => [c.label, c.mesh, c.metric, val(c.base, c.unit), val(c.value, c.unit), fmt(c.delta), iv(c.delta_lo, c.delta_hi),
         pct(c.pct), iv(c.pct_lo, c.pct_hi, true), fmt(c.noise_floor_pct, 3) + "%", verdictCell(c.verdict)]), [0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 0]);
+    if (R.sensitivity) body("comparisons").append(el("p", {}, R.sensitivity));
   } else empty("comparisons", "No mesh shares a point with the baseline.");
 
   if (R.groups && R.groups.length) {

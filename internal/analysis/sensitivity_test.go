@@ -1,0 +1,88 @@
+package analysis
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/meshmark/meshmark/internal/results"
+)
+
+// bringUpRun is synthRun where every trial also carries an offset of its own (a
+// bring-up's luck, drawn with sd spread µs), the variance that dominates between
+// repeats on the testbed.
+func bringUpRun(seed uint64, repeats int, spread float64) *results.Run {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	run := &results.Run{ID: "synthetic", Meshes: []results.Mesh{{Label: "none", Profile: "none"}, {Label: "sidecar", Profile: "envoy-sidecar"}}}
+	p := results.TrialParams{RequestedRate: 100}
+	for r := 0; r < repeats; r++ {
+		for _, m := range []string{"none", "sidecar"} {
+			run.Trials = append(run.Trials, synthTrial(rng, m, r, 1000, int64(rng.NormFloat64()*spread)+300, "fixed", p))
+		}
+	}
+	return run
+}
+
+// The plan's rule: a sensitivity measured with few repeats, scaled to more, predicts
+// the sensitivity a run with that many achieves, within a factor of 2 — over ten
+// independent pairs of runs (4 repeats planning 16), the median within a third.
+func TestSensitivityScalesWithRepeats(t *testing.T) {
+	var ratios []float64
+	for seed := uint64(1); seed <= 10; seed++ {
+		pilot := SensitivityOf(Analyze(bringUpRun(seed, 4, 60), Options{Seed: 1}, nil).Comparisons)
+		real := SensitivityOf(Analyze(bringUpRun(seed+100, 16, 60), Options{Seed: 1}, nil).Comparisons)
+		var planned, achieved float64
+		for _, s := range pilot {
+			if s.Metric == P50 {
+				if s.Unit != "repeats" || s.Repeats != 4 {
+					t.Fatalf("pilot sensitivity %+v: want repeats resampled at 4", s)
+				}
+				planned = s.At(16)
+			}
+		}
+		for _, s := range real {
+			if s.Metric == P50 {
+				achieved = s.Pct
+			}
+		}
+		r := planned / achieved
+		t.Logf("seed %d: planned ±%.2f%%, achieved ±%.2f%% (ratio %.2f)", seed, planned, achieved, r)
+		if math.IsNaN(r) || r < 0.5 || r > 2 {
+			t.Errorf("seed %d: planned ±%.2f%% for 16 repeats, achieved ±%.2f%%", seed, planned, achieved)
+		}
+		ratios = append(ratios, r)
+	}
+	slices.Sort(ratios)
+	if m := (ratios[4] + ratios[5]) / 2; m < 0.67 || m > 1.5 {
+		t.Errorf("median ratio planned/achieved %.2f", m)
+	}
+}
+
+func TestSensitivityOf(t *testing.T) {
+	cs := []Comparison{
+		{Metric: P50, Pct: Estimate{Lo: -4, Hi: 6}, Unit: "repeats", Repeats: 5, BaseRepeats: 5},
+		{Metric: P50, Pct: Estimate{Lo: -1, Hi: 1}, Unit: "repeats", Repeats: 5, BaseRepeats: 5},
+		{Metric: P50, Pct: Estimate{Lo: -10, Hi: 10}, Unit: "repeats", Repeats: 5, BaseRepeats: 5},
+		{Metric: P50, Pct: Estimate{Lo: -50, Hi: 50}, Unit: "intervals", Repeats: 2, BaseRepeats: 2},
+		{Metric: P99, Pct: Estimate{Lo: -20, Hi: 20}, Unit: "intervals", Repeats: 2, BaseRepeats: 2},
+		{Metric: P90, Pct: Estimate{Lo: math.NaN(), Hi: math.NaN()}, Unit: "repeats", Repeats: 5, BaseRepeats: 5},
+	}
+	got := SensitivityOf(cs)
+	if len(got) != 2 || got[0].Metric != P50 || got[0].Pct != 5 || got[0].Comparisons != 3 || got[0].Unit != "repeats" || got[0].Repeats != 5 {
+		t.Fatalf("SensitivityOf: %+v", got)
+	}
+	if got[1].Metric != P99 || got[1].Unit != "intervals" || got[1].Pct != 20 {
+		t.Errorf("a metric with interval comparisons only: %+v", got[1])
+	}
+	// ±5% at 5 repeats: σ·√4/5 = 5, so σ = 12.5, and at 20 repeats 12.5·√19/20.
+	if a, want := got[0].At(20), 12.5*math.Sqrt(19)/20; math.Abs(a-want) > 1e-9 {
+		t.Errorf("At(20) = %v, want %v", a, want)
+	}
+	if a := got[0].At(5); math.Abs(a-5) > 1e-9 {
+		t.Errorf("At(its own repeats) = %v, want 5", a)
+	}
+	if !math.IsNaN(got[0].At(1)) {
+		t.Error("At(1) is a number: one repeat has no spread")
+	}
+}
