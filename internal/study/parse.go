@@ -314,6 +314,33 @@ func (c *checker) settings() {
 	if !c.has("spec.warmup") {
 		spec.Warmup = Duration(10 * time.Second)
 	}
+	if pr := spec.Precision; pr != nil {
+		asked := false
+		for _, q := range []string{"p50", "p90", "p99", "p999"} {
+			if c.has("spec.precision." + q) {
+				asked = true
+			}
+		}
+		for _, q := range []struct {
+			name string
+			v    Percent
+		}{{"p50", pr.P50}, {"p90", pr.P90}, {"p99", pr.P99}, {"p999", pr.P999}} {
+			if c.has("spec.precision."+q.name) && q.v <= 0 {
+				c.errAt("spec.precision."+q.name, "must be above 0%%")
+			}
+		}
+		switch {
+		case !asked:
+			c.errAt("spec.precision", "empty: give at least one of p50, p90, p99, p999")
+		case len(spec.Meshes) < 2:
+			c.errAt("spec.precision", "a precision is that of comparisons between meshes: the study needs two or more")
+		}
+		if !c.has("spec.precision.budget") {
+			pr.Budget = Duration(10 * time.Minute)
+		} else if pr.Budget <= 0 {
+			c.errAt("spec.precision.budget", "must be above 0s")
+		}
+	}
 	if slo := spec.SLO; slo != nil {
 		var prev Duration
 		var prevName string

@@ -123,6 +123,26 @@ func checkRoundTrip(t testing.TB, s *Study) {
 	}
 }
 
+func TestPrecisionParsesAndRoundTrips(t *testing.T) {
+	s, err := Parse("p.yaml", []byte(strings.Replace(minimal, "  experiments:\n", "  precision: {p50: 5%, p99: 20%}\n  experiments:\n", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := s.Spec.Precision
+	if pr == nil || pr.P50 != 5 || pr.P99 != 20 || pr.Budget.D() != 10*time.Minute {
+		t.Fatalf("precision %+v", pr)
+	}
+	if got := pr.Targets(); len(got) != 2 || got[0] != (PrecisionTarget{"p50", 5}) || got[1] != (PrecisionTarget{"p99", 20}) {
+		t.Errorf("targets %+v", got)
+	}
+	checkRoundTrip(t, s)
+	one := strings.Replace(minimal, "    - name: side\n      profile: envoy-sidecar\n", "", 1)
+	if _, err := Parse("p.yaml", []byte(strings.Replace(one, "  experiments:\n", "  precision: {p50: 5%}\n  experiments:\n", 1))); err == nil ||
+		!strings.Contains(err.Error(), "spec.precision: a precision is that of comparisons between meshes") {
+		t.Errorf("precision with one mesh: %v", err)
+	}
+}
+
 func TestInvalid(t *testing.T) {
 	cases := []struct {
 		name, old, new string
@@ -198,6 +218,15 @@ func TestInvalid(t *testing.T) {
 		{"slo percentiles out of order", "  experiments:\n", "  slo: {p50: 1s, p99: 100ms, errorRate: 200%}\n  experiments:\n",
 			[]string{`f.yaml:13:23: spec.slo.p99: 100ms is below p50 1s: a higher percentile cannot have a lower bound`,
 				`f.yaml:13:41: spec.slo.errorRate: "200%": must be at most 100%`}},
+		{"precision empty, below zero, unknown", "  experiments:\n", "  precision: {budget: -1s}\n  experiments:\n",
+			[]string{`f.yaml:13:14: spec.precision: empty: give at least one of p50, p90, p99, p999`,
+				`f.yaml:13:23: spec.precision.budget: "-1s": must not be negative`}},
+		{"precision without budget time", "  experiments:\n", "  precision: {p50: 5%, budget: 0s}\n  experiments:\n",
+			[]string{`f.yaml:13:32: spec.precision.budget: must be above 0s`}},
+		{"precision of a percentile", "  experiments:\n", "  precision: {p50: 0%, p95: 5%}\n  experiments:\n",
+			[]string{`f.yaml:13:20: spec.precision.p50: must be above 0%`, `f.yaml:13:24: spec.precision.p95: unknown field (did you mean "p90"?)`}},
+		{"precision zero", "  experiments:\n", "  precision: {p50: 0%}\n  experiments:\n",
+			[]string{`f.yaml:13:20: spec.precision.p50: must be above 0%`}},
 		{"mesh given twice as field", "      profile: none\n", "      profile: none\n      profile: none\n",
 			[]string{`f.yaml:11:7: spec.meshes[0].profile: given twice`}},
 		{"scalar where a list belongs", "  meshes:\n    - name: base\n      profile: none\n    - name: side\n      profile: envoy-sidecar\n", "  meshes: none\n",

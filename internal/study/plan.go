@@ -71,6 +71,38 @@ func (s *Study) Plan() []Trial {
 	return out
 }
 
+// ExtraRound is one more repeat (index repeat) of the study's last stage, its load
+// experiments only, every mesh once in an order drawn from the seed and the repeat,
+// continuing a run whose last trial was prev: what a precision target adds, a round
+// at a time. Nil when the last stage has no load experiment.
+func (s *Study) ExtraRound(repeat int, prev Trial) []Trial {
+	spec := &s.Spec
+	stages := s.stages()
+	stage := len(stages) - 1
+	var exps []int
+	for _, e := range stages[stage] {
+		if spec.Experiments[e].Kind != KindSecurity {
+			exps = append(exps, e)
+		}
+	}
+	if len(exps) == 0 {
+		return nil
+	}
+	rng := newSplitMix(spec.Seed ^ (uint64(repeat) * 0x9e3779b97f4a7c15))
+	var out []Trial
+	last := prev
+	for _, m := range rng.permutation(len(spec.Meshes)) {
+		for _, e := range exps {
+			t := Trial{Seq: last.Seq + 1, Stage: stage, Repeat: repeat, Mesh: &spec.Meshes[m], Experiment: &spec.Experiments[e]}
+			t.BringUp = last.Mesh != t.Mesh || (spec.FreshBringUpPerRepeat && last.Repeat != t.Repeat) ||
+				last.Experiment == nil || last.Experiment.Kind == KindSecurity
+			out = append(out, t)
+			last = t
+		}
+	}
+	return out
+}
+
 // securityLast moves the security experiments of a stage after its load experiments,
 // keeping file order within each.
 func securityLast(all []Experiment, exps []int) []int {

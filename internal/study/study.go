@@ -81,7 +81,11 @@ type Spec struct {
 	Baseline    string       `yaml:"baseline,omitempty"`
 	Experiments []Experiment `yaml:"experiments"`
 	Repeats     int          `yaml:"repeats"`
-	Order       Order        `yaml:"order"`
+	// Precision, when set, has the runner add repeats of the last stage a round at a
+	// time until the comparisons resolve differences this small, or its budget is
+	// spent.
+	Precision *Precision `yaml:"precision,omitempty"`
+	Order     Order      `yaml:"order"`
 	// Seed drives the interleaved order; by default derived from metadata.name so
 	// that the same study always runs in the same order.
 	Seed                  uint64   `yaml:"seed"`
@@ -89,6 +93,36 @@ type Spec struct {
 	Warmup                Duration `yaml:"warmup"`
 	SLO                   *SLO     `yaml:"slo,omitempty"`
 	Results               *Results `yaml:"results,omitempty"`
+}
+
+// Precision is a target for the run's sensitivity (docs/report.md): per latency
+// metric, the half-width of the comparisons' Δ% interval to reach.
+type Precision struct {
+	P50  Percent `yaml:"p50,omitempty"`
+	P90  Percent `yaml:"p90,omitempty"`
+	P99  Percent `yaml:"p99,omitempty"`
+	P999 Percent `yaml:"p999,omitempty"`
+	// Budget is the most time the added rounds may take (default 10m); a round that
+	// would not fit is not started.
+	Budget Duration `yaml:"budget,omitempty"`
+}
+
+// Targets lists the metrics asked for, as the analysis names them, with their targets
+// in percent.
+func (p *Precision) Targets() []PrecisionTarget {
+	var out []PrecisionTarget
+	for _, t := range []PrecisionTarget{{"p50", float64(p.P50)}, {"p90", float64(p.P90)}, {"p99", float64(p.P99)}, {"p99.9", float64(p.P999)}} {
+		if t.Pct > 0 {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// PrecisionTarget is one metric's target.
+type PrecisionTarget struct {
+	Metric string
+	Pct    float64
 }
 
 // Substrate says where the study runs; exactly one member is set.
