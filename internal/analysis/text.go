@@ -270,7 +270,7 @@ func SensitivityLine(ss []Sensitivity) string {
 		if s.Metric == ErrorRate || s.Metric == Throughput {
 			continue // at a fixed rate these hardly move; the latencies are what a study resolves
 		}
-		parts = append(parts, fmt.Sprintf("%s ±%.2g%%", s.Metric, s.Pct))
+		parts = append(parts, fmt.Sprintf("%s ±%.3g%%", s.Metric, s.Pct))
 		n, repeats, unit = max(n, s.Comparisons), max(repeats, s.Repeats), s.Unit
 	}
 	if len(parts) == 0 {

@@ -58,7 +58,7 @@ func planStudy(cmd *cobra.Command, st *study.Study, f runFlags) error {
 			}
 			useful = true
 			est[x.Metric] = append(est[x.Metric], x.At(repeats))
-			measured[x.Metric] = append(measured[x.Metric], fmt.Sprintf("±%.2g%% at %d", x.Pct, x.Repeats))
+			measured[x.Metric] = append(measured[x.Metric], fmt.Sprintf("±%.3g%% at %d", x.Pct, x.Repeats))
 		}
 		if useful {
 			used = append(used, run.ID)
@@ -79,7 +79,7 @@ func planStudy(cmd *cobra.Command, st *study.Study, f runFlags) error {
 			continue
 		}
 		slices.Sort(xs)
-		fmt.Fprintf(out, "  %-6s ±%.2g%%   (measured %s repeats)\n", m, median(xs), strings.Join(measured[m], ", "))
+		fmt.Fprintf(out, "  %-6s ±%.3g%%   (measured %s repeats)\n", m, median(xs), strings.Join(measured[m], ", "))
 	}
 	return nil
 }

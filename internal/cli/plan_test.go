@@ -56,7 +56,7 @@ spec:
 		}
 	}
 	for _, want := range []string{"plan for study tiny: 12 repeats", "estimated from 1 stored runs (" + id + ")",
-		fmt.Sprintf("p50    ±%.2g%%   (measured ±%.2g%% at 3 repeats)", p50.At(12), p50.Pct)} {
+		fmt.Sprintf("p50    ±%.3g%%   (measured ±%.3g%% at 3 repeats)", p50.At(12), p50.Pct)} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan lacks %q:\n%s", want, out)
 		}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/store"
@@ -185,7 +186,12 @@ func (r *runner) execute(ctx context.Context) error {
 	var cur *deployment
 	defer func() { r.tearDown(cur) }()
 	checked := map[string]bool{}
-	for i := range r.plan {
+	var precisionStart time.Time
+	// The plan may grow while it runs: a precision target adds rounds at its end.
+	for i := 0; i < len(r.plan); i++ {
+		if i > 0 && r.plan[i-1].Repeat != r.plan[i].Repeat && !precisionStart.IsZero() {
+			r.progress.note(fmt.Sprintf("precision: round %d of added repeats", r.plan[i].Repeat+1))
+		}
 		t := &r.plan[i]
 		for attempt := 0; ; attempt++ {
 			if err := ctx.Err(); err != nil {
@@ -231,9 +237,78 @@ func (r *runner) execute(ctx context.Context) error {
 			r.progress.note(fmt.Sprintf("the fault trial is kept but left out of the results; bringing %s up again to measure %s (repeat %d) once more",
 				t.Mesh.Name, t.Experiment.Name, t.Repeat+1))
 		}
+		if i == len(r.plan)-1 && r.study.Spec.Precision != nil {
+			if precisionStart.IsZero() {
+				precisionStart = time.Now()
+			}
+			r.plan = append(r.plan, r.precisionRound(precisionStart)...)
+		}
 	}
 	r.progress.done()
 	return nil
+}
+
+// precisionRound decides, once the plan has run out, whether the study's precision
+// target calls for another round of its last stage: it returns that round, or nil when
+// every target is met, when the round would not end within the budget (counted from
+// started, when the planned trials were done; a round is assumed to take as long as
+// the last one), or when no comparison can be judged. It says which.
+func (r *runner) precisionRound(started time.Time) []study.Trial {
+	pr := r.study.Spec.Precision
+	last := r.plan[len(r.plan)-1]
+	round := r.study.ExtraRound(last.Repeat+1, last)
+	if len(round) == 0 {
+		r.progress.note("precision: the last stage has no load experiment to repeat")
+		return nil
+	}
+	inRound := map[string]bool{}
+	for _, t := range round {
+		inRound[t.Experiment.Name] = true
+	}
+	var cs []analysis.Comparison
+	for _, c := range analysis.Analyze(r.run, analysis.Options{}, nil).Comparisons {
+		if inRound[c.Experiment] {
+			cs = append(cs, c)
+		}
+	}
+	sens := map[string]analysis.Sensitivity{}
+	for _, x := range analysis.SensitivityOf(cs) {
+		sens[string(x.Metric)] = x
+	}
+	var short, met []string
+	for _, tg := range pr.Targets() {
+		x, ok := sens[tg.Metric]
+		switch {
+		case !ok:
+			r.progress.note(fmt.Sprintf("precision: no comparison gives %s a sensitivity (is there a baseline at every point?); no repeats added", tg.Metric))
+			return nil
+		case x.Pct > tg.Pct:
+			short = append(short, fmt.Sprintf("%s ±%.3g%% (target %.3g%%)", tg.Metric, x.Pct, tg.Pct))
+		default:
+			met = append(met, fmt.Sprintf("%s ±%.3g%%", tg.Metric, x.Pct))
+		}
+	}
+	if len(short) == 0 {
+		r.progress.note(fmt.Sprintf("precision met at %d repeats: %s", last.Repeat+1, strings.Join(met, ", ")))
+		return nil
+	}
+	// A round lasts about as long as the last repeat of the stage did.
+	var roundTook time.Duration
+	for i := len(r.run.Trials) - 1; i >= 0; i-- {
+		tr := &r.run.Trials[i]
+		if tr.Repeat != last.Repeat {
+			break
+		}
+		roundTook = time.Since(tr.Start)
+	}
+	spent := time.Since(started)
+	if spent+roundTook > pr.Budget.D() {
+		r.progress.note(fmt.Sprintf("precision not met at %d repeats: %s; another round (about %s) would not fit the %s budget (%s spent)",
+			last.Repeat+1, strings.Join(short, ", "), roundTook.Round(time.Second), pr.Budget, spent.Round(time.Second)))
+		return nil
+	}
+	r.progress.note(fmt.Sprintf("precision not met at %d repeats: %s; adding repeat %d", last.Repeat+1, strings.Join(short, ", "), last.Repeat+2))
+	return round
 }
 
 // supersede flags the trials an attempt stored before its fault (the earlier steps of

@@ -1,0 +1,90 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/store"
+)
+
+// syncBuffer is a bytes.Buffer safe for the progress writer's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+const precisionStudy = `apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: runner-precision}
+spec:
+  substrate:
+    local: {nodes: 1}
+  workload: {graph: chain-2}
+  meshes:
+    - {name: a, profile: none}
+    - {name: b, profile: none}
+  experiments:
+    - {name: latency, kind: fixed-rate, rate: 200, duration: 2s, warmup: 300ms}
+  repeats: 3
+  precision: PRECISION
+`
+
+// A precision target adds rounds of the last stage until it is met or the budget is
+// spent: an unreachable one stops at the budget with more repeats than planned, a
+// loose one adds nothing, and the progress says which.
+func TestPrecisionAddsRepeats(t *testing.T) {
+	needRoot(t)
+	run := func(precision string) (*results.Run, string) {
+		db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "results.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var out syncBuffer
+		r, err := Run(context.Background(), parseStudy(t, strings.Replace(precisionStudy, "PRECISION", precision, 1)),
+			Options{Store: db, ServiceBinary: meshmarkBin, Progress: &out})
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out.String())
+		}
+		return r, out.String()
+	}
+	repeats := func(r *results.Run) int {
+		n := 0
+		for _, tr := range r.Trials {
+			n = max(n, tr.Repeat+1)
+		}
+		return n
+	}
+
+	tight, log := run("{p50: 0.001%, budget: 15s}")
+	if n := repeats(tight); n < 4 || len(tight.Trials) != 2*n {
+		t.Errorf("unreachable target: %d repeats, %d trials; want more than the 3 planned, both meshes each\n%s", n, len(tight.Trials), log)
+	}
+	if !strings.Contains(log, "precision not met at 3 repeats: p50") || !strings.Contains(log, "adding repeat 4") ||
+		!strings.Contains(log, "would not fit the 15s budget") {
+		t.Errorf("progress does not tell the rounds and the budget:\n%s", log)
+	}
+
+	// A/A of the baseline at 3 repeats resolves p50 to some tens of percent at worst.
+	loose, log := run("{p50: 100%}")
+	if n := repeats(loose); n != 3 || !strings.Contains(log, "precision met at 3 repeats: p50") {
+		t.Errorf("a target met at once added repeats: %d\n%s", n, log)
+	}
+}
