@@ -52,7 +52,7 @@ spec:
     - {name: none, profile: none}
     - {name: sidecar, profile: envoy-sidecar, options: {mtls: strict}}
   experiments:
-    - {name: latency, kind: fixed-rate, rate: 10, duration: 1s}
+    - {name: latency, kind: fixed-rate, rate: 10, duration: 1s, warmup: 100ms}
 `
 	path := filepath.Join(dir, "study.yaml")
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
