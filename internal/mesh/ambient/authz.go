@@ -4,13 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/meshmark/meshmark/internal/mesh/ambient/workloadapi/security"
+	"github.com/meshmark/meshmark/internal/mesh/policyfile"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -117,29 +116,11 @@ func (p *Profile) Authorize(ctx context.Context, sub substrate.Substrate, app *t
 	if err != nil {
 		return err
 	}
-	// Renamed into place, so the control plane never reads half a file.
-	if err := os.WriteFile(path+".tmp", js, 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(path+".tmp", path); err != nil {
-		return err
-	}
 	p.mu.Lock()
 	p.configs["control-plane/"+PolicyFile] = js
 	p.mu.Unlock()
-	deadline := time.Now().Add(policyApplyTimeout)
-	for {
-		b, _ := os.ReadFile(path + AppliedSuffix)
-		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && v >= doc.Version {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not every ztunnel acknowledged policy version %d within %s (see the control plane's log)", Name, doc.Version, policyApplyTimeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(25 * time.Millisecond):
-		}
+	if err := policyfile.Push(ctx, path, js, doc.Version, policyApplyTimeout); err != nil {
+		return fmt.Errorf("%s: %w", Name, err)
 	}
+	return nil
 }

@@ -6,15 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/meshmark/meshmark/internal/mesh/ambient/workloadapi/security"
+	"github.com/meshmark/meshmark/internal/mesh/policyfile"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -30,12 +29,9 @@ const (
 )
 
 // PolicyFile is the file in the control plane's directory the profile writes the
-// authorization policies to; AppliedSuffix names the file the control plane writes a
-// policy version to once every ztunnel has acknowledged it.
-const (
-	PolicyFile    = "authorization.json"
-	AppliedSuffix = ".applied"
-)
+// authorization policies to (policyfile: the control plane marks a version applied
+// once every ztunnel has acknowledged it).
+const PolicyFile = "authorization.json"
 
 // policyDoc is PolicyFile's content: a version and the policies as protojson.
 type policyDoc struct {
@@ -238,62 +234,26 @@ func (s *xdsServer) DeltaAggregatedResources(stream grpc.BidiStreamingServer[dis
 	}
 }
 
-// watchPolicies polls path for a new policy version until ctx ends, hands it to the
-// streams and, once every ztunnel has acknowledged it, writes the version to
-// path + AppliedSuffix. A file that does not parse is logged and ignored, the last
-// good policies staying in force.
+// watchPolicies follows the policy file (policyfile.Follow): each new version goes to
+// every ztunnel's stream, and is marked applied once each has acknowledged it.
 func (s *xdsServer) watchPolicies(ctx context.Context, path string) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	var seen int64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
+	policyfile.Follow(ctx, path, func(b []byte, version int64) error {
 		var doc policyDoc
 		if err := json.Unmarshal(b, &doc); err != nil {
-			log.Printf("policy: %s: %v (keeping version %d)", path, err, seen)
-			continue
+			return err
 		}
-		if doc.Version == seen {
-			continue
-		}
-		var policies []*security.Authorization
+		policies := make([]*security.Authorization, 0, len(doc.Policies))
 		for i, raw := range doc.Policies {
 			var p security.Authorization
 			if err := protojson.Unmarshal(raw, &p); err != nil {
-				log.Printf("policy: %s: policy %d: %v (keeping version %d)", path, i, err, seen)
-				policies = nil
-				break
+				return fmt.Errorf("policy %d: %w", i, err)
 			}
 			policies = append(policies, &p)
 		}
-		if len(policies) != len(doc.Policies) {
-			seen = doc.Version // do not log the same bad file every tick
-			continue
+		if err := s.set(version, policies); err != nil {
+			return err
 		}
-		seen = doc.Version
-		if err := s.set(doc.Version, policies); err != nil {
-			log.Printf("policy: %v", err)
-			continue
-		}
-		log.Printf("policy: version %d, %d authorization policies", doc.Version, len(policies))
-		deadline := time.Now().Add(5 * time.Second)
-		for !s.allAcked(doc.Version) && time.Now().Before(deadline) && ctx.Err() == nil {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if !s.allAcked(doc.Version) {
-			log.Printf("policy: version %d not acknowledged by every ztunnel within 5s", doc.Version)
-			continue
-		}
-		if err := os.WriteFile(path+AppliedSuffix, fmt.Appendf(nil, "%d\n", doc.Version), 0o644); err != nil {
-			log.Printf("policy: %v", err)
-		}
-	}
+		log.Printf("policy: version %d, %d authorization policies", version, len(policies))
+		return nil
+	}, s.allAcked)
 }

@@ -18,6 +18,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/ambient/workloadapi/security"
+	"github.com/meshmark/meshmark/internal/mesh/policyfile"
 	"github.com/meshmark/meshmark/internal/topology"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -146,7 +147,7 @@ func TestControlPlaneServesAuthorizationOverXDS(t *testing.T) {
 		}
 	}
 	applied := func() int64 {
-		b, _ := os.ReadFile(policyPath + AppliedSuffix)
+		b, _ := os.ReadFile(policyPath + policyfile.AppliedSuffix)
 		v, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 		return v
 	}

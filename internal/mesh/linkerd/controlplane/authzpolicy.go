@@ -3,11 +3,10 @@ package controlplane
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log"
-	"os"
 	"sync"
-	"time"
+
+	"github.com/meshmark/meshmark/internal/mesh/policyfile"
 )
 
 // AuthzPolicy is the authorization a study applies while the control plane runs (what
@@ -23,10 +22,10 @@ type AuthzPolicy struct {
 
 // AppliedSuffix names the file the control plane writes a policy's version to once
 // every open policy stream has been sent it.
-const AppliedSuffix = ".applied"
+const AppliedSuffix = policyfile.AppliedSuffix
 
 // policyPoll is how often the policy file is checked for a new version.
-const policyPoll = 100 * time.Millisecond
+const policyPoll = policyfile.Poll
 
 // policyStore holds the current AuthzPolicy and wakes the streams when it changes.
 type policyStore struct {
@@ -90,44 +89,16 @@ func (s *policyStore) set(p AuthzPolicy) {
 	s.changed = make(chan struct{})
 }
 
-// watchFile polls path for a new policy version until ctx ends. A file that does not
-// exist yet is no policy; one that does not parse is logged and ignored, the last
-// good policy staying in force.
+// watchFile follows the policy file (policyfile.Follow): each new version goes to
+// every open WatchPort stream, and is marked applied once all have sent it.
 func (s *policyStore) watchFile(ctx context.Context, path string) {
-	t := time.NewTicker(policyPoll)
-	defer t.Stop()
-	var seen int64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
+	policyfile.Follow(ctx, path, func(doc []byte, version int64) error {
 		var p AuthzPolicy
-		if err := json.Unmarshal(b, &p); err != nil {
-			log.Printf("policy: %s: %v (keeping version %d)", path, err, seen)
-			continue
+		if err := json.Unmarshal(doc, &p); err != nil {
+			return err
 		}
-		if p.Version == seen {
-			continue
-		}
-		seen = p.Version
 		log.Printf("policy: version %d restricts %d pods", p.Version, len(p.Pods))
 		s.set(p)
-		deadline := time.Now().Add(5 * time.Second)
-		for !s.allSent(p.Version) && time.Now().Before(deadline) && ctx.Err() == nil {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if !s.allSent(p.Version) {
-			log.Printf("policy: version %d not sent on every stream within 5s", p.Version)
-			continue
-		}
-		if err := os.WriteFile(path+AppliedSuffix, fmt.Appendf(nil, "%d\n", p.Version), 0o644); err != nil {
-			log.Printf("policy: %v", err)
-		}
-	}
+		return nil
+	}, s.allSent)
 }
