@@ -49,10 +49,11 @@ func request(t *testing.T, id string) *securityapi.IstioCertificateRequest {
 	return &securityapi.IstioCertificateRequest{Csr: csrFor(t, id), ValidityDuration: 3600, Metadata: md}
 }
 
-// TestControlPlaneServesCertificates runs the real control plane (gRPC over TLS on
-// loopback) and calls it as ztunnel does: bearer token, impersonated identity.
-func TestControlPlaneServesCertificates(t *testing.T) {
-	dir := t.TempDir()
+// startControlPlane runs the real control plane on a loopback port with the token
+// "s3cret" and the identities given (policyFile may be empty), until the test ends, and
+// returns a gRPC connection to it that trusts its root, as ztunnel's does.
+func startControlPlane(t *testing.T, dir string, identities []string, policyFile string) *grpc.ClientConn {
+	t.Helper()
 	tok := filepath.Join(dir, "token")
 	if err := os.WriteFile(tok, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -63,19 +64,18 @@ func TestControlPlaneServesCertificates(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	allowed := "spiffe://cluster.local/ns/bookinfo/sa/reviews"
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- ServeControlPlane(ctx, ControlPlaneConfig{Dir: dir, TrustDomain: "cluster.local", Listen: addr,
-			Hostnames: []string{caHostname}, TokenFile: tok, Identities: []string{allowed}})
+			Hostnames: []string{caHostname}, TokenFile: tok, Identities: identities, PolicyFile: policyFile})
 	}()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
-	}()
+	})
 	var root []byte
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if root, err = os.ReadFile(filepath.Join(dir, RootCertFile)); err == nil {
@@ -91,7 +91,16 @@ func TestControlPlaneServesCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// TestControlPlaneServesCertificates runs the real control plane (gRPC over TLS on
+// loopback) and calls it as ztunnel does: bearer token, impersonated identity.
+func TestControlPlaneServesCertificates(t *testing.T) {
+	dir := t.TempDir()
+	allowed := "spiffe://cluster.local/ns/bookinfo/sa/reviews"
+	conn := startControlPlane(t, dir, []string{allowed}, "")
 	client := securityapi.NewIstioCertificateServiceClient(conn)
 	withToken := func(tok string) context.Context {
 		return metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+tok, "clusterid", "Kubernetes")
@@ -112,6 +121,9 @@ func TestControlPlaneServesCertificates(t *testing.T) {
 	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != allowed {
 		t.Errorf("leaf identity %v, want %s", leaf.URIs, allowed)
 	}
+	root, _ := os.ReadFile(filepath.Join(dir, RootCertFile))
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(root)
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 		t.Errorf("leaf does not chain to the root: %v", err)
 	}

@@ -2,10 +2,7 @@ package ambient
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -21,9 +18,7 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh/policyfile"
 	"github.com/meshmark/meshmark/internal/topology"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -36,45 +31,8 @@ import (
 // acknowledged it. A real ztunnel enforcing what it is sent is in the security tests.
 func TestControlPlaneServesAuthorizationOverXDS(t *testing.T) {
 	dir := t.TempDir()
-	tok := filepath.Join(dir, "token")
-	if err := os.WriteFile(tok, []byte("s3cret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
 	policyPath := filepath.Join(dir, PolicyFile)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- ServeControlPlane(ctx, ControlPlaneConfig{Dir: dir, TrustDomain: "cluster.local", Listen: addr,
-			Hostnames: []string{caHostname}, TokenFile: tok, Identities: []string{"spiffe://cluster.local/ns/x/sa/y"}, PolicyFile: policyPath})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	var root []byte
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if root, err = os.ReadFile(filepath.Join(dir, RootCertFile)); err == nil {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(root)
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: caHostname})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := startControlPlane(t, dir, []string{"spiffe://cluster.local/ns/x/sa/y"}, policyPath)
 	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
 	sctx, scancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer scancel()
