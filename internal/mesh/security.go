@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"crypto/x509"
+	"fmt"
 
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
@@ -68,4 +69,28 @@ type Authorizer interface {
 	// again replaces the policy; a nil map removes it. It returns once the proxies
 	// enforce the new policy.
 	Authorize(ctx context.Context, sub substrate.Substrate, app *topology.App, allowed map[string][]string) error
+}
+
+// CallerPods checks an Authorizer's allow-list against the app and returns, for each
+// callee it names, the pods of the caller services it admits (an empty list: nobody),
+// which each profile turns into the identities or addresses its proxies match.
+func CallerPods(app *topology.App, allowed map[string][]string) (map[string][]topology.Pod, error) {
+	out := make(map[string][]topology.Pod, len(allowed))
+	for callee, callers := range allowed {
+		if app.Service(callee) == nil {
+			return nil, fmt.Errorf("authorize: no service %q", callee)
+		}
+		pods := []topology.Pod{}
+		for _, c := range callers {
+			cs := app.Service(c)
+			if cs == nil {
+				return nil, fmt.Errorf("authorize %s: no caller service %q", callee, c)
+			}
+			for _, v := range cs.Versions {
+				pods = append(pods, v.Endpoints...)
+			}
+		}
+		out[callee] = pods
+	}
+	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/ambient/workloadapi/security"
 	"github.com/meshmark/meshmark/internal/mesh/policyfile"
 	"github.com/meshmark/meshmark/internal/substrate"
@@ -30,6 +31,10 @@ func (p *Profile) AuthorizationPolicies(app *topology.App, allowed map[string][]
 	for _, pod := range p.MeshedPods(app) {
 		meshed[pod.Name] = true
 	}
+	callerPods, err := mesh.CallerPods(app, allowed)
+	if err != nil {
+		return nil, err
+	}
 	callees := make([]string, 0, len(allowed))
 	for callee := range allowed {
 		callees = append(callees, callee)
@@ -38,21 +43,10 @@ func (p *Profile) AuthorizationPolicies(app *topology.App, allowed map[string][]
 	var out []*security.Authorization
 	for _, callee := range callees {
 		s := app.Service(callee)
-		if s == nil {
-			return nil, fmt.Errorf("authorize: no service %q", callee)
-		}
 		var principals []string
-		for _, c := range allowed[callee] {
-			cs := app.Service(c)
-			if cs == nil {
-				return nil, fmt.Errorf("authorize %s: no caller service %q", callee, c)
-			}
-			for _, v := range cs.Versions {
-				for _, ep := range v.Endpoints {
-					if id := strings.TrimPrefix(p.Identity(app, ep), "spiffe://"); meshed[ep.Name] && !slices.Contains(principals, id) {
-						principals = append(principals, id)
-					}
-				}
+		for _, ep := range callerPods[callee] {
+			if id := strings.TrimPrefix(p.Identity(app, ep), "spiffe://"); meshed[ep.Name] && !slices.Contains(principals, id) {
+				principals = append(principals, id)
 			}
 		}
 		slices.Sort(principals)

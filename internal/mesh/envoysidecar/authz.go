@@ -23,15 +23,9 @@ func (p *Profile) Authorize(ctx context.Context, sub substrate.Substrate, app *t
 	if p.mode == mesh.MTLSOff {
 		return errors.New("authorization by caller identity needs mtls permissive or strict: with mtls off no caller presents an identity")
 	}
-	for callee, callers := range allowed {
-		if app.Service(callee) == nil {
-			return fmt.Errorf("authorize: no service %q", callee)
-		}
-		for _, c := range callers {
-			if app.Service(c) == nil {
-				return fmt.Errorf("authorize %s: no caller service %q", callee, c)
-			}
-		}
+	callerPods, err := mesh.CallerPods(app, allowed)
+	if err != nil {
+		return err
 	}
 	envoy, err := prereq.Envoy()
 	if err != nil {
@@ -46,15 +40,11 @@ func (p *Profile) Authorize(ctx context.Context, sub substrate.Substrate, app *t
 	var errs []error
 	for _, sc := range scs {
 		var allow []string
-		if callers, ok := allowed[sc.pod.Service]; ok && sc.pod.Service != "" {
+		if callers, ok := callerPods[sc.pod.Service]; ok && sc.pod.Service != "" {
 			allow = []string{} // a policy that names no caller denies everyone
-			for _, c := range callers {
-				for _, pod := range app.Service(c).Versions {
-					for _, ep := range pod.Endpoints {
-						if id := p.identity(app, ep); !slices.Contains(allow, id) {
-							allow = append(allow, id)
-						}
-					}
+			for _, ep := range callers {
+				if id := p.identity(app, ep); !slices.Contains(allow, id) {
+					allow = append(allow, id)
 				}
 			}
 			slices.Sort(allow)

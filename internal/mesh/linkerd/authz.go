@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/linkerd/controlplane"
 	"github.com/meshmark/meshmark/internal/mesh/policyfile"
 	"github.com/meshmark/meshmark/internal/substrate"
@@ -29,23 +30,16 @@ func (p *Profile) Authorize(ctx context.Context, sub substrate.Substrate, app *t
 	for _, pod := range p.MeshedPods(app) {
 		meshed[pod.Name] = true
 	}
-	for callee, callers := range allowed {
+	callerPods, err := mesh.CallerPods(app, allowed)
+	if err != nil {
+		return err
+	}
+	for callee, callers := range callerPods {
 		s := app.Service(callee)
-		if s == nil {
-			return fmt.Errorf("authorize: no service %q", callee)
-		}
 		ids := []string{} // naming no caller denies everyone
-		for _, c := range callers {
-			cs := app.Service(c)
-			if cs == nil {
-				return fmt.Errorf("authorize %s: no caller service %q", callee, c)
-			}
-			for _, v := range cs.Versions {
-				for _, ep := range v.Endpoints {
-					if id := p.Identity(app, ep); meshed[ep.Name] && !slices.Contains(ids, id) {
-						ids = append(ids, id)
-					}
-				}
+		for _, ep := range callers {
+			if id := p.Identity(app, ep); meshed[ep.Name] && !slices.Contains(ids, id) {
+				ids = append(ids, id)
 			}
 		}
 		slices.Sort(ids)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
 )
@@ -24,22 +25,15 @@ const reloadTimeout = 10 * time.Second
 // pod calling a service's address directly never meets the list, which the bypass
 // probe shows.
 func (p *Profile) Authorize(ctx context.Context, sub substrate.Substrate, app *topology.App, allowed map[string][]string) error {
+	callerPods, err := mesh.CallerPods(app, allowed)
+	if err != nil {
+		return err
+	}
 	acl := map[string][]string{}
-	for callee, callers := range allowed {
-		if app.Service(callee) == nil {
-			return fmt.Errorf("authorize: no service %q", callee)
-		}
+	for callee, callers := range callerPods {
 		sources := []string{}
-		for _, c := range callers {
-			cs := app.Service(c)
-			if cs == nil {
-				return fmt.Errorf("authorize %s: no caller service %q", callee, c)
-			}
-			for _, v := range cs.Versions {
-				for _, ep := range v.Endpoints {
-					sources = append(sources, netip.PrefixFrom(ep.IP, ep.IP.BitLen()).String())
-				}
-			}
+		for _, ep := range callers {
+			sources = append(sources, netip.PrefixFrom(ep.IP, ep.IP.BitLen()).String())
 		}
 		slices.Sort(sources)
 		acl[callee] = sources
@@ -66,9 +60,8 @@ func (p *Profile) Authorize(ctx context.Context, sub substrate.Substrate, app *t
 		before[n.node.Name] = v
 	}
 	for _, n := range nodes {
-		// The same file name in the node's directory: WriteFile replaces it by a rename,
-		// so Traefik never reads half a file.
-		if _, err := sub.WriteFile(n.node, "traefik-dynamic.yml", dynamic, 0o644); err != nil {
+		// WriteFile replaces the file by a rename, so Traefik never reads half a file.
+		if _, err := sub.WriteFile(n.node, dynamicFile, dynamic, 0o644); err != nil {
 			return err
 		}
 	}

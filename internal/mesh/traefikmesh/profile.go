@@ -63,6 +63,10 @@ type Profile struct {
 	version string
 }
 
+// dynamicFile is the file provider's file in each node's directory; Authorize
+// rewrites it while Traefik runs.
+const dynamicFile = "traefik-dynamic.yml"
+
 type nodeProxy struct {
 	node topology.Pod
 	proc substrate.Process
@@ -162,7 +166,7 @@ func (p *Profile) Install(ctx context.Context, sub substrate.Substrate, app *top
 }
 
 func (p *Profile) installNode(ctx context.Context, sub substrate.Substrate, app *topology.App, n topology.Pod, bin string, dynamic []byte) error {
-	dynPath, err := sub.WriteFile(n, "traefik-dynamic.yml", dynamic, 0o644)
+	dynPath, err := sub.WriteFile(n, dynamicFile, dynamic, 0o644)
 	if err != nil {
 		return err
 	}
