@@ -189,9 +189,6 @@ func (r *runner) execute(ctx context.Context) error {
 	var precisionStart time.Time
 	// The plan may grow while it runs: a precision target adds rounds at its end.
 	for i := 0; i < len(r.plan); i++ {
-		if i > 0 && r.plan[i-1].Repeat != r.plan[i].Repeat && !precisionStart.IsZero() {
-			r.progress.note(fmt.Sprintf("precision: round %d of added repeats", r.plan[i].Repeat+1))
-		}
 		t := &r.plan[i]
 		for attempt := 0; ; attempt++ {
 			if err := ctx.Err(); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sync/atomic"
 	"syscall"
@@ -24,7 +23,6 @@ const SecondPort = 19080
 // podServer is a plain HTTP server the probe runs inside a pod; it counts the requests
 // it answered, so that a refusal is told apart from a listener that was never there.
 type podServer struct {
-	ln     net.Listener
 	srv    *http.Server
 	served atomic.Int64
 }
@@ -41,7 +39,7 @@ func listenInPod(ctx context.Context, tgt Target, pod topology.Pod, port int) (*
 	if err != nil {
 		return nil, err
 	}
-	ps := &podServer{ln: ln}
+	ps := &podServer{}
 	ps.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ps.served.Add(1)
 		fmt.Fprintf(w, "meshmark security probe: port %d of pod %s\n", port, pod.Name)
@@ -55,6 +53,7 @@ func listenInPod(ctx context.Context, tgt Target, pod topology.Pod, port int) (*
 	return ps, nil
 }
 
+// close stops the server and its listener.
 func (ps *podServer) close() { ps.srv.Close() }
 
 // callPort sends one plain request from the vantage point to pod:port and says whether
