@@ -1,6 +1,9 @@
 package mesh
 
-import "github.com/meshmark/meshmark/internal/topology"
+import (
+	"github.com/meshmark/meshmark/internal/topology"
+	"github.com/meshmark/meshmark/internal/workload"
+)
 
 // Addressing is implemented by profiles whose callers address services by names of
 // the mesh's own instead of the service's name and port: Traefik Mesh clients call
@@ -28,11 +31,5 @@ type Spreader interface {
 	// SpreadEndpoints lists the pods of service that take requests, as ip:port with
 	// their weights (a version's weight shared among its pods); ok is false when
 	// callers use the service address.
-	SpreadEndpoints(app *topology.App, service string) (endpoints []WeightedAddr, ok bool)
-}
-
-// WeightedAddr is one endpoint (ip:port) and its share of a service's requests.
-type WeightedAddr struct {
-	Addr   string
-	Weight int
+	SpreadEndpoints(app *topology.App, service string) (endpoints []workload.Endpoint, ok bool)
 }

@@ -189,11 +189,7 @@ func meshAddressArgs(d *deployment, from topology.Pod) []string {
 			if !ok {
 				continue
 			}
-			list := make([]string, len(eps))
-			for i, ep := range eps {
-				list[i] = fmt.Sprintf("%s@%d", ep.Addr, ep.Weight)
-			}
-			args = append(args, "--spread", s.Name+"="+strings.Join(list, ","))
+			args = append(args, "--spread", workload.FormatSpread(s.Name, eps))
 		}
 	}
 	ma, ok := d.profile.(mesh.Addressing)

@@ -378,6 +378,15 @@ func ParseCallees(specs []string) (map[string]string, error) {
 	return out, nil
 }
 
+// FormatSpread writes one --spread value, the inverse of ParseSpread.
+func FormatSpread(service string, eps []Endpoint) string {
+	list := make([]string, len(eps))
+	for i, ep := range eps {
+		list[i] = ep.Addr + "@" + strconv.Itoa(ep.Weight)
+	}
+	return service + "=" + strings.Join(list, ",")
+}
+
 // ParseSpread reads --spread values of the form service=ip:port@weight,ip:port@weight,...
 // (@weight may be left out: 1); a service given twice is an error.
 func ParseSpread(specs []string) (map[string][]Endpoint, error) {

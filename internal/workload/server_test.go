@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -729,6 +730,9 @@ services:
 	m, err := ParseSpread([]string{"b=127.0.0.1:1@2,127.0.0.2:1,127.0.0.3:1@0"})
 	if err != nil || len(m["b"]) != 3 || m["b"][0].Weight != 2 || m["b"][1].Weight != 1 || m["b"][2].Weight != 0 {
 		t.Errorf("ParseSpread: %+v %v", m, err)
+	}
+	if back, err := ParseSpread([]string{FormatSpread("b", m["b"])}); err != nil || !reflect.DeepEqual(back, m) {
+		t.Errorf("FormatSpread does not parse back: %+v %v", back, err)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
+	"github.com/meshmark/meshmark/internal/workload"
 )
 
 // Name is the registry name.
@@ -69,7 +70,7 @@ func (p Profile) Balancing() string { return p.balancing }
 // SpreadEndpoints gives, under per-request balancing, the pods of the service's
 // versions with a positive weight (every pod when no version has one), each weighing
 // its version's weight shared among the version's pods.
-func (p Profile) SpreadEndpoints(app *topology.App, service string) ([]mesh.WeightedAddr, bool) {
+func (p Profile) SpreadEndpoints(app *topology.App, service string) ([]workload.Endpoint, bool) {
 	s := app.Service(service)
 	if p.balancing != PerRequest || s == nil {
 		return nil, false
@@ -78,7 +79,7 @@ func (p Profile) SpreadEndpoints(app *topology.App, service string) ([]mesh.Weig
 	for _, v := range s.Versions {
 		split = split || v.Weight > 0
 	}
-	var out []mesh.WeightedAddr
+	var out []workload.Endpoint
 	for _, v := range s.Versions {
 		if split && v.Weight <= 0 {
 			continue
@@ -88,7 +89,7 @@ func (p Profile) SpreadEndpoints(app *topology.App, service string) ([]mesh.Weig
 			if split {
 				w = max(1, v.Weight*1000/len(v.Endpoints))
 			}
-			out = append(out, mesh.WeightedAddr{Addr: mesh.Addr(pod.IP, pod.Port), Weight: w})
+			out = append(out, workload.Endpoint{Addr: mesh.Addr(pod.IP, pod.Port), Weight: w})
 		}
 	}
 	return out, len(out) > 0
