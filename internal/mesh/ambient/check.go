@@ -72,6 +72,19 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 				}
 			}
 		}
+		// Without a waypoint, one request also goes straight to a pod on another node
+		// (through ztunnel as HBONE all the same), so that the cross-node check below
+		// does not hang on where ztunnel's balancing happened to send the service
+		// requests: a pod whose services' other-node endpoints have small shares
+		// could otherwise reach none of them.
+		if wp == nil {
+			if to, ok := otherNodeTarget(app, from); ok {
+				r, err := mesh.ProbeHTTP(ctx, sub, from, mesh.Addr(to.IP, to.Port), "", "/")
+				if err != nil || r.Status >= 500 {
+					e.Fail("pod %s: request to pod %s on %s failed: %v (HTTP %d)", from.Name, to.Name, to.Node, err, r.Status)
+				}
+			}
+		}
 		// Cross-node HBONE: ztunnel keeps pooled HBONE connections open for a while,
 		// so the source pod's socket table shows them after the probes.
 		for _, peer := range hbonePeers(ctx, sub, from) {
@@ -280,6 +293,20 @@ func (p *Profile) checkWaypoint(ctx context.Context, sub substrate.Substrate, ap
 
 // hbonePeers lists the addresses a namespace holds established connections to on the
 // HBONE port (ztunnel and the waypoint keep them pooled after use).
+// otherNodeTarget is the first pod that receives traffic on a node other than from's.
+func otherNodeTarget(app *topology.App, from topology.Pod) (topology.Pod, bool) {
+	for _, s := range app.Services {
+		for _, v := range s.Versions {
+			for _, to := range v.Endpoints {
+				if to.Node != from.Node && receivesTraffic(app, to) {
+					return to, true
+				}
+			}
+		}
+	}
+	return topology.Pod{}, false
+}
+
 func hbonePeers(ctx context.Context, sub substrate.Substrate, in topology.Pod) []string {
 	out, err := sub.Exec(ctx, in, nil, "ss", "-Htn", "state", "established")
 	if err != nil {
