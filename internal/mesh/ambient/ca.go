@@ -72,11 +72,8 @@ type CAServer struct {
 
 // CreateCertificate signs the CSR for the requested identity.
 func (s *CAServer) CreateCertificate(ctx context.Context, req *securityapi.IstioCertificateRequest) (*securityapi.IstioCertificateResponse, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	auth := strings.Join(md.Get("authorization"), "")
-	tok, ok := strings.CutPrefix(auth, "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(s.Token)) != 1 {
-		return nil, status.Error(codes.Unauthenticated, "meshmark CA: missing or wrong bearer token")
+	if err := checkBearer(ctx, s.Token, "meshmark CA"); err != nil {
+		return nil, err
 	}
 	id := ""
 	if m := req.GetMetadata(); m != nil {
@@ -103,6 +100,17 @@ func (s *CAServer) CreateCertificate(ctx context.Context, req *securityapi.Istio
 		s.mu.Unlock()
 	}
 	return &securityapi.IstioCertificateResponse{CertChain: []string{string(cert), string(s.CA.CertPEM())}}, nil
+}
+
+// checkBearer admits a call carrying the bearer token meshmark gave its node proxies,
+// as istiod checks a ztunnel's token on its CA and xDS services alike.
+func checkBearer(ctx context.Context, token, service string) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	tok, ok := strings.CutPrefix(strings.Join(md.Get("authorization"), ""), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(token)) != 1 {
+		return status.Error(codes.Unauthenticated, service+": missing or wrong bearer token")
+	}
+	return nil
 }
 
 // ControlPlaneConfig is what the control-plane process needs.

@@ -2,13 +2,11 @@ package ambient
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"log"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -16,7 +14,6 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh/policyfile"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -105,10 +102,8 @@ func (s *xdsServer) snapshot() (int64, map[string]*anypb.Any, <-chan struct{}) {
 // to, then, for Authorization, every change as a delta (updated resources and the names
 // removed). A NACK is logged; the version is then not counted as applied.
 func (s *xdsServer) DeltaAggregatedResources(stream grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]) error {
-	md, _ := metadata.FromIncomingContext(stream.Context())
-	tok, ok := strings.CutPrefix(strings.Join(md.Get("authorization"), ""), "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(tok), []byte(s.token)) != 1 {
-		return status.Error(codes.Unauthenticated, "meshmark xDS: missing or wrong bearer token")
+	if err := checkBearer(stream.Context(), s.token, "meshmark xDS"); err != nil {
+		return err
 	}
 	requests := make(chan *discoveryv3.DeltaDiscoveryRequest)
 	recvErr := make(chan error, 1)
