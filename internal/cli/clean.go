@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/meshmark/meshmark/internal/store"
+	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/testbed"
 	"github.com/spf13/cobra"
 )
@@ -15,6 +16,7 @@ func init() {
 	register(func() *cobra.Command {
 		var opts testbed.CleanOptions
 		var db string
+		var k8s kubeFlags
 		c := &cobra.Command{
 			Use:   "clean [run-id...]",
 			Short: "Remove what killed runs left behind: processes, network namespaces, /etc/netns entries, run directories",
@@ -24,6 +26,9 @@ func init() {
 				"incomplete. Runs whose owner lives are left alone unless --all. " +
 				"Nothing without the meshmark prefix is touched.",
 			RunE: func(cmd *cobra.Command, args []string) error {
+				if k8s.enabled {
+					return cleanKubernetes(cmd, k8s, opts.All, args)
+				}
 				opts.Runs = args
 				report, err := testbed.Clean(cmd.Context(), opts)
 				out := cmd.OutOrStdout()
@@ -64,7 +69,10 @@ func init() {
 				return errors.Join(err, serr)
 			},
 		}
-		c.Flags().BoolVar(&opts.All, "all", false, "also remove runs whose owner process is alive")
+		c.Flags().BoolVar(&opts.All, "all", false, "also remove runs whose owner process is alive (or, with --kubernetes, runs from other hosts)")
+		c.Flags().BoolVar(&k8s.enabled, "kubernetes", false, "clean a Kubernetes cluster instead: delete the namespaces meshmark labelled whose run is gone")
+		c.Flags().StringVar(&k8s.kubeconfig, "kubeconfig", "", "with --kubernetes: the kubeconfig file (default $KUBECONFIG, then ~/.kube/config)")
+		c.Flags().StringVar(&k8s.context, "context", "", "with --kubernetes: the kubeconfig context (default its current one)")
 		addDBFlag(c, &db)
 		return c
 	})
@@ -90,4 +98,40 @@ func markAbandoned(cmd *cobra.Command, db string) ([]string, error) {
 	}
 	defer s.Close()
 	return s.Abandoned(), nil
+}
+
+type kubeFlags struct {
+	enabled             bool
+	kubeconfig, context string
+}
+
+// cleanKubernetes deletes the namespaces meshmark labelled on a cluster whose owner
+// process is gone, and waits until the cluster has removed them and what was in them.
+func cleanKubernetes(cmd *cobra.Command, f kubeFlags, all bool, runs []string) error {
+	out := cmd.OutOrStdout()
+	c, err := kube.Connect(cmd.Context(), kube.Config{Kubeconfig: f.kubeconfig, Context: f.context})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "cluster %s (context %s)\n", c.Server, c.ContextName)
+	lastLeft := -1
+	report, err := c.Clean(cmd.Context(), kube.CleanOptions{All: all, Runs: runs, Progress: func(left int) {
+		if left != lastLeft && left > 0 {
+			fmt.Fprintf(cmd.ErrOrStderr(), "waiting for %d namespace(s) to terminate\n", left)
+		}
+		lastLeft = left
+	}})
+	removed := 0
+	for _, ns := range report {
+		if ns.Kept != "" {
+			fmt.Fprintf(out, "namespace %s (run %s): kept (%s)\n", ns.Name, ns.Run, ns.Kept)
+			continue
+		}
+		removed++
+		fmt.Fprintf(out, "namespace %s (run %s): removed\n", ns.Name, ns.Run)
+	}
+	if removed == 0 && err == nil {
+		fmt.Fprintln(out, "nothing to clean")
+	}
+	return err
 }

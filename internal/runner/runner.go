@@ -68,7 +68,7 @@ func Run(ctx context.Context, st *study.Study, opts Options) (*results.Run, erro
 		return nil, errors.New("runner: no results store")
 	}
 	if st.Spec.Substrate.Local == nil {
-		return nil, fmt.Errorf("%s: spec.substrate: only the local substrate can run on this build; kubernetes is not implemented yet", st.File)
+		return nil, fmt.Errorf("%s: spec.substrate: measuring on Kubernetes is not built yet; `meshmark deploy %s` brings the workload up on the cluster and checks it gets ready", st.File, st.File)
 	}
 	r := &runner{study: st, opts: opts, capacities: map[string]map[string][]float64{}}
 	if err := r.prepare(); err != nil {
@@ -102,25 +102,9 @@ func Run(ctx context.Context, st *study.Study, opts Options) (*results.Run, erro
 // prepare resolves the workload and checks every mesh profile and experiment before
 // anything is created, so bad input fails in a second, not after an hour.
 func (r *runner) prepare() error {
-	w := r.study.Spec.Workload
-	src := w.Graph
-	if w.IsGraphFile() {
-		src = r.study.Resolve(w.Graph)
-	}
-	g, err := workload.Load(src)
-	if err != nil {
+	if err := r.prepareGraph(); err != nil {
 		return err
 	}
-	for svc, n := range w.Replicas {
-		s := g.Service(svc)
-		if s == nil {
-			return fmt.Errorf("%s: spec.workload.replicas.%s: graph %s has no service %q", r.study.File, svc, g.Name, svc)
-		}
-		for _, v := range s.Versions {
-			v.Replicas = n
-		}
-	}
-	r.graph = g
 	for i, m := range r.study.Spec.Meshes {
 		if err := checkProfile(m); err != nil {
 			return fmt.Errorf("%s: spec.meshes[%d] (%s): %w", r.study.File, i, m.Name, err)

@@ -154,6 +154,9 @@ func (c *checker) substrate() {
 	}
 }
 
+// imageRef is the shape of an image reference: [registry[:port]/]path[:tag][@digest].
+var imageRef = regexp.MustCompile(`^([a-zA-Z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$`)
+
 var labelKey = regexp.MustCompile(`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
 
 func (c *checker) kubernetes(k *KubernetesSubstrate) {
@@ -165,6 +168,9 @@ func (c *checker) kubernetes(k *KubernetesSubstrate) {
 	}
 	if !c.has(p + ".cleanup") {
 		k.Cleanup = true
+	}
+	if c.has(p+".image") && !imageRef.MatchString(k.Image) {
+		c.errAt(p+".image", "%q: expected an image reference like registry.example/meshmark:v1 (lower-case repository, optional :tag or @sha256:digest)", k.Image)
 	}
 	for _, sel := range []struct {
 		field string

@@ -250,6 +250,8 @@ func TestInvalid(t *testing.T) {
 		{"kubernetes placeholders checked", "  workload:\n", "  substrate:\n    kubernetes: {namespacePrefix: Mesh, sutNodeSelector: {\"bad key!\": x}}\n  workload:\n",
 			[]string{`f.yaml:7:35: spec.substrate.kubernetes.namespacePrefix: "Mesh": use at most 40 lower-case letters, digits and '-'`,
 				`f.yaml:7:71: spec.substrate.kubernetes.sutNodeSelector.bad key!: "bad key!" is not a valid Kubernetes label key`}},
+		{"kubernetes image checked", "  workload:\n", "  substrate:\n    kubernetes: {image: \"Meshmark:latest tag\"}\n  workload:\n",
+			[]string{`f.yaml:7:25: spec.substrate.kubernetes.image: "Meshmark:latest tag": expected an image reference like registry.example/meshmark:v1 (lower-case repository, optional :tag or @sha256:digest)`}},
 		{"fixed rate without duration", "      duration: 20s\n", "",
 			[]string{`f.yaml:18:7: spec.experiments[1].duration: missing: how long to measure, like "60s"`}},
 		{"arrival on closed-loop load", "connections: [8, 16]", "connections: [8, 16]\n      arrival: poisson",
@@ -320,14 +322,14 @@ func TestGraphFileRelativeToStudy(t *testing.T) {
 }
 
 func TestKubernetesAndSearchDefaults(t *testing.T) {
-	doc := strings.Replace(minimal, "  workload:\n", "  substrate: {kubernetes: {context: kind-a}}\n  slo: {p99: 1s, errorRate: 0.5%}\n  workload:\n", 1)
+	doc := strings.Replace(minimal, "  workload:\n", "  substrate: {kubernetes: {context: kind-a, image: \"registry.example:5000/team/meshmark:v1.2@sha256:abababababababababababababababababababababababababababababababab\"}}\n  slo: {p99: 1s, errorRate: 0.5%}\n  workload:\n", 1)
 	doc = strings.Replace(doc, "connections: [8, 16]", "search: {start: 100, max: 2000}", 1)
 	s, err := Parse("k.yaml", []byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
 	k := s.Spec.Substrate.Kubernetes
-	if s.Spec.Substrate.Local != nil || k == nil || k.NamespacePrefix != "meshmark" || !k.Cleanup || k.Context != "kind-a" {
+	if s.Spec.Substrate.Local != nil || k == nil || k.NamespacePrefix != "meshmark" || !k.Cleanup || k.Context != "kind-a" || !strings.HasPrefix(k.Image, "registry.example:5000/team/meshmark:v1.2@sha256:ab") {
 		t.Errorf("kubernetes substrate: %+v local %+v", k, s.Spec.Substrate.Local)
 	}
 	cp := s.Experiment("cap")

@@ -155,6 +155,9 @@ type KubernetesSubstrate struct {
 	LoadgenNodeSelector map[string]string `yaml:"loadgenNodeSelector,omitempty"`
 	SUTNodeSelector     map[string]string `yaml:"sutNodeSelector,omitempty"`
 	Cleanup             bool              `yaml:"cleanup"`
+	// Image is the meshmark image the workload and load generators run (see
+	// `meshmark image build`); required to deploy anything.
+	Image string `yaml:"image,omitempty"`
 }
 
 // Workload is the service graph under test.

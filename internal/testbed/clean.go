@@ -30,7 +30,8 @@ type Owner struct {
 
 func (o Owner) String() string { return fmt.Sprintf("%d %d\n", o.PID, o.StartTime) }
 
-func currentOwner() (Owner, error) {
+// CurrentOwner is this process, as an owner record.
+func CurrentOwner() (Owner, error) {
 	st, err := processStartTime(os.Getpid())
 	if err != nil {
 		return Owner{}, err

@@ -20,7 +20,7 @@ func TestParseOwner(t *testing.T) {
 			t.Errorf("ParseOwner(%q) error %q does not name file and line", bad, err)
 		}
 	}
-	self, err := currentOwner()
+	self, err := CurrentOwner()
 	if err != nil || !self.Alive() {
 		t.Fatalf("current process: %+v alive=%v err=%v", self, self.Alive(), err)
 	}

@@ -259,7 +259,7 @@ func (tb *Testbed) createRunDir() error {
 	if err := os.MkdirAll(RunRoot, 0o755); err != nil {
 		return fmt.Errorf("testbed: %w", err)
 	}
-	owner, err := currentOwner()
+	owner, err := CurrentOwner()
 	if err != nil {
 		return fmt.Errorf("testbed: %w", err)
 	}

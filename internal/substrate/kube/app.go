@@ -1,0 +1,418 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/workload"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// FilesDir is where AppSpec.Files appear in every workload pod.
+const FilesDir = "/etc/meshmark"
+
+// AppSpec is a workload graph to put on the cluster for one mesh of one run.
+type AppSpec struct {
+	Run, Mesh   string
+	Deployments []workload.Deployment
+	// Args returns the arguments of a deployment's container after the image's
+	// entrypoint (meshmark); PodNameArg in them becomes the pod's own name.
+	Args func(d workload.Deployment) []string
+	// Files go into one ConfigMap mounted at FilesDir in every pod (a graph file).
+	Files map[string][]byte
+	// NamespaceLabels and PodAnnotations are how a mesh enrolls the workload, for
+	// example istio-injection=enabled or linkerd.io/inject=enabled.
+	NamespaceLabels, PodAnnotations map[string]string
+}
+
+// PodNameArg stands for the pod's name in AppSpec.Args: Kubernetes expands it from the
+// downward API when the container starts.
+const PodNameArg = "$(POD_NAME)"
+
+// App is a workload graph as created on the cluster.
+type App struct {
+	Namespace   string
+	Deployments []string
+	Services    []string
+	// pods counts the pods behind each Service, which its endpoints must all list
+	// before the app is ready.
+	pods map[string]int
+}
+
+// NamespaceFor is the namespace of a run's mesh: a DNS label made of the prefix, the run
+// id and the mesh's name, so that two meshes of one run never share one.
+func (c *Cluster) NamespaceFor(run, mesh string) string {
+	name := dnsLabel(c.cfg.NamespacePrefix + "-" + run + "-" + mesh)
+	return name
+}
+
+var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// dnsLabel turns s into an RFC 1123 label: lower case, [a-z0-9-], at most 63
+// characters, starting and ending with an alphanumeric.
+func dnsLabel(s string) string {
+	s = notDNS.ReplaceAllString(strings.ToLower(s), "-")
+	if len(s) > 63 {
+		s = s[:63]
+	}
+	return strings.Trim(s, "-")
+}
+
+// Deploy creates the namespace, the files, one Deployment per service version and one
+// Service per service. It returns what it created so far even when it fails, so that
+// the caller can tear it down.
+func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
+	if c.cfg.Image == "" {
+		return nil, fmt.Errorf("no image for the workload: set spec.substrate.kubernetes.image (build one with `meshmark image build`)")
+	}
+	app := &App{Namespace: c.NamespaceFor(spec.Run, spec.Mesh), pods: map[string]int{}}
+	labels := c.labels(spec)
+	nsLabels := merge(labels, spec.NamespaceLabels)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: app.Namespace, Labels: nsLabels,
+		Annotations: map[string]string{OwnerAnnotation: ownerRecord()},
+	}}
+	if _, err := c.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create namespace %s: %w", app.Namespace, err)
+	}
+	if len(spec.Files) > 0 {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "meshmark-files", Labels: labels}, BinaryData: spec.Files}
+		if _, err := c.client.CoreV1().ConfigMaps(app.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			return app, fmt.Errorf("namespace %s: create files: %w", app.Namespace, err)
+		}
+	}
+	ports := map[string]workload.Deployment{}
+	for _, d := range spec.Deployments {
+		dep := c.deployment(spec, d, labels)
+		if _, err := c.client.AppsV1().Deployments(app.Namespace).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+			return app, fmt.Errorf("namespace %s: create deployment %s: %w", app.Namespace, dep.Name, err)
+		}
+		app.Deployments = append(app.Deployments, dep.Name)
+		app.pods[dnsLabel(d.Service)] += int(*dep.Spec.Replicas)
+		if _, seen := ports[d.Service]; !seen {
+			ports[d.Service] = d
+		}
+	}
+	var services []string
+	for s := range ports {
+		services = append(services, s)
+	}
+	sort.Strings(services)
+	for _, s := range services {
+		d := ports[s]
+		name, appProtocol := portName(d.Protocol)
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: dnsLabel(s), Labels: merge(labels, map[string]string{"app": s})},
+			Spec: corev1.ServiceSpec{
+				Selector: map[string]string{"app": s},
+				Ports: []corev1.ServicePort{{
+					Name: name, AppProtocol: &appProtocol, Port: int32(d.Port), TargetPort: intstr.FromInt32(int32(d.Port)),
+				}},
+			},
+		}
+		if _, err := c.client.CoreV1().Services(app.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			return app, fmt.Errorf("namespace %s: create service %s: %w", app.Namespace, svc.Name, err)
+		}
+		app.Services = append(app.Services, svc.Name)
+	}
+	return app, nil
+}
+
+func (c *Cluster) labels(spec AppSpec) map[string]string {
+	return map[string]string{ManagedByLabel: ManagedBy, RunLabel: dnsLabel(spec.Run), MeshLabel: dnsLabel(spec.Mesh)}
+}
+
+// portName is the Service port's name and appProtocol: meshes pick the protocol by them
+// (Istio by the name's prefix, others by appProtocol), as they would for a real app.
+func portName(protocol string) (name, appProtocol string) {
+	switch protocol {
+	case "grpc":
+		return "grpc", "grpc"
+	case "h2c":
+		return "http2", "kubernetes.io/h2c"
+	default:
+		return "http", "http"
+	}
+}
+
+func (c *Cluster) deployment(spec AppSpec, d workload.Deployment, labels map[string]string) *appsv1.Deployment {
+	podLabels := merge(labels, map[string]string{"app": d.Service, "version": d.Version})
+	replicas := int32(d.Replicas)
+	if replicas == 0 {
+		replicas = 1
+	}
+	uid, nonRoot := int64(2000), true
+	probe := &corev1.Probe{PeriodSeconds: 2, FailureThreshold: 3}
+	if d.Protocol == "grpc" {
+		probe.GRPC = &corev1.GRPCAction{Port: int32(d.Port)}
+	} else {
+		probe.HTTPGet = &corev1.HTTPGetAction{Path: workload.HealthPath, Port: intstr.FromInt32(int32(d.Port))}
+	}
+	container := corev1.Container{
+		Name:            "app",
+		Image:           c.cfg.Image,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Args:            spec.Args(d),
+		Env: []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+		Ports:          []corev1.ContainerPort{{Name: "app", ContainerPort: int32(d.Port)}},
+		ReadinessProbe: probe,
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser: &uid, RunAsNonRoot: &nonRoot,
+		},
+	}
+	// meshmark service exits on SIGTERM at once; Kubernetes' default of 30 s would only
+	// make every teardown wait for pods that are already gone.
+	grace := int64(2)
+	pod := corev1.PodSpec{Containers: []corev1.Container{container}, NodeSelector: c.cfg.AppNodeSelector, TerminationGracePeriodSeconds: &grace}
+	if len(spec.Files) > 0 {
+		pod.Volumes = []corev1.Volume{{Name: "files", VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "meshmark-files"}}}}}
+		pod.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "files", MountPath: FilesDir, ReadOnly: true}}
+	}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: dnsLabel(d.Service + "-" + d.Version), Labels: podLabels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": d.Service, "version": d.Version}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: spec.PodAnnotations},
+				Spec:       pod,
+			},
+		},
+	}
+}
+
+// WaitReady waits until every Deployment of the app has all its replicas available,
+// reporting progress as it changes. When the wait times out, the error says which
+// deployments are short and why their pods are not ready, in the cluster's own words
+// (an image that cannot be pulled, a pod no node can take).
+func (c *Cluster) WaitReady(ctx context.Context, app *App, progress func(ready, total int)) error {
+	deadline := time.Now().Add(c.cfg.Timeout)
+	last := -1
+	for {
+		deps, err := c.client.AppsV1().Deployments(app.Namespace).List(ctx, metav1.ListOptions{LabelSelector: ManagedByLabel + "=" + ManagedBy})
+		if err != nil {
+			return fmt.Errorf("namespace %s: %w", app.Namespace, err)
+		}
+		total, ready := 0, 0
+		var short []string
+		for _, d := range deps.Items {
+			want := int32(1)
+			if d.Spec.Replicas != nil {
+				want = *d.Spec.Replicas
+			}
+			total += int(want)
+			have := d.Status.AvailableReplicas
+			if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas < want {
+				have = 0
+			}
+			ready += int(min(have, want))
+			if have < want {
+				short = append(short, fmt.Sprintf("%s %d/%d", d.Name, have, want))
+			}
+		}
+		if ready != last && progress != nil {
+			progress(ready, total)
+			last = ready
+		}
+		if len(short) == 0 && len(deps.Items) == len(app.Deployments) {
+			// Ready pods are not yet reachable: a Service's endpoints follow them
+			// a moment later, and the first requests would fail meanwhile.
+			if short, err = c.unreachable(ctx, app); err != nil {
+				return err
+			}
+			if len(short) == 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("namespace %s: not ready after %s: %s%s", app.Namespace, c.cfg.Timeout,
+				strings.Join(short, ", "), c.whyPodsWait(ctx, app.Namespace))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// unreachable lists the app's Services whose endpoints do not yet include every ready
+// pod behind them.
+func (c *Cluster) unreachable(ctx context.Context, app *App) ([]string, error) {
+	var short []string
+	for _, svc := range app.Services {
+		slices, err := c.client.DiscoveryV1().EndpointSlices(app.Namespace).List(ctx,
+			metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
+		if err != nil {
+			return nil, fmt.Errorf("namespace %s: service %s: %w", app.Namespace, svc, err)
+		}
+		ready := 0
+		for _, s := range slices.Items {
+			for _, e := range s.Endpoints {
+				if e.Conditions.Ready != nil && *e.Conditions.Ready {
+					ready++
+				}
+			}
+		}
+		if ready < app.pods[svc] {
+			short = append(short, fmt.Sprintf("service %s endpoints %d/%d", svc, ready, app.pods[svc]))
+		}
+	}
+	return short, nil
+}
+
+// whyPodsWait finds the first reasons the namespace's pods give for not being ready.
+func (c *Cluster) whyPodsWait(ctx context.Context, namespace string) string {
+	pods, err := c.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return ""
+	}
+	seen := map[string]bool{}
+	var reasons []string
+	for _, p := range pods.Items {
+		var why string
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Status != corev1.ConditionTrue {
+				why = "not scheduled: " + cond.Message
+			}
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil && w.Reason != "" {
+				why = strings.TrimSpace(w.Reason + " " + w.Message)
+			}
+		}
+		if why != "" && !seen[why] {
+			seen[why] = true
+			reasons = append(reasons, fmt.Sprintf("pod %s: %s", p.Name, why))
+		}
+		if len(reasons) == 3 {
+			break
+		}
+	}
+	if len(reasons) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(reasons, "; ")
+}
+
+// Teardown deletes the app's namespace, and with it everything in it, and waits until
+// it is gone.
+func (c *Cluster) Teardown(ctx context.Context, app *App) error {
+	if app == nil {
+		return nil
+	}
+	return c.deleteNamespaces(ctx, []string{app.Namespace}, nil)
+}
+
+// deleteNamespaces deletes the namespaces and waits until the API server no longer has
+// them, telling progress how many remain. The workload goes first, by its labels:
+// Deployments, then their ReplicaSets, then the pods, so nothing is recreated. The
+// namespace controller then finds the namespace empty and finishes in one pass, where
+// emptying it itself retries with a growing back-off while pods terminate (over a
+// minute, seen on the test cluster).
+func (c *Cluster) deleteNamespaces(ctx context.Context, names []string, progress func(left int)) error {
+	mine := metav1.ListOptions{LabelSelector: ManagedByLabel + "=" + ManagedBy}
+	background := metav1.DeletePropagationBackground
+	opts := metav1.DeleteOptions{PropagationPolicy: &background}
+	deadline := time.Now().Add(c.cfg.Timeout)
+	for _, n := range names {
+		for _, step := range []struct {
+			what string
+			del  func() error
+		}{
+			{"deployments", func() error { return c.client.AppsV1().Deployments(n).DeleteCollection(ctx, opts, mine) }},
+			{"replicasets", func() error { return c.client.AppsV1().ReplicaSets(n).DeleteCollection(ctx, opts, mine) }},
+			{"pods", func() error { return c.client.CoreV1().Pods(n).DeleteCollection(ctx, opts, mine) }},
+		} {
+			if err := step.del(); err != nil && !IsNotFound(err) {
+				return fmt.Errorf("namespace %s: delete %s: %w", n, step.what, err)
+			}
+		}
+	}
+	// Wait for the pods to be gone (within the same time limit as the whole), so that
+	// the namespace controller has nothing to wait for.
+	for _, n := range names {
+		for time.Now().Before(deadline) {
+			pods, err := c.client.CoreV1().Pods(n).List(ctx, metav1.ListOptions{})
+			if err != nil || len(pods.Items) == 0 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}
+	for _, n := range names {
+		err := c.client.CoreV1().Namespaces().Delete(ctx, n, metav1.DeleteOptions{})
+		if err != nil && !IsNotFound(err) {
+			return fmt.Errorf("delete namespace %s: %w", n, err)
+		}
+	}
+	for {
+		var left []string
+		for _, n := range names {
+			_, err := c.client.CoreV1().Namespaces().Get(ctx, n, metav1.GetOptions{})
+			if err == nil {
+				left = append(left, n)
+			} else if !IsNotFound(err) {
+				return fmt.Errorf("namespace %s: %w", n, err)
+			}
+		}
+		if progress != nil {
+			progress(len(left))
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("namespaces still terminating after %s: %s%s", c.cfg.Timeout, strings.Join(left, ", "), c.whatHolds(ctx, left[0]))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// whatHolds is the namespace controller's own account of why a namespace is not gone
+// yet: its conditions that hold.
+func (c *Cluster) whatHolds(ctx context.Context, namespace string) string {
+	ns, err := c.client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	var why []string
+	for _, cond := range ns.Status.Conditions {
+		if cond.Status == corev1.ConditionTrue {
+			why = append(why, cond.Message)
+		}
+	}
+	if len(why) == 0 {
+		return fmt.Sprintf(" (namespace %s: the cluster's namespace controller has not finished; is kube-controller-manager running?)", namespace)
+	}
+	return fmt.Sprintf(" (namespace %s: %s)", namespace, strings.Join(why, "; "))
+}
+
+func merge(a, b map[string]string) map[string]string {
+	out := make(map[string]string, len(a)+len(b))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}

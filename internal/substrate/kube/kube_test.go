@@ -1,0 +1,375 @@
+package kube
+
+// These tests run against a real control plane (etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler) with kwok in place of the kubelets: see
+// package kubetest. What cannot happen on it is said where it matters: no container
+// starts, so readiness here is kwok's word, and nothing is measured.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
+	"github.com/meshmark/meshmark/internal/workload"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+var cluster *kubetest.Cluster
+
+func TestMain(m *testing.M) {
+	// A child that deploys and is killed, for TestCleanRemovesAKilledRun.
+	if os.Getenv("MESHMARK_KUBE_TEST_CHILD") != "" {
+		os.Exit(deployAndHang())
+	}
+	if missing, how := kubetest.Missing(); len(missing) > 0 {
+		fmt.Fprintf(os.Stderr, "kube tests skipped: %s missing (%s)\n", strings.Join(missing, ", "), how)
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "meshmark-kubetest-")
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	cluster, err = kubetest.Start(ctx, dir, kubetest.Options{Nodes: 3})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test cluster:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	cluster.Stop()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func needCluster(t *testing.T) {
+	t.Helper()
+	if cluster == nil {
+		missing, how := kubetest.Missing()
+		t.Skipf("no test cluster: %s missing (%s)", strings.Join(missing, ", "), how)
+	}
+}
+
+func connect(t *testing.T, cfg Config) *Cluster {
+	t.Helper()
+	cfg.Kubeconfig = cluster.Kubeconfig
+	if cfg.Image == "" {
+		cfg.Image = "registry.example/meshmark:test"
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = time.Minute
+	}
+	c, err := Connect(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func bookinfoSpec(t *testing.T, run string) AppSpec {
+	t.Helper()
+	g, err := workload.Builtin("bookinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return AppSpec{
+		Run: run, Mesh: "baseline",
+		Deployments: g.Deployments(),
+		Args:        func(d workload.Deployment) []string { return g.ServiceArgs(d, PodNameArg) },
+		Files:       map[string][]byte{"graph.yaml": []byte("name: test\n")},
+	}
+}
+
+// labelled lists every object of the kinds a run creates that carry the run's label,
+// in every namespace.
+func labelled(t *testing.T, run string) []string {
+	t.Helper()
+	ctx := context.Background()
+	client, err := cluster.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel := metav1.ListOptions{LabelSelector: RunLabel + "=" + run}
+	var out []string
+	nss, err := client.CoreV1().Namespaces().List(ctx, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range nss.Items {
+		out = append(out, "namespace/"+x.Name)
+	}
+	deps, err := client.AppsV1().Deployments("").List(ctx, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range deps.Items {
+		out = append(out, "deployment/"+x.Namespace+"/"+x.Name)
+	}
+	rss, err := client.AppsV1().ReplicaSets("").List(ctx, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range rss.Items {
+		out = append(out, "replicaset/"+x.Namespace+"/"+x.Name)
+	}
+	pods, err := client.CoreV1().Pods("").List(ctx, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range pods.Items {
+		out = append(out, "pod/"+x.Namespace+"/"+x.Name)
+	}
+	svcs, err := client.CoreV1().Services("").List(ctx, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range svcs.Items {
+		out = append(out, "service/"+x.Namespace+"/"+x.Name)
+	}
+	cms, err := client.CoreV1().ConfigMaps("").List(ctx, sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range cms.Items {
+		out = append(out, "configmap/"+x.Namespace+"/"+x.Name)
+	}
+	return out
+}
+
+func TestDeployWaitTeardownLeavesNothing(t *testing.T) {
+	needCluster(t)
+	ctx := context.Background()
+	c := connect(t, Config{AppNodeSelector: map[string]string{"meshmark.dev/test-node": "1"}})
+	spec := bookinfoSpec(t, "a1b2c3")
+	spec.NamespaceLabels = map[string]string{"istio-injection": "enabled"}
+	spec.PodAnnotations = map[string]string{"linkerd.io/inject": "enabled"}
+	app, err := c.Deploy(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []int
+	if err := c.WaitReady(ctx, app, func(ready, total int) { seen = append(seen, ready, total) }); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) < 2 || seen[len(seen)-2] != seen[len(seen)-1] || seen[len(seen)-1] != len(spec.Deployments) {
+		t.Errorf("progress %v: want it to end at %d of %d pods ready", seen, len(spec.Deployments), len(spec.Deployments))
+	}
+	client := c.Client()
+	ns, err := client.CoreV1().Namespaces().Get(ctx, app.Namespace, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if app.Namespace != "meshmark-a1b2c3-baseline" || ns.Labels["istio-injection"] != "enabled" || ns.Labels[ManagedByLabel] != ManagedBy {
+		t.Errorf("namespace %s labels %v", app.Namespace, ns.Labels)
+	}
+	if owner := ns.Annotations[OwnerAnnotation]; !strings.Contains(owner, fmt.Sprintf(" %d ", os.Getpid())) {
+		t.Errorf("owner annotation %q does not name this process", owner)
+	}
+	pods, err := client.CoreV1().Pods(app.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != len(spec.Deployments) {
+		t.Errorf("%d pods, want one per deployment (%d)", len(pods.Items), len(spec.Deployments))
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != cluster.Nodes[1] {
+			t.Errorf("pod %s scheduled on %q, want the node the selector names (%s)", p.Name, p.Spec.NodeName, cluster.Nodes[1])
+		}
+		if p.Annotations["linkerd.io/inject"] != "enabled" || p.Labels["app"] == "" || p.Labels["version"] == "" {
+			t.Errorf("pod %s: labels %v annotations %v", p.Name, p.Labels, p.Annotations)
+		}
+		args := strings.Join(p.Spec.Containers[0].Args, " ")
+		if !strings.Contains(args, "--pod $(POD_NAME)") || !strings.Contains(args, "--service "+p.Labels["app"]) {
+			t.Errorf("pod %s args %q", p.Name, args)
+		}
+	}
+	svc, err := client.CoreV1().Services(app.Namespace).Get(ctx, "reviews", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if svc.Spec.Ports[0].Name != "http" || svc.Spec.Ports[0].Port != 9080 || svc.Spec.Selector["app"] != "reviews" {
+		t.Errorf("service reviews: %+v", svc.Spec)
+	}
+	eps, err := client.DiscoveryV1().EndpointSlices(app.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=reviews"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := countEndpoints(eps.Items); n != 3 {
+		t.Errorf("service reviews has %d ready endpoints, want its 3 versions' pods", n)
+	}
+
+	if err := c.Teardown(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	if left := labelled(t, "a1b2c3"); len(left) > 0 {
+		t.Errorf("teardown left %v", left)
+	}
+}
+
+func countEndpoints(slices []discoveryv1.EndpointSlice) int {
+	n := 0
+	for _, s := range slices {
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && *e.Conditions.Ready {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func TestWaitReadySaysWhyPodsWait(t *testing.T) {
+	needCluster(t)
+	ctx := context.Background()
+	c := connect(t, Config{AppNodeSelector: map[string]string{"meshmark.dev/test-node": "no-such-node"}, Timeout: 3 * time.Second})
+	spec := bookinfoSpec(t, "d4e5f6")
+	app, err := c.Deploy(ctx, spec)
+	t.Cleanup(func() { _ = c.Teardown(context.Background(), app) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.WaitReady(ctx, app, nil)
+	if err == nil || !strings.Contains(err.Error(), "not ready after 3s") || !strings.Contains(err.Error(), "not scheduled") ||
+		!strings.Contains(err.Error(), "node affinity/selector") {
+		t.Errorf("WaitReady with no node to run on: %v", err)
+	}
+}
+
+func TestConnectErrors(t *testing.T) {
+	needCluster(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	garbled := filepath.Join(dir, "garbled")
+	if err := os.WriteFile(garbled, []byte("apiVersion: v1\nclusters: [\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := os.ReadFile(cluster.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unreachable := filepath.Join(dir, "unreachable")
+	// Port 1 on loopback: nothing listens there, so the connection is refused at once.
+	old := string(kc)
+	i := strings.Index(old, "server: ")
+	j := strings.Index(old[i:], "\n")
+	if err := os.WriteFile(unreachable, []byte(old[:i]+"server: https://127.0.0.1:1"+old[i+j:]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want []string
+	}{
+		{"no file", Config{Kubeconfig: filepath.Join(dir, "nope")}, []string{"kubeconfig " + filepath.Join(dir, "nope"), "no such file"}},
+		{"garbled", Config{Kubeconfig: garbled}, []string{"kubeconfig " + garbled}},
+		{"no such context", Config{Kubeconfig: cluster.Kubeconfig, Context: "prod"}, []string{`has no context "prod" (contexts: admin, viewer)`}},
+		{"unreachable", Config{Kubeconfig: unreachable}, []string{"cluster https://127.0.0.1:1 (context admin) does not answer", "connection refused"}},
+		{"rbac", Config{Kubeconfig: cluster.Kubeconfig, Context: cluster.ViewerContext}, []string{"RBAC denies this user: create namespaces, delete namespaces, list namespaces, create deployments.apps"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Connect(ctx, tc.cfg)
+			if err == nil {
+				t.Fatal("connected")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// deployAndHang is the killed run: it deploys, says so on stdout, and waits to be killed.
+func deployAndHang() int {
+	c, err := Connect(context.Background(), Config{
+		Kubeconfig: os.Getenv("MESHMARK_KUBE_TEST_KUBECONFIG"), Image: "registry.example/meshmark:test",
+	})
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	app, err := c.Deploy(context.Background(), AppSpec{
+		Run: os.Getenv("MESHMARK_KUBE_TEST_CHILD"), Mesh: "baseline",
+		Deployments: []workload.Deployment{{Service: "web", Version: "v1", Replicas: 2, Port: 8080}},
+		Args:        func(workload.Deployment) []string { return []string{"service"} },
+	})
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	fmt.Println("deployed", app.Namespace)
+	time.Sleep(time.Hour)
+	return 0
+}
+
+func TestCleanRemovesAKilledRun(t *testing.T) {
+	needCluster(t)
+	ctx := context.Background()
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), "MESHMARK_KUBE_TEST_CHILD=0badf0", "MESHMARK_KUBE_TEST_KUBECONFIG="+cluster.Kubeconfig)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, 256)
+	n, _ := out.Read(line)
+	if !strings.HasPrefix(string(line[:n]), "deployed meshmark-0badf0-baseline") {
+		_ = cmd.Process.Kill()
+		t.Fatalf("child: %q", line[:n])
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+
+	// A live run of this process, which clean must leave alone.
+	c := connect(t, Config{})
+	live, err := c.Deploy(ctx, AppSpec{
+		Run: "11ve00", Mesh: "baseline",
+		Deployments: []workload.Deployment{{Service: "web", Version: "v1", Replicas: 1, Port: 8080}},
+		Args:        func(workload.Deployment) []string { return []string{"service"} },
+	})
+	t.Cleanup(func() { _ = c.Teardown(context.Background(), live) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := c.Clean(ctx, CleanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]CleanedNamespace{}
+	for _, ns := range report {
+		got[ns.Name] = ns
+	}
+	if k := got["meshmark-0badf0-baseline"]; !k.Removed || k.Run != "0badf0" {
+		t.Errorf("killed run's namespace: %+v", k)
+	}
+	if l := got["meshmark-11ve00-baseline"]; l.Removed || !strings.Contains(l.Kept, "is alive") {
+		t.Errorf("live run's namespace: %+v", l)
+	}
+	if left := labelled(t, "0badf0"); len(left) > 0 {
+		t.Errorf("clean left %v", left)
+	}
+	if left := labelled(t, "11ve00"); len(left) == 0 {
+		t.Error("clean removed the live run")
+	}
+	// --all, limited to one run, takes the live one too.
+	if _, err := c.Clean(ctx, CleanOptions{All: true, Runs: []string{"11ve00"}}); err != nil {
+		t.Fatal(err)
+	}
+	if left := labelled(t, "11ve00"); len(left) > 0 {
+		t.Errorf("clean --all left %v", left)
+	}
+}

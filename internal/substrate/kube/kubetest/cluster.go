@@ -1,0 +1,458 @@
+// Package kubetest starts a real Kubernetes control plane for tests: Debian's etcd, and
+// kube-apiserver, kube-controller-manager and kube-scheduler built from the Go module
+// proxy by `meshmark setup` (scripts/build-kube.sh), with kwok standing in for the
+// kubelets. Objects, RBAC, admission, scheduling, garbage collection and namespace
+// deletion are the real ones; pods run only on paper: kwok marks them running and ready,
+// but no container starts, so nothing can be measured on this cluster.
+package kubetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/prereq"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	nodefast "sigs.k8s.io/kwok/kustomize/stage/node/fast"
+	nodeheartbeat "sigs.k8s.io/kwok/kustomize/stage/node/heartbeat"
+	podfast "sigs.k8s.io/kwok/kustomize/stage/pod/fast"
+)
+
+// Binaries are the programs a test cluster runs, in start order.
+var Binaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
+
+// Cluster is a running test control plane.
+type Cluster struct {
+	// Kubeconfig is a kubeconfig file whose current context is cluster-admin.
+	Kubeconfig string
+	// Context is the admin context's name; ViewerContext authenticates a user that
+	// RBAC grants nothing, for denial tests.
+	Context, ViewerContext string
+	// Nodes are the names of the kwok nodes.
+	Nodes []string
+
+	dir   string
+	procs []*process
+	logs  []string
+	once  sync.Once
+}
+
+// process is a started control-plane program and its end.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Options shape a test cluster.
+type Options struct {
+	Nodes int // kwok nodes, default 2
+	// NodeLabels are put on every node, and node i also gets meshmark.dev/test-node=i.
+	NodeLabels map[string]string
+}
+
+// Missing returns the binaries of Binaries that cannot be found, with the command that
+// installs them.
+func Missing() (missing []string, install string) {
+	for _, b := range Binaries {
+		if _, err := find(b); err != nil {
+			missing = append(missing, b)
+		}
+	}
+	return missing, "make setup (or: meshmark setup --for test)"
+}
+
+func find(name string) (string, error) {
+	p := filepath.Join(prereq.ToolsDir(), "bin", name)
+	if _, err := os.Stat(p); err == nil {
+		return p, nil
+	}
+	return exec.LookPath(name)
+}
+
+// Start brings a control plane up under dir and waits until it schedules pods onto ready
+// nodes. Stop it with Stop; a test process that dies leaves processes that `pkill -f dir`
+// finds, since every argv names dir.
+func Start(ctx context.Context, dir string, opts Options) (c *Cluster, err error) {
+	if opts.Nodes == 0 {
+		opts.Nodes = 2
+	}
+	if missing, how := Missing(); len(missing) > 0 {
+		return nil, fmt.Errorf("test cluster needs %s: %s", strings.Join(missing, ", "), how)
+	}
+	c = &Cluster{dir: dir, Context: "admin", ViewerContext: "viewer"}
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w%s", err, c.logTails())
+			c.Stop()
+			c = nil
+		}
+	}()
+	pki, err := newPKI(dir)
+	if err != nil {
+		return c, err
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return c, err
+	}
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	if err := c.start(ctx, "etcd", nil,
+		"--data-dir", filepath.Join(dir, "etcd"),
+		"--listen-client-urls", etcdURL, "--advertise-client-urls", etcdURL,
+		"--listen-peer-urls", "http://127.0.0.1:"+strconv.Itoa(ports[1]),
+		"--initial-advertise-peer-urls", "http://127.0.0.1:"+strconv.Itoa(ports[1]),
+		"--initial-cluster", "default=http://127.0.0.1:"+strconv.Itoa(ports[1]),
+		"--unsafe-no-fsync"); err != nil {
+		return c, err
+	}
+	server := "https://127.0.0.1:" + strconv.Itoa(ports[2])
+	if err := c.start(ctx, "kube-apiserver", nil,
+		"--etcd-servers", etcdURL,
+		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+		// The API server refuses to publish a loopback address as the kubernetes
+		// Service's endpoint; nothing in the tests calls it from a pod.
+		"--endpoint-reconciler-type", "none",
+		"--secure-port", strconv.Itoa(ports[2]),
+		"--tls-cert-file", pki.serverCert, "--tls-private-key-file", pki.serverKey,
+		"--client-ca-file", pki.caCert,
+		"--service-account-issuer", "https://kubernetes.default.svc",
+		"--service-account-key-file", pki.saKey, "--service-account-signing-key-file", pki.saKey,
+		// No network is made for these: they are numbers the API server hands out. Still
+		// the benchmarking range, so nothing can be mistaken for a real network.
+		"--service-cluster-ip-range", "198.19.240.0/20",
+		"--authorization-mode", "Node,RBAC",
+		"--cert-dir", filepath.Join(dir, "apiserver-certs")); err != nil {
+		return c, err
+	}
+	c.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := writeKubeconfig(c.Kubeconfig, server, pki); err != nil {
+		return c, err
+	}
+	client, err := c.Client()
+	if err != nil {
+		return c, err
+	}
+	if err := c.waitFor(ctx, 60*time.Second, "the API server", func() error {
+		_, err := client.Discovery().ServerVersion()
+		return err
+	}); err != nil {
+		return c, err
+	}
+	if err := c.start(ctx, "kube-controller-manager", nil,
+		"--kubeconfig", c.Kubeconfig, "--leader-elect=false",
+		"--bind-address", "127.0.0.1", "--secure-port", "0",
+		"--service-account-private-key-file", pki.saKey, "--root-ca-file", pki.caCert,
+		"--use-service-account-credentials=false",
+		// The namespace controller makes two calls per resource type to empty a
+		// namespace; at the default client rate a deletion took 20 s here.
+		"--kube-api-qps", "1000", "--kube-api-burst", "2000",
+		// Pod CIDRs are kwok's to hand out; the node lifecycle controller stays, as it
+		// lifts the not-ready taint every new node starts with.
+		"--controllers", "*,-nodeipam"); err != nil {
+		return c, err
+	}
+	if err := c.start(ctx, "kube-scheduler", nil,
+		"--kubeconfig", c.Kubeconfig, "--leader-elect=false",
+		"--bind-address", "127.0.0.1", "--secure-port", "0"); err != nil {
+		return c, err
+	}
+	// kwok's own default stages: nodes become Ready and keep a heartbeat; pods are
+	// scheduled, become Ready, and go when deleted.
+	stages := filepath.Join(dir, "kwok-stages.yaml")
+	docs := []string{nodefast.DefaultNodeInit, nodeheartbeat.DefaultNodeHeartbeat,
+		podfast.DefaultPodReady, podfast.DefaultPodComplete, podfast.DefaultPodDelete}
+	if err := os.WriteFile(stages, []byte(strings.Join(docs, "\n---\n")), 0o600); err != nil {
+		return c, err
+	}
+	if err := c.start(ctx, "kwok", nil,
+		"--config", stages,
+		"--kubeconfig", c.Kubeconfig,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector", "kwok.x-k8s.io/node=fake",
+		"--cidr", "198.19.0.0/18", "--node-ip", "198.19.255.1",
+		"--server-address", "127.0.0.1:0"); err != nil {
+		return c, err
+	}
+	for i := 0; i < opts.Nodes; i++ {
+		name := fmt.Sprintf("kwok-node-%d", i)
+		labels := map[string]string{"kubernetes.io/hostname": name, "meshmark.dev/test-node": strconv.Itoa(i), "type": "kwok"}
+		for k, v := range opts.NodeLabels {
+			labels[k] = v
+		}
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
+			Name: name, Labels: labels,
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+		}}
+		if _, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			return c, fmt.Errorf("create node %s: %w", name, err)
+		}
+		c.Nodes = append(c.Nodes, name)
+	}
+	err = c.waitFor(ctx, 60*time.Second, "kwok nodes ready and the default service account", func() error {
+		if _, err := client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			return err
+		}
+		for _, n := range c.Nodes {
+			node, err := client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			ready := false
+			for _, cond := range node.Status.Conditions {
+				ready = ready || cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue
+			}
+			if !ready {
+				return fmt.Errorf("node %s not ready", n)
+			}
+		}
+		return nil
+	})
+	return c, err
+}
+
+// Client returns an admin clientset.
+func (c *Cluster) Client() (kubernetes.Interface, error) {
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: c.Kubeconfig},
+		&clientcmd.ConfigOverrides{CurrentContext: c.Context}).ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(rc)
+}
+
+// Stop ends every process, newest first, and removes nothing: dir belongs to the caller
+// (usually t.TempDir).
+func (c *Cluster) Stop() {
+	c.once.Do(func() {
+		for i := len(c.procs) - 1; i >= 0; i-- {
+			p := c.procs[i]
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.done:
+			case <-time.After(5 * time.Second):
+				_ = p.cmd.Process.Kill()
+				<-p.done
+			}
+		}
+	})
+}
+
+func (c *Cluster) start(ctx context.Context, name string, env []string, args ...string) error {
+	bin, err := find(name)
+	if err != nil {
+		return err
+	}
+	logPath := filepath.Join(c.dir, name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group, so that a Ctrl-C meant for `go test` reaches the test's
+	// cleanup rather than killing the control plane under it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	c.procs = append(c.procs, p)
+	c.logs = append(c.logs, logPath)
+	return ctx.Err()
+}
+
+// exited names the first program that has ended, so that a wait gives up at once
+// instead of running into its time limit.
+func (c *Cluster) exited() error {
+	for _, p := range c.procs {
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited: %v", p.name, p.err)
+		default:
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) logTails() string {
+	var b strings.Builder
+	for _, p := range c.logs {
+		data, _ := os.ReadFile(p)
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		if len(lines) > 8 {
+			lines = lines[len(lines)-8:]
+		}
+		fmt.Fprintf(&b, "\n--- %s (last lines)\n%s", filepath.Base(p), strings.Join(lines, "\n"))
+	}
+	return b.String()
+}
+
+func (c *Cluster) waitFor(ctx context.Context, limit time.Duration, what string, f func() error) error {
+	deadline := time.Now().Add(limit)
+	for {
+		if err := c.exited(); err != nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("waiting for %s: %w", what, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// testPKI is the cluster's certificates as files: a CA, the API server's serving
+// certificate, two client certificates (system:masters and a user with no rights) and the
+// service-account signing key.
+type testPKI struct {
+	caCert, serverCert, serverKey, saKey string
+	caPEM                                []byte
+	admin, viewer                        [2][]byte // cert, key PEM
+}
+
+func newPKI(dir string) (*testPKI, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "meshmark test cluster CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, err
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	issue := func(serial int64, subject pkix.Name, usage x509.ExtKeyUsage, ips []net.IP, dns []string) ([2][]byte, error) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return [2][]byte{}, err
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: subject,
+			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			IPAddresses: ips, DNSNames: dns,
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+		if err != nil {
+			return [2][]byte{}, err
+		}
+		keyDER, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			return [2][]byte{}, err
+		}
+		return [2][]byte{
+			pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+			pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+		}, nil
+	}
+	server, err := issue(2, pkix.Name{CommonName: "kube-apiserver"}, x509.ExtKeyUsageServerAuth,
+		[]net.IP{net.IPv4(127, 0, 0, 1), net.ParseIP("198.19.240.1")}, []string{"localhost", "kubernetes.default.svc"})
+	if err != nil {
+		return nil, err
+	}
+	p := &testPKI{caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})}
+	if p.admin, err = issue(3, pkix.Name{CommonName: "meshmark-admin", Organization: []string{"system:masters"}}, x509.ExtKeyUsageClientAuth, nil, nil); err != nil {
+		return nil, err
+	}
+	if p.viewer, err = issue(4, pkix.Name{CommonName: "meshmark-nobody"}, x509.ExtKeyUsageClientAuth, nil, nil); err != nil {
+		return nil, err
+	}
+	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	saPEM := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(saKey)})
+	files := []struct {
+		path *string
+		name string
+		data []byte
+	}{
+		{&p.caCert, "ca.crt", p.caPEM},
+		{&p.serverCert, "apiserver.crt", server[0]},
+		{&p.serverKey, "apiserver.key", server[1]},
+		{&p.saKey, "sa.key", saPEM},
+	}
+	for _, f := range files {
+		*f.path = filepath.Join(dir, f.name)
+		if err := os.WriteFile(*f.path, f.data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func writeKubeconfig(path, server string, p *testPKI) error {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "apiVersion: v1\nkind: Config\ncurrent-context: admin\nclusters:\n- name: test\n  cluster:\n    server: %s\n    certificate-authority-data: %s\n", server, b64(p.caPEM))
+	b.WriteString("contexts:\n- name: admin\n  context: {cluster: test, user: admin}\n- name: viewer\n  context: {cluster: test, user: viewer}\n")
+	fmt.Fprintf(&b, "users:\n- name: admin\n  user:\n    client-certificate-data: %s\n    client-key-data: %s\n", b64(p.admin[0]), b64(p.admin[1]))
+	fmt.Fprintf(&b, "- name: viewer\n  user:\n    client-certificate-data: %s\n    client-key-data: %s\n", b64(p.viewer[0]), b64(p.viewer[1]))
+	if _, err := clientcmd.Load(b.Bytes()); err != nil {
+		return errors.New("test kubeconfig does not parse: " + err.Error())
+	}
+	return os.WriteFile(path, b.Bytes(), 0o600)
+}
+
+func b64(data []byte) string { return base64.StdEncoding.EncodeToString(data) }
