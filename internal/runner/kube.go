@@ -110,10 +110,12 @@ func DeployKubernetes(ctx context.Context, st *study.Study, opts DeployOptions) 
 			continue
 		}
 		// Teardown must run even when the wait was interrupted.
+		fmt.Fprintf(progress, "mesh %s: removing namespace %s\n", m.Name, app.Namespace)
+		removing := time.Now()
 		if terr := c.Teardown(context.WithoutCancel(ctx), app); terr != nil {
 			err = errors.Join(err, terr)
 		} else {
-			fmt.Fprintf(progress, "mesh %s: namespace %s removed\n", m.Name, app.Namespace)
+			fmt.Fprintf(progress, "mesh %s: namespace %s removed (%s)\n", m.Name, app.Namespace, time.Since(removing).Round(100*time.Millisecond))
 		}
 		if err != nil {
 			return deps, fmt.Errorf("mesh %s: %w", m.Name, err)

@@ -1,0 +1,170 @@
+package cli
+
+// `meshmark deploy` and `meshmark clean --kubernetes` against a real control plane with
+// kwok nodes (package kubetest): the objects, scheduling and deletion are real; no
+// container starts, so pods are ready on kwok's word and nothing is measured.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/substrate/kube"
+	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func startTestCluster(t *testing.T) *kubetest.Cluster {
+	t.Helper()
+	if missing, how := kubetest.Missing(); len(missing) > 0 {
+		t.Skipf("no test cluster: %s missing (%s)", strings.Join(missing, ", "), how)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := kubetest.Start(ctx, t.TempDir(), kubetest.Options{Nodes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+func kubeStudy(t *testing.T, c *kubetest.Cluster, meshes string) string {
+	t.Helper()
+	graph := "name: two-tier\nservices:\n  - name: front\n    isEntrypoint: true\n    replicas: 2\n    script: [call: back]\n  - name: back\n    versions: [{name: v1}, {name: v2}]\n"
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "app.yaml"), []byte(graph), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	doc := fmt.Sprintf(`apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: kube-deploy}
+spec:
+  substrate:
+    kubernetes:
+      kubeconfig: %s
+      image: registry.example/meshmark:test
+      namespacePrefix: mmtest
+      sutNodeSelector: {meshmark.dev/test-node: "0"}
+  workload: {graph: app.yaml}
+  meshes:
+%s
+  experiments:
+    - {name: latency, kind: fixed-rate, rate: 100, duration: 30s}
+`, c.Kubeconfig, meshes)
+	path := filepath.Join(dir, "study.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func execCLI(args ...string) (stdout, stderr string, err error) {
+	root := newRoot()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	err = root.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func meshmarkNamespaces(t *testing.T, c *kubetest.Cluster) []string {
+	t.Helper()
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := client.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{LabelSelector: kube.ManagedByLabel + "=" + kube.ManagedBy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, ns := range list.Items {
+		names = append(names, ns.Name)
+	}
+	return names
+}
+
+func TestDeployBringsUpWaitsAndLeavesNothing(t *testing.T) {
+	c := startTestCluster(t)
+	path := kubeStudy(t, c, "    - {name: baseline, profile: none}\n    - {name: baseline-b, profile: none}")
+
+	out, errOut, err := execCLI("deploy", path)
+
+	if err != nil {
+		t.Fatalf("deploy: %v\n%s", err, errOut)
+	}
+	// One line per mesh: its own namespace, every pod of the graph (2 + 1 + 1).
+	rows := regexp.MustCompile(`(?m)^(baseline(?:-b)?)\s+(mmtest-[0-9a-f]{6}-baseline(?:-b)?)\s+4 pods\s+7 objects\s+ready in `).FindAllStringSubmatch(out, -1)
+	if len(rows) != 2 || rows[0][2] == rows[1][2] {
+		t.Errorf("deploy printed:\n%s\nprogress:\n%s", out, errOut)
+	}
+	for _, want := range []string{"mesh baseline: 4/4 pods ready", "mesh baseline-b: namespace mmtest-", "removed"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("progress does not say %q:\n%s", want, errOut)
+		}
+	}
+	if left := meshmarkNamespaces(t, c); len(left) > 0 {
+		t.Errorf("deploy left namespaces %v", left)
+	}
+
+	// --keep leaves them, and clean --kubernetes --all RUN removes them.
+	_, errOut, err = execCLI("deploy", "--keep", path)
+
+	if err != nil {
+		t.Fatalf("deploy --keep: %v\n%s", err, errOut)
+	}
+	kept := meshmarkNamespaces(t, c)
+	run := regexp.MustCompile(`--all ([0-9a-f]{6})`).FindStringSubmatch(errOut)
+	if len(kept) != 2 || run == nil {
+		t.Fatalf("deploy --keep left %v; progress:\n%s", kept, errOut)
+	}
+	out, _, err = execCLI("clean", "--kubernetes", "--kubeconfig", c.Kubeconfig)
+	if err != nil || !strings.Contains(out, "kept (owner pid") {
+		t.Errorf("clean without --all must keep a live owner's namespaces: %v\n%s", err, out)
+	}
+	out, _, err = execCLI("clean", "--kubernetes", "--kubeconfig", c.Kubeconfig, "--all", run[1])
+	if err != nil || strings.Count(out, ": removed") != 2 {
+		t.Errorf("clean --all: %v\n%s", err, out)
+	}
+	if left := meshmarkNamespaces(t, c); len(left) > 0 {
+		t.Errorf("clean left namespaces %v", left)
+	}
+}
+
+func TestDeployRefusesBeforeCreatingAnything(t *testing.T) {
+	c := startTestCluster(t)
+	for _, tc := range []struct {
+		name, meshes, want string
+	}{
+		{"profile not on Kubernetes yet", "    - {name: baseline, profile: none}\n    - {name: sidecar, profile: envoy-sidecar}",
+			"spec.meshes[1] (sidecar): profile envoy-sidecar cannot be installed on Kubernetes yet"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := execCLI("deploy", kubeStudy(t, c, tc.meshes))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("deploy: %v, want it to say %q", err, tc.want)
+			}
+			if left := meshmarkNamespaces(t, c); len(left) > 0 {
+				t.Errorf("refused deploy created %v", left)
+			}
+		})
+	}
+	_, _, err := execCLI("run", kubeStudy(t, c, "    - {name: baseline, profile: none}"))
+	if err == nil || !strings.Contains(err.Error(), "measuring on Kubernetes is not built yet; `meshmark deploy") {
+		t.Errorf("run on kubernetes: %v", err)
+	}
+	var ee *exitError
+	_, _, err = execCLI("clean", "--kubernetes", "--kubeconfig", filepath.Join(t.TempDir(), "missing"))
+	if err == nil || errors.As(err, &ee) && ee.code == 0 || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("clean with a missing kubeconfig: %v", err)
+	}
+}
