@@ -443,9 +443,23 @@ func runLoad(cmd *cobra.Command, cfg load.Config, f loadFlags) error {
 			fmt.Fprintf(stderr, "raw log: %s, %d rows, times in ns from %s\n", f.raw, res.RawLog.Rows, res.Start.Format(time.RFC3339Nano))
 		}
 	}
+	if err := writeResult(cmd, res, f.format, f.output); err != nil {
+		return errors.Join(err, rawErr)
+	}
+	if f.format != "table" && f.output != "" {
+		for _, w := range res.Warnings {
+			fmt.Fprintln(stderr, "warning:", w)
+		}
+	}
+	return errors.Join(rawErr, runErr)
+}
+
+// writeResult writes res in format (table, json or csv) to output, or to stdout when
+// output is empty.
+func writeResult(cmd *cobra.Command, res *load.Result, format, output string) error {
 	var buf bytes.Buffer
 	var err error
-	switch f.format {
+	switch format {
 	case "json":
 		err = load.WriteJSON(&buf, res)
 	case "csv":
@@ -456,20 +470,11 @@ func runLoad(cmd *cobra.Command, cfg load.Config, f loadFlags) error {
 	if err != nil {
 		return err
 	}
-	if f.output == "" {
+	if output == "" {
 		_, err = cmd.OutOrStdout().Write(buf.Bytes())
-	} else {
-		err = writeFileAtomic(f.output, buf.Bytes())
+		return err
 	}
-	if err != nil {
-		return errors.Join(err, rawErr)
-	}
-	if f.format != "table" && f.output != "" {
-		for _, w := range res.Warnings {
-			fmt.Fprintln(stderr, "warning:", w)
-		}
-	}
-	return errors.Join(rawErr, runErr)
+	return writeFileAtomic(output, buf.Bytes())
 }
 
 // rawFile is --raw. The log is written to a temporary file beside FILE and renamed to
