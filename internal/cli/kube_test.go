@@ -168,3 +168,15 @@ func TestDeployRefusesBeforeCreatingAnything(t *testing.T) {
 		t.Errorf("clean with a missing kubeconfig: %v", err)
 	}
 }
+
+func TestKubernetesExamplesValidate(t *testing.T) {
+	files, err := filepath.Glob("../../examples/kubernetes/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Kubernetes examples: %v", err)
+	}
+	for _, f := range files {
+		if out, errOut, err := execCLI("validate", f); err != nil || !strings.Contains(out, ": ok (") {
+			t.Errorf("%s: %v\n%s%s", f, err, out, errOut)
+		}
+	}
+}
