@@ -19,6 +19,9 @@ import (
 // FilesDir is where AppSpec.Files appear in every workload pod.
 const FilesDir = "/etc/meshmark"
 
+// deleteTimeout bounds the wait for a namespace to be gone.
+const deleteTimeout = 5 * time.Minute
+
 // AppSpec is a workload graph to put on the cluster for one mesh of one run.
 type AppSpec struct {
 	Run, Mesh   string
@@ -324,7 +327,10 @@ func (c *Cluster) deleteNamespaces(ctx context.Context, names []string, progress
 	mine := metav1.ListOptions{LabelSelector: ManagedByLabel + "=" + ManagedBy}
 	background := metav1.DeletePropagationBackground
 	opts := metav1.DeleteOptions{PropagationPolicy: &background}
-	deadline := time.Now().Add(c.cfg.Timeout)
+	// How long deleting takes is the cluster's business, not the study's readiness
+	// budget: a short Timeout must not leave namespaces behind.
+	limit := max(c.cfg.Timeout, deleteTimeout)
+	deadline := time.Now().Add(limit)
 	for _, n := range names {
 		for _, step := range []struct {
 			what string
@@ -377,7 +383,7 @@ func (c *Cluster) deleteNamespaces(ctx context.Context, names []string, progress
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("namespaces still terminating after %s: %s%s", c.cfg.Timeout, strings.Join(left, ", "), c.whatHolds(ctx, left[0]))
+			return fmt.Errorf("namespaces still terminating after %s: %s%s", limit, strings.Join(left, ", "), c.whatHolds(ctx, left[0]))
 		}
 		select {
 		case <-ctx.Done():

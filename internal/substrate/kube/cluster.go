@@ -14,6 +14,7 @@ import (
 	"time"
 
 	authv1 "k8s.io/api/authorization/v1"
+	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -58,6 +59,7 @@ const DefaultNamespacePrefix = "meshmark"
 type Cluster struct {
 	cfg    Config
 	client kubernetes.Interface
+	ext    apiextensions.Interface
 	rest   *rest.Config
 	// Server and ContextName say which cluster this is, for messages and provenance.
 	Server, ContextName string
@@ -105,7 +107,11 @@ func Connect(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s, context %s: %w", source, name, err)
 	}
-	c := &Cluster{cfg: cfg, client: client, rest: rc, Server: rc.Host, ContextName: name}
+	ext, err := apiextensions.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("%s, context %s: %w", source, name, err)
+	}
+	c := &Cluster{cfg: cfg, client: client, ext: ext, rest: rc, Server: rc.Host, ContextName: name}
 	if err := c.reach(ctx); err != nil {
 		return nil, err
 	}
