@@ -39,7 +39,9 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 # a free port on loopback
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port=$(freeport)
+port2=$(freeport)
 head -c 612 /dev/zero | tr '\0' 'x' > "$work/index.html"
 mkdir -p "$work/tmp"
 cat > "$work/nginx.conf" <<CONF
@@ -56,6 +58,7 @@ http {
   keepalive_requests 10000000;
   keepalive_timeout 120s;
   server { listen 127.0.0.1:$port; root $work; }
+  server { listen 127.0.0.1:$port2 http2; root $work; http2_max_concurrent_streams 1024; }
 }
 CONF
 taskset -c 0 nginx -c "$work/nginx.conf" -p "$work" &
@@ -86,17 +89,20 @@ for r in $(seq "$rounds"); do
   run fortio fortio load -quiet -qps 0 -c "$conns" -t "${secs}s" "$url"
   echo "fortio $(sed -n 's/.*All done \([0-9]*\) calls.*/\1/p' "$work/fortio.out") $(cat "$work/fortio.cpu")" >> "$work/rounds"
 done
-python3 - "$work/rounds" "$secs" <<'PY'
+# table ROUNDS TOOL...: the median round of each tool, and meshmark's requests per CPU
+# second relative to each other tool.
+table() {
+  python3 - "$secs" "$@" <<'PY'
 import statistics, sys
-rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
-secs = float(sys.argv[2])
+secs, path, tools = float(sys.argv[1]), sys.argv[2], sys.argv[3:]
+rows = [l.split() for l in open(path) if l.strip()]
 per = {}
 for tool, n, user, sys_ in rows:
     n, cpu = int(n), float(user) + float(sys_)
     per.setdefault(tool, []).append((n / secs, cpu * 1e6 / n))
 print(f"{'tool':<10} {'req/s':>10} {'cpu_us/req':>11} {'req/cpu_s':>10}   rounds (cpu_us/req)")
 med = {}
-for tool in ("meshmark", "wrk", "fortio"):
+for tool in tools:
     rs = per.get(tool, [])
     if not rs:
         continue
@@ -104,9 +110,31 @@ for tool in ("meshmark", "wrk", "fortio"):
     cost = statistics.median(c for _, c in rs)
     med[tool] = cost
     print(f"{tool:<10} {rate:>10.0f} {cost:>11.2f} {1e6 / cost:>10.0f}   " + " ".join(f"{c:.2f}" for _, c in rs))
-if all(t in med for t in ("meshmark", "wrk", "fortio")):
-    print(f"meshmark requests per CPU second: {med['fortio'] / med['meshmark']:.2f}x fortio (target >= 1.2x), {med['wrk'] / med['meshmark']:.2f}x wrk")
+if all(t in med for t in tools) and "meshmark" in med:
+    print("meshmark requests per CPU second: " + ", ".join(f"{med[t] / med['meshmark']:.2f}x {t}" for t in tools if t != "meshmark"))
 PY
+}
+table "$work/rounds" meshmark wrk fortio
+
+# HTTP/2 in cleartext, multiplexed: the same requests in flight over the same
+# connections (meshmark -c C*M --streams M is h2load -c C -m M), one nginx worker.
+h2conns=${H2_CONNS:-4}
+streams=${H2_STREAMS:-8}
+echo
+if command -v h2load >/dev/null; then
+  h2url="http://127.0.0.1:$port2/index.html"
+  echo "h2c $h2url: $h2conns connections x $streams streams, ${secs}s closed loop, $rounds interleaved rounds"
+  : > "$work/h2rounds"
+  for r in $(seq "$rounds"); do
+    run meshmark-h2 "$mm" load "$h2url" --protocol h2c -c $((h2conns * streams)) --streams "$streams" -d "${secs}s" --format json -o "$work/meshmark-h2.json"
+    echo "meshmark $(jq '.completed' "$work/meshmark-h2.json") $(cat "$work/meshmark-h2.cpu")" >> "$work/h2rounds"
+    run h2load h2load -c "$h2conns" -m "$streams" -D "$secs" "$h2url"
+    echo "h2load $(sed -n 's/^requests: [0-9]* total, [0-9]* started, \([0-9]*\) done.*/\1/p' "$work/h2load.out") $(cat "$work/h2load.cpu")" >> "$work/h2rounds"
+  done
+  table "$work/h2rounds" meshmark h2load
+else
+  echo "h2c: h2load is missing (apt-get install nghttp2-client); no HTTP/2 comparison"
+fi
 echo
 echo "meshmark open loop, 10000 req/s for ${secs}s on the idle target (core 1):"
 taskset -c 1 "$mm" load "$url" --rate 10000 -d "${secs}s" | grep -E 'rate:|latency|service|send lag|generator|WARNING' || true

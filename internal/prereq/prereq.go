@@ -265,6 +265,8 @@ func Items() []Item {
 	return append(items, []Item{
 		{Name: "wrk", Purpose: "side-by-side load-engine benchmark", Need: NeedBench,
 			Find: systemBin("wrk"), VersionArgs: []string{"-v"}, Install: apt("wrk")},
+		{Name: "h2load", Purpose: "side-by-side HTTP/2 load-engine benchmark", Need: NeedBench,
+			Find: systemBin("h2load"), VersionArgs: []string{"--version"}, Install: apt("nghttp2-client")},
 		{Name: "fortio", Purpose: "side-by-side load-engine benchmark", Need: NeedBench,
 			Find: toolBin("fortio"), VersionArgs: []string{"version"},
 			Install: goInstall("fortio.org/fortio@" + FortioVersion)},
