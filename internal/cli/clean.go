@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
@@ -123,12 +124,19 @@ func cleanKubernetes(cmd *cobra.Command, f kubeFlags, all bool, runs []string) e
 	}})
 	removed := 0
 	for _, ns := range report {
+		what := "namespace " + ns.Name
+		if ns.Run != "" {
+			what += " (run " + ns.Run + ")"
+		}
+		if strings.Contains(ns.Name, "/") {
+			what = ns.Name // a cluster-scoped object, kind/name
+		}
 		if ns.Kept != "" {
-			fmt.Fprintf(out, "namespace %s (run %s): kept (%s)\n", ns.Name, ns.Run, ns.Kept)
+			fmt.Fprintf(out, "%s: kept (%s)\n", what, ns.Kept)
 			continue
 		}
 		removed++
-		fmt.Fprintf(out, "namespace %s (run %s): removed\n", ns.Name, ns.Run)
+		fmt.Fprintf(out, "%s: removed\n", what)
 	}
 	if removed == 0 && err == nil {
 		fmt.Fprintln(out, "nothing to clean")

@@ -349,7 +349,7 @@ func (c *Cluster) deleteNamespaces(ctx context.Context, names []string, progress
 	// the namespace controller has nothing to wait for.
 	for _, n := range names {
 		for time.Now().Before(deadline) {
-			pods, err := c.client.CoreV1().Pods(n).List(ctx, metav1.ListOptions{})
+			pods, err := c.client.CoreV1().Pods(n).List(ctx, mine)
 			if err != nil || len(pods.Items) == 0 {
 				break
 			}

@@ -2,12 +2,15 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
 
 	"github.com/meshmark/meshmark/internal/testbed"
+	"helm.sh/helm/v3/pkg/action"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -55,7 +58,8 @@ type CleanOptions struct {
 	Progress func(left int)
 }
 
-// CleanedNamespace is what Clean found for one namespace.
+// CleanedNamespace is what Clean found for one namespace (or, named
+// customresourcedefinition/NAME, for one CRD meshmark created for a chart).
 type CleanedNamespace struct {
 	Name, Run, Owner string
 	Removed          bool
@@ -94,10 +98,68 @@ func (c *Cluster) Clean(ctx context.Context, opts CleanOptions) ([]CleanedNamesp
 		}
 		report = append(report, entry)
 	}
-	if len(remove) == 0 {
-		return report, nil
+	var errs []error
+	// A killed install leaves cluster-scoped objects (roles, webhooks) that deleting its
+	// namespace would not remove; its Helm release, kept in that namespace, lists them.
+	for _, ns := range remove {
+		errs = append(errs, c.uninstallReleases(ctx, ns))
 	}
-	return report, c.deleteNamespaces(ctx, remove, opts.Progress)
+	if len(remove) > 0 {
+		errs = append(errs, c.deleteNamespaces(ctx, remove, opts.Progress))
+	}
+	if len(opts.Runs) == 0 || opts.All {
+		crds, err := c.cleanCRDs(ctx, opts.All)
+		report = append(report, crds...)
+		errs = append(errs, err)
+	}
+	return report, errors.Join(errs...)
+}
+
+// uninstallReleases uninstalls every Helm release stored in the namespace.
+func (c *Cluster) uninstallReleases(ctx context.Context, namespace string) error {
+	cfg, err := c.helmConfig(namespace, io.Discard)
+	if err != nil {
+		return err
+	}
+	list := action.NewList(cfg)
+	list.All = true
+	list.SetStateMask() // without it, All selects no state at all
+	releases, err := list.Run()
+	if err != nil {
+		return fmt.Errorf("namespace %s: list Helm releases: %w", namespace, err)
+	}
+	var errs []error
+	for _, rel := range releases {
+		un := action.NewUninstall(cfg)
+		un.Wait, un.Timeout = true, c.cfg.Timeout
+		if _, err := un.Run(rel.Name); err != nil {
+			errs = append(errs, fmt.Errorf("namespace %s: uninstall %s: %w", namespace, rel.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cleanCRDs deletes the CustomResourceDefinitions meshmark created for a chart whose
+// owner is gone (every one with all).
+func (c *Cluster) cleanCRDs(ctx context.Context, all bool) ([]CleanedNamespace, error) {
+	list, err := c.crdClient().List(ctx, metav1.ListOptions{LabelSelector: ManagedByLabel + "=" + ManagedBy})
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: list CustomResourceDefinitions: %w", c.Server, err)
+	}
+	var report []CleanedNamespace
+	var remove []string
+	for _, crd := range list.Items {
+		entry := CleanedNamespace{Name: "customresourcedefinition/" + crd.Name, Owner: crd.Annotations[OwnerAnnotation]}
+		state, alive := ownerState(entry.Owner)
+		if alive && !all {
+			entry.Kept = state
+		} else {
+			entry.Removed = true
+			remove = append(remove, crd.Name)
+		}
+		report = append(report, entry)
+	}
+	return report, c.deleteCRDs(ctx, remove)
 }
 
 func contains(list []string, s string) bool {

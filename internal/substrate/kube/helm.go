@@ -11,11 +11,14 @@ import (
 	"time"
 
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/cli"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/yaml"
@@ -133,6 +136,13 @@ func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer) (inst *
 		return inst, fmt.Errorf("chart %s: %w", ch.Ref, err)
 	}
 	start := time.Now()
+	// The chart's crds/ are applied here rather than by Helm, labelled with their owner,
+	// so that `meshmark clean --kubernetes` can remove them after a killed run: Helm
+	// neither labels nor ever deletes them.
+	if err := c.createCRDs(ctx, loaded, ch); err != nil {
+		return inst, err
+	}
+	install.SkipCRDs = true
 	rel, err := install.RunWithContext(ctx, loaded, ch.Values)
 	if err != nil {
 		return inst, fmt.Errorf("install %s (chart %s %s) into %s: %w", ch.Release, loaded.Name(), loaded.Metadata.Version, ch.Namespace, err)
@@ -158,6 +168,69 @@ func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer) (inst *
 	return inst, nil
 }
 
+// ReleaseAnnotation names the Helm release (namespace/name) a CRD was installed for.
+const ReleaseAnnotation = "meshmark.dev/release"
+
+// createCRDs creates the chart's crds/ that the cluster does not have yet, labelled as
+// meshmark's and annotated with the owner, and waits until the API server serves them.
+func (c *Cluster) createCRDs(ctx context.Context, ch *chart.Chart, spec Chart) error {
+	var created []string
+	for _, obj := range ch.CRDObjects() {
+		for _, doc := range releaseutil.SplitManifests(string(obj.File.Data)) {
+			var crd apiextv1.CustomResourceDefinition
+			if err := yaml.Unmarshal([]byte(doc), &crd); err != nil {
+				return fmt.Errorf("chart %s: %s: %w", ch.Name(), obj.Filename, err)
+			}
+			if crd.Name == "" {
+				continue
+			}
+			if crd.Labels == nil {
+				crd.Labels = map[string]string{}
+			}
+			if crd.Annotations == nil {
+				crd.Annotations = map[string]string{}
+			}
+			crd.Labels[ManagedByLabel] = ManagedBy
+			crd.Annotations[OwnerAnnotation] = ownerRecord()
+			crd.Annotations[ReleaseAnnotation] = spec.Namespace + "/" + spec.Release
+			_, err := c.crdClient().Create(ctx, &crd, metav1.CreateOptions{})
+			switch {
+			case apierrors.IsAlreadyExists(err):
+				continue // the cluster's own, or another release's: not ours to own
+			case err != nil:
+				return fmt.Errorf("chart %s: create CustomResourceDefinition %s: %w", ch.Name(), crd.Name, err)
+			}
+			created = append(created, crd.Name)
+		}
+	}
+	deadline := time.Now().Add(c.cfg.Timeout)
+	for _, name := range created {
+		for {
+			crd, err := c.crdClient().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if established(crd) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("CustomResourceDefinition %s not established after %s", name, c.cfg.Timeout)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func established(crd *apiextv1.CustomResourceDefinition) bool {
+	for _, cond := range crd.Status.Conditions {
+		if cond.Type == apiextv1.Established && cond.Status == apiextv1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
 // Uninstall removes the release, the CRDs its install added (Helm leaves CRDs behind on
 // purpose; a benchmark must not) and the namespace if it was made for the release.
 func (c *Cluster) Uninstall(ctx context.Context, inst *Installed, logw io.Writer) error {
@@ -178,20 +251,33 @@ func (c *Cluster) Uninstall(ctx context.Context, inst *Installed, logw io.Writer
 	} else {
 		errs = append(errs, err)
 	}
-	for _, name := range inst.Effort.CRDs {
+	if err := c.deleteCRDs(ctx, inst.Effort.CRDs); err != nil {
+		errs = append(errs, err)
+	}
+	if inst.createdNamespace {
+		if err := c.deleteNamespaces(ctx, []string{inst.Chart.Namespace}, nil); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// deleteCRDs deletes the CRDs and waits until they are gone, which is once the API
+// server has deleted their remaining custom resources.
+func (c *Cluster) deleteCRDs(ctx context.Context, names []string) error {
+	var errs []error
+	for _, name := range names {
 		if err := c.crdClient().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete CustomResourceDefinition %s: %w", name, err))
 		}
 	}
-	// A CRD goes once the API server has deleted its remaining custom resources.
-	for deadline := time.Now().Add(deleteTimeout); len(inst.Effort.CRDs) > 0; {
+	for deadline := time.Now().Add(deleteTimeout); len(names) > 0; {
 		left, err := c.crdNames(ctx)
 		if err != nil {
-			errs = append(errs, err)
-			break
+			return errors.Join(append(errs, err)...)
 		}
 		var still []string
-		for _, name := range inst.Effort.CRDs {
+		for _, name := range names {
 			if left[name] {
 				still = append(still, name)
 			}
@@ -203,11 +289,10 @@ func (c *Cluster) Uninstall(ctx context.Context, inst *Installed, logw io.Writer
 			errs = append(errs, fmt.Errorf("CustomResourceDefinitions still terminating after %s: %s", deleteTimeout, strings.Join(still, ", ")))
 			break
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if inst.createdNamespace {
-		if err := c.deleteNamespaces(ctx, []string{inst.Chart.Namespace}, nil); err != nil {
-			errs = append(errs, err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 	return errors.Join(errs...)

@@ -3,6 +3,9 @@ package kube
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -33,9 +36,9 @@ func TestHelmInstallMeasuresEffortAndUninstallLeavesNothing(t *testing.T) {
 		t.Fatalf("%v\n%s", err, helmLog.String())
 	}
 	e := inst.Effort
-	wantKinds := map[string]int{"ServiceAccount": 1, "Deployment": 1, "Service": 1, "Widget": 1, "CustomResourceDefinition": 1}
-	if e.Objects != 5 || len(e.Kinds) != len(wantKinds) || e.Values != 2 || e.Ready <= 0 || !slices.Equal(e.CRDs, []string{widgetCRD}) {
-		t.Errorf("effort %+v: want 5 objects %v, 2 values, the CRD added", e, wantKinds)
+	wantKinds := map[string]int{"ServiceAccount": 1, "Deployment": 1, "Service": 1, "Widget": 1, "ClusterRole": 1, "CustomResourceDefinition": 1}
+	if e.Objects != 6 || len(e.Kinds) != len(wantKinds) || e.Values != 2 || e.Ready <= 0 || !slices.Equal(e.CRDs, []string{widgetCRD}) {
+		t.Errorf("effort %+v: want 6 objects %v, 2 values, the CRD added", e, wantKinds)
 	}
 	for k, n := range wantKinds {
 		if e.Kinds[k] != n {
@@ -81,5 +84,73 @@ func TestHelmInstallThatNeverGetsReadyIsRemoved(t *testing.T) {
 	if _, err := c.Install(ctx, Chart{Release: "x", Ref: "istiod", Repo: "https://istio-release.storage.googleapis.com/charts", Namespace: "x"}, nil); err == nil ||
 		!strings.Contains(err.Error(), "no version: pin one") {
 		t.Errorf("an unpinned repository chart: %v", err)
+	}
+}
+
+// installAndHang is a run killed during an install: it installs a chart whose pods
+// never become ready, so that it is inside Helm's wait when it is killed.
+func installAndHang() int {
+	c, err := Connect(context.Background(), Config{Kubeconfig: os.Getenv("MESHMARK_KUBE_TEST_KUBECONFIG"), Timeout: time.Hour})
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	_, err = c.Install(context.Background(), Chart{
+		Release: "killed", Ref: "testdata/charts/widget-app", Namespace: "mmtest-killed-system",
+		Values: map[string]any{"nodeSelector": map[string]any{"meshmark.dev/test-node": "none"}},
+	}, nil)
+	fmt.Println("install returned:", err)
+	return 1
+}
+
+func TestCleanAfterAKilledInstall(t *testing.T) {
+	needCluster(t)
+	ctx := context.Background()
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), "MESHMARK_KUBE_TEST_INSTALL=1", "MESHMARK_KUBE_TEST_KUBECONFIG="+cluster.Kubeconfig)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := connect(t, Config{})
+	// Killed once Helm has applied the templates and waits for the pods.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, err := c.Client().AppsV1().Deployments("mmtest-killed-system").Get(ctx, "killed", metav1.GetOptions{}); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("the install never got to its wait:\n%s", out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if _, err := c.Client().RbacV1().ClusterRoles().Get(ctx, "killed-widget-reader", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the killed install's ClusterRole is not there to clean: %v", err)
+	}
+
+	report, err := c.Clean(ctx, CleanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed := map[string]bool{}
+	for _, e := range report {
+		removed[e.Name] = e.Removed
+	}
+	if !removed["mmtest-killed-system"] || !removed["customresourcedefinition/"+widgetCRD] {
+		t.Errorf("clean: %+v", report)
+	}
+	if err := c.RequireCRDs(ctx, "", widgetCRD); err == nil {
+		t.Error("clean left the killed install's CRD")
+	}
+	if _, err := c.Client().RbacV1().ClusterRoles().Get(ctx, "killed-widget-reader", metav1.GetOptions{}); !IsNotFound(err) {
+		t.Errorf("clean left the killed install's ClusterRole: %v", err)
+	}
+	if _, err := c.Client().CoreV1().Namespaces().Get(ctx, "mmtest-killed-system", metav1.GetOptions{}); !IsNotFound(err) {
+		t.Errorf("clean left the killed install's namespace: %v", err)
 	}
 }

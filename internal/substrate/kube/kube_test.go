@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("MESHMARK_KUBE_TEST_CHILD") != "" {
 		os.Exit(deployAndHang())
 	}
+	if os.Getenv("MESHMARK_KUBE_TEST_INSTALL") != "" {
+		os.Exit(installAndHang())
+	}
 	if missing, how := kubetest.Missing(); len(missing) > 0 {
 		fmt.Fprintf(os.Stderr, "kube tests skipped: %s missing (%s)\n", strings.Join(missing, ", "), how)
 		os.Exit(m.Run())
