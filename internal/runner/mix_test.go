@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -79,16 +80,19 @@ spec:
 		t.Fatal(err)
 	}
 	for _, want := range []string{"| none | request mix matches the graph's weights | FAIL | 1 of 1 trials off by more than 10 points",
-		"balancing: per-connection: the service VIPs pick an endpoint per connection, as kube-proxy does", "100% (intended 50%)",
+		"balancing: per-connection: the service VIPs pick an endpoint per connection, as kube-proxy does",
 		"| sidecar | request mix matches the graph's weights | PASS |", "| spread | request mix matches the graph's weights | PASS | 0 of 1 trials",
 		"balancing: per-request: each caller picks a pod per request"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report does not say %q", want)
 		}
 	}
-	// Which version the one connection reached is chance; that the other got nothing is not.
-	if !strings.Contains(md.String(), "back v1 0% (intended 50%)") && !strings.Contains(md.String(), "back v2 0% (intended 50%)") {
-		t.Error("report does not name the version that served nothing")
+	// Which version the kept-alive connection reached is chance. Nearly all traffic goes
+	// to it, but not always all: when a response is slow, the generator and front open a
+	// second connection, which the VIP may send to the other version (seen once: 97/3).
+	if !regexp.MustCompile(`back v[12] (9\d|100)% \(intended 50%\)`).MatchString(md.String()) ||
+		!regexp.MustCompile(`back v[12] \d% \(intended 50%\)`).MatchString(md.String()) {
+		t.Error("report does not name the version that served nearly everything and the one that served nearly nothing")
 	}
 	if t.Failed() {
 		t.Log(md.String())
