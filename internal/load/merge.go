@@ -3,6 +3,7 @@ package load
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,7 +34,7 @@ func Merge(results []*Result) (*Result, error) {
 		if r.Model != out.Model {
 			return nil, fmt.Errorf("merge: result %d ran %s, result 1 ran %s: only runs of one load model add up", i+1, r.Model, out.Model)
 		}
-		if !contains(targets, r.Target) {
+		if !slices.Contains(targets, r.Target) {
 			targets = append(targets, r.Target)
 		}
 		if r.Start.Before(out.Start) {
@@ -45,7 +46,7 @@ func Merge(results []*Result) (*Result, error) {
 		out.Succeeded += r.Succeeded
 		out.Errors = out.Errors.plus(r.Errors)
 		for _, s := range r.ErrorSamples {
-			if len(out.ErrorSamples) < maxErrorSamples && !contains(out.ErrorSamples, s) {
+			if len(out.ErrorSamples) < maxErrorSamples && !slices.Contains(out.ErrorSamples, s) {
 				out.ErrorSamples = append(out.ErrorSamples, s)
 			}
 		}
@@ -169,13 +170,4 @@ func mergeIntervals(results []*Result) ([]Interval, error) {
 func (e Errors) plus(o Errors) Errors {
 	return Errors{Refused: e.Refused + o.Refused, Reset: e.Reset + o.Reset, Timeout: e.Timeout + o.Timeout,
 		Non2xx: e.Non2xx + o.Non2xx, Other: e.Other + o.Other}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -255,9 +255,7 @@ func Items() []Item {
 	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
 		it := Item{Name: name, Purpose: "the Kubernetes substrate's test cluster", Need: NeedTest,
 			Find: toolBin(name), VersionArgs: []string{"--version"}, Install: buildKube(tools)}
-		if name == "kwok" {
-			it.VersionArgs = []string{"--version"}
-		} else {
+		if name != "kwok" {
 			it.WantVersion = KubernetesVersion
 		}
 		items = append(items, it)

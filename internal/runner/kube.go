@@ -2,8 +2,6 @@ package runner
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
+	"github.com/meshmark/meshmark/internal/testbed"
 	"github.com/meshmark/meshmark/internal/workload"
 )
 
@@ -74,7 +73,7 @@ func DeployKubernetes(ctx context.Context, st *study.Study, opts DeployOptions) 
 		return nil, fmt.Errorf("%s: spec.substrate.kubernetes: %w", st.File, err)
 	}
 	fmt.Fprintf(progress, "cluster %s (context %s)\n", c.Server, c.ContextName)
-	run := newKubeRunID()
+	run := testbed.NewRunID()
 	for _, m := range st.Spec.Meshes {
 		start := time.Now()
 		spec := kube.AppSpec{
@@ -162,12 +161,4 @@ func (r *runner) kubeGraph() (string, map[string][]byte, error) {
 	}
 	name := "graph-" + filepath.Base(w.Graph)
 	return filepath.Join(kube.FilesDir, name), map[string][]byte{name: data}, nil
-}
-
-func newKubeRunID() string {
-	var b [3]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand does not fail on Linux
-	}
-	return hex.EncodeToString(b[:])
 }

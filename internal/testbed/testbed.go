@@ -243,8 +243,8 @@ func (tb *Testbed) nodeByName(name string) (*node, error) {
 	return nil, fmt.Errorf("testbed: no node %q (have %v)", name, tb.Nodes())
 }
 
-// newRunID returns 6 random hex characters.
-func newRunID() string {
+// NewRunID returns 6 random hex characters: a run's id, as its objects are named.
+func NewRunID() string {
 	var b [3]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(err) // crypto/rand does not fail on Linux
@@ -264,7 +264,7 @@ func (tb *Testbed) createRunDir() error {
 		return fmt.Errorf("testbed: %w", err)
 	}
 	for attempt := 0; attempt < 20; attempt++ {
-		id := newRunID()
+		id := NewRunID()
 		if leftoverNamesExist(id) {
 			continue
 		}

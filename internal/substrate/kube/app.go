@@ -53,8 +53,7 @@ type App struct {
 // NamespaceFor is the namespace of a run's mesh: a DNS label made of the prefix, the run
 // id and the mesh's name, so that two meshes of one run never share one.
 func (c *Cluster) NamespaceFor(run, mesh string) string {
-	name := dnsLabel(c.cfg.NamespacePrefix + "-" + run + "-" + mesh)
-	return name
+	return dnsLabel(c.cfg.NamespacePrefix + "-" + run + "-" + mesh)
 }
 
 var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -80,7 +81,7 @@ func (c *Cluster) Clean(ctx context.Context, opts CleanOptions) ([]CleanedNamesp
 	var remove []string
 	for _, ns := range list.Items {
 		run := ns.Labels[RunLabel]
-		if len(opts.Runs) > 0 && !contains(opts.Runs, run) {
+		if len(opts.Runs) > 0 && !slices.Contains(opts.Runs, run) {
 			continue
 		}
 		entry := CleanedNamespace{Name: ns.Name, Run: run, Owner: ns.Annotations[OwnerAnnotation]}
@@ -160,13 +161,4 @@ func (c *Cluster) cleanCRDs(ctx context.Context, all bool) ([]CleanedNamespace, 
 		report = append(report, entry)
 	}
 	return report, c.deleteCRDs(ctx, remove)
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
