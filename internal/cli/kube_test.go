@@ -102,12 +102,13 @@ func TestDeployBringsUpWaitsAndLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("deploy: %v\n%s", err, errOut)
 	}
-	// One line per mesh: its own namespace, every pod of the graph (2 + 1 + 1).
-	rows := regexp.MustCompile(`(?m)^(baseline(?:-b)?)\s+(mmtest-[0-9a-f]{6}-baseline(?:-b)?)\s+4 pods\s+7 objects\s+ready in `).FindAllStringSubmatch(out, -1)
+	// One line per mesh: its own namespace, every pod of the graph (2 + 1 + 1) and the
+	// load generator.
+	rows := regexp.MustCompile(`(?m)^(baseline(?:-b)?)\s+(mmtest-[0-9a-f]{6}-baseline(?:-b)?)\s+5 pods\s+8 objects\s+ready in `).FindAllStringSubmatch(out, -1)
 	if len(rows) != 2 || rows[0][2] == rows[1][2] {
 		t.Errorf("deploy printed:\n%s\nprogress:\n%s", out, errOut)
 	}
-	for _, want := range []string{"mesh baseline: 4/4 pods ready", "mesh baseline-b: namespace mmtest-", "removed"} {
+	for _, want := range []string{"mesh baseline: 5/5 pods ready", "mesh baseline-b: namespace mmtest-", "removed"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("progress does not say %q:\n%s", want, errOut)
 		}

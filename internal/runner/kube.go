@@ -77,7 +77,7 @@ func DeployKubernetes(ctx context.Context, st *study.Study, opts DeployOptions) 
 	for _, m := range st.Spec.Meshes {
 		start := time.Now()
 		spec := kube.AppSpec{
-			Run: run, Mesh: m.Name, Deployments: r.graph.Deployments(), Files: files,
+			Run: run, Mesh: m.Name, Deployments: r.graph.Deployments(), Files: files, Generators: k.Generators,
 			Args: func(d workload.Deployment) []string {
 				args := r.graph.ServiceArgs(d, kube.PodNameArg)
 				for i := range args {
@@ -101,6 +101,7 @@ func DeployKubernetes(ctx context.Context, st *study.Study, opts DeployOptions) 
 			for _, d := range spec.Deployments {
 				pods += max(d.Replicas, 1)
 			}
+			pods += spec.Generators
 			deps = append(deps, KubeDeployment{Mesh: m.Name, Namespace: app.Namespace, Pods: pods,
 				Objects: 1 + len(app.Deployments) + len(app.Services) + min(len(files), 1), Ready: time.Since(start)})
 		}

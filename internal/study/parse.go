@@ -169,6 +169,12 @@ func (c *checker) kubernetes(k *KubernetesSubstrate) {
 	if !c.has(p + ".cleanup") {
 		k.Cleanup = true
 	}
+	switch {
+	case !c.has(p + ".generators"):
+		k.Generators = 1
+	case k.Generators < 1 || k.Generators > 64:
+		c.errAt(p+".generators", "%d: want 1 to 64 load-generator pods", k.Generators)
+	}
 	if c.has(p+".image") && !imageRef.MatchString(k.Image) {
 		c.errAt(p+".image", "%q: expected an image reference like registry.example/meshmark:v1 (lower-case repository, optional :tag or @sha256:digest)", k.Image)
 	}

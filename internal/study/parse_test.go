@@ -252,6 +252,8 @@ func TestInvalid(t *testing.T) {
 				`f.yaml:7:71: spec.substrate.kubernetes.sutNodeSelector.bad key!: "bad key!" is not a valid Kubernetes label key`}},
 		{"kubernetes image checked", "  workload:\n", "  substrate:\n    kubernetes: {image: \"Meshmark:latest tag\"}\n  workload:\n",
 			[]string{`f.yaml:7:25: spec.substrate.kubernetes.image: "Meshmark:latest tag": expected an image reference like registry.example/meshmark:v1 (lower-case repository, optional :tag or @sha256:digest)`}},
+		{"kubernetes generators bounded", "  workload:\n", "  substrate:\n    kubernetes: {generators: 0}\n  workload:\n",
+			[]string{`f.yaml:7:30: spec.substrate.kubernetes.generators: 0: want 1 to 64 load-generator pods`}},
 		{"fixed rate without duration", "      duration: 20s\n", "",
 			[]string{`f.yaml:18:7: spec.experiments[1].duration: missing: how long to measure, like "60s"`}},
 		{"arrival on closed-loop load", "connections: [8, 16]", "connections: [8, 16]\n      arrival: poisson",

@@ -158,6 +158,9 @@ type KubernetesSubstrate struct {
 	// Image is the meshmark image the workload and load generators run (see
 	// `meshmark image build`); required to deploy anything.
 	Image string `yaml:"image,omitempty"`
+	// Generators is how many load-generator pods share the load, spread over the
+	// load-generator nodes; default 1.
+	Generators int `yaml:"generators,omitempty"`
 }
 
 // Workload is the service graph under test.

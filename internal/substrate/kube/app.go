@@ -34,6 +34,9 @@ type AppSpec struct {
 	// NamespaceLabels and PodAnnotations are how a mesh enrolls the workload, for
 	// example istio-injection=enabled or linkerd.io/inject=enabled.
 	NamespaceLabels, PodAnnotations map[string]string
+	// Generators is how many load-generator pods to run beside the workload (see
+	// ForwardGenerators); 0 runs none.
+	Generators int
 }
 
 // PodNameArg stands for the pod's name in AppSpec.Args: Kubernetes expands it from the
@@ -48,6 +51,8 @@ type App struct {
 	// pods counts the pods behind each Service, which its endpoints must all list
 	// before the app is ready.
 	pods map[string]int
+	// generators is how many load-generator pods the app has.
+	generators int
 }
 
 // NamespaceFor is the namespace of a run's mesh: a DNS label made of the prefix, the run
@@ -102,6 +107,14 @@ func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
 		if _, seen := ports[d.Service]; !seen {
 			ports[d.Service] = d
 		}
+	}
+	if spec.Generators > 0 {
+		dep := c.generatorDeployment(spec, labels, spec.Generators)
+		if _, err := c.client.AppsV1().Deployments(app.Namespace).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+			return app, fmt.Errorf("namespace %s: create deployment %s: %w", app.Namespace, dep.Name, err)
+		}
+		app.Deployments = append(app.Deployments, dep.Name)
+		app.generators = spec.Generators
 	}
 	var services []string
 	for s := range ports {

@@ -159,7 +159,7 @@ func (c *Cluster) reach(ctx context.Context) error {
 }
 
 // neededRights is what a run does on the cluster: create and delete its namespaces and
-// the workload's objects in them, and watch the pods.
+// the workload's objects in them, watch the pods, and reach the load generators.
 var neededRights = []authv1.ResourceAttributes{
 	{Verb: "create", Resource: "namespaces"},
 	{Verb: "delete", Resource: "namespaces"},
@@ -168,6 +168,7 @@ var neededRights = []authv1.ResourceAttributes{
 	{Verb: "create", Resource: "services"},
 	{Verb: "create", Resource: "configmaps"},
 	{Verb: "list", Resource: "pods"},
+	{Verb: "create", Resource: "pods", Subresource: "portforward"},
 }
 
 // checkRights asks the API server, before anything is created, whether the caller may
@@ -195,6 +196,9 @@ func (c *Cluster) checkRights(ctx context.Context) error {
 
 func describe(ra authv1.ResourceAttributes) string {
 	res := ra.Resource
+	if ra.Subresource != "" {
+		res += "/" + ra.Subresource
+	}
 	if ra.Group != "" {
 		res += "." + ra.Group
 	}

@@ -3,7 +3,9 @@
 // proxy by `meshmark setup` (scripts/build-kube.sh), with kwok standing in for the
 // kubelets. Objects, RBAC, admission, scheduling, garbage collection and namespace
 // deletion are the real ones; pods run only on paper: kwok marks them running and ready,
-// but no container starts, so nothing can be measured on this cluster.
+// but no container starts, so nothing can be measured on this cluster. A port-forward to
+// a pod's port is real as far as the API server and kwok's kubelet endpoint; kwok then
+// dials the address a test names with ForwardPodPort.
 package kubetest
 
 import (
@@ -32,12 +34,20 @@ import (
 
 	"github.com/meshmark/meshmark/internal/prereq"
 	corev1 "k8s.io/api/core/v1"
+	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	kwokcrd "sigs.k8s.io/kwok/kustomize/crd"
 	nodefast "sigs.k8s.io/kwok/kustomize/stage/node/fast"
 	nodeheartbeat "sigs.k8s.io/kwok/kustomize/stage/node/heartbeat"
 	podfast "sigs.k8s.io/kwok/kustomize/stage/pod/fast"
+	"sigs.k8s.io/yaml"
 )
 
 // Binaries are the programs a test cluster runs, in start order.
@@ -115,7 +125,7 @@ func Start(ctx context.Context, dir string, opts Options) (c *Cluster, err error
 	if err != nil {
 		return c, err
 	}
-	ports, err := freePorts(3)
+	ports, err := freePorts(4)
 	if err != nil {
 		return c, err
 	}
@@ -151,6 +161,10 @@ func Start(ctx context.Context, dir string, opts Options) (c *Cluster, err error
 		// scheduling, namespaces over a minute to go, growing with the cluster's age).
 		// Without the cache, watches read etcd directly: 0.5 s and 6 s, steadily.
 		"--watch-cache=false",
+		// Port-forwards go to kwok's kubelet endpoint on the node's InternalIP.
+		"--kubelet-preferred-address-types", "InternalIP",
+		"--kubelet-certificate-authority", pki.caCert,
+		"--kubelet-client-certificate", pki.kubeletClientCert, "--kubelet-client-key", pki.kubeletClientKey,
 		"--cert-dir", filepath.Join(dir, "apiserver-certs")); err != nil {
 		return c, err
 	}
@@ -197,13 +211,22 @@ func Start(ctx context.Context, dir string, opts Options) (c *Cluster, err error
 	if err := os.WriteFile(stages, []byte(strings.Join(docs, "\n---\n")), 0o600); err != nil {
 		return c, err
 	}
+	// kwok's PortForward objects say where a pod's ports really lead, so that a
+	// port-forward through the API server reaches a process of the test.
+	if err := c.createCRD(ctx, kwokcrd.PortForward); err != nil {
+		return c, err
+	}
+	kubeletPort := strconv.Itoa(ports[3])
 	if err := c.start(ctx, "kwok", nil,
 		"--config", stages,
 		"--kubeconfig", c.Kubeconfig,
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector", "kwok.x-k8s.io/node=fake",
-		"--cidr", "198.19.0.0/18", "--node-ip", "198.19.255.1",
-		"--server-address", "127.0.0.1:0"); err != nil {
+		// Every node's kubelet endpoint is kwok's server on loopback.
+		"--cidr", "198.19.0.0/18", "--node-ip", "127.0.0.1", "--node-port", kubeletPort,
+		"--server-address", "127.0.0.1:"+kubeletPort,
+		"--tls-cert-file", pki.kubeletCert, "--tls-private-key-file", pki.kubeletKey,
+		"--enable-crds", "PortForward"); err != nil {
 		return c, err
 	}
 	for i := 0; i < opts.Nodes; i++ {
@@ -243,11 +266,80 @@ func Start(ctx context.Context, dir string, opts Options) (c *Cluster, err error
 	return c, err
 }
 
-// Client returns an admin clientset.
-func (c *Cluster) Client() (kubernetes.Interface, error) {
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+// createCRD creates a CustomResourceDefinition from its YAML and waits until it is
+// established.
+func (c *Cluster) createCRD(ctx context.Context, def []byte) error {
+	rc, err := c.restConfig()
+	if err != nil {
+		return err
+	}
+	ext, err := apiextensions.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	var crd apiextv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(def, &crd); err != nil {
+		return fmt.Errorf("CRD: %w", err)
+	}
+	if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, &crd, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create CRD %s: %w", crd.Name, err)
+	}
+	return c.waitFor(ctx, 30*time.Second, "CRD "+crd.Name, func() error {
+		got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range got.Status.Conditions {
+			if cond.Type == apiextv1.Established && cond.Status == apiextv1.ConditionTrue {
+				return nil
+			}
+		}
+		return errors.New("not established")
+	})
+}
+
+// ForwardPodPort makes a port-forward to pod's port reach target (host:port) instead:
+// kwok's kubelet endpoint, which the API server calls for port-forwards, dials it. This
+// is how a test puts a real process behind a pod that kwok only runs on paper.
+func (c *Cluster) ForwardPodPort(ctx context.Context, namespace, pod string, port int, target string) error {
+	host, p, err := net.SplitHostPort(target)
+	if err != nil {
+		return err
+	}
+	targetPort, err := strconv.Atoi(p)
+	if err != nil {
+		return err
+	}
+	rc, err := c.restConfig()
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "PortForward",
+		"metadata": map[string]any{"name": pod, "namespace": namespace},
+		"spec": map[string]any{"forwards": []any{map[string]any{
+			"ports":  []any{int64(port)},
+			"target": map[string]any{"address": host, "port": int64(targetPort)},
+		}}},
+	}}
+	gvr := schema.GroupVersionResource{Group: "kwok.x-k8s.io", Version: "v1alpha1", Resource: "portforwards"}
+	_, err = dyn.Resource(gvr).Namespace(namespace).Create(ctx, obj, metav1.CreateOptions{})
+	return err
+}
+
+func (c *Cluster) restConfig() (*rest.Config, error) {
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 		&clientcmd.ClientConfigLoadingRules{ExplicitPath: c.Kubeconfig},
 		&clientcmd.ConfigOverrides{CurrentContext: c.Context}).ClientConfig()
+}
+
+// Client returns an admin clientset.
+func (c *Cluster) Client() (kubernetes.Interface, error) {
+	rc, err := c.restConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -369,8 +461,11 @@ func freePorts(n int) ([]int, error) {
 // service-account signing key.
 type testPKI struct {
 	caCert, serverCert, serverKey, saKey string
-	caPEM                                []byte
-	admin, viewer                        [2][]byte // cert, key PEM
+	// kwok's kubelet endpoint serves kubeletCert; the API server reaches it as
+	// kubeletClient (port-forward, exec and logs go that way).
+	kubeletCert, kubeletKey, kubeletClientCert, kubeletClientKey string
+	caPEM                                                        []byte
+	admin, viewer                                                [2][]byte // cert, key PEM
 }
 
 func newPKI(dir string) (*testPKI, error) {
@@ -428,6 +523,14 @@ func newPKI(dir string) (*testPKI, error) {
 	if p.viewer, err = issue(4, pkix.Name{CommonName: "meshmark-nobody"}, x509.ExtKeyUsageClientAuth, nil, nil); err != nil {
 		return nil, err
 	}
+	kubelet, err := issue(5, pkix.Name{CommonName: "kwok-kubelet"}, x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)}, []string{"localhost"})
+	if err != nil {
+		return nil, err
+	}
+	kubeletClient, err := issue(6, pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}}, x509.ExtKeyUsageClientAuth, nil, nil)
+	if err != nil {
+		return nil, err
+	}
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return nil, err
@@ -442,6 +545,10 @@ func newPKI(dir string) (*testPKI, error) {
 		{&p.serverCert, "apiserver.crt", server[0]},
 		{&p.serverKey, "apiserver.key", server[1]},
 		{&p.saKey, "sa.key", saPEM},
+		{&p.kubeletCert, "kubelet.crt", kubelet[0]},
+		{&p.kubeletKey, "kubelet.key", kubelet[1]},
+		{&p.kubeletClientCert, "kubelet-client.crt", kubeletClient[0]},
+		{&p.kubeletClientKey, "kubelet-client.key", kubeletClient[1]},
 	}
 	for _, f := range files {
 		*f.path = filepath.Join(dir, f.name)
