@@ -27,6 +27,9 @@ const (
 	// the Go module proxy (scripts/build-kube.sh), run against Debian's etcd.
 	KubernetesVersion = "v1.37.2"
 	KwokVersion       = "v0.8.0"
+	// IstioModuleVersion is the commit of Istio whose istiod and Helm charts the
+	// Kubernetes substrate's tests run (scripts/build-istiod.sh).
+	IstioModuleVersion = "v0.0.0-20260827124520-eed52ebb66ad"
 )
 
 // Need says when a prerequisite is required.
@@ -210,6 +213,19 @@ func buildKube(tools string) string {
 	return fmt.Sprintf("%s %s %s %s", filepath.Join(root, "scripts", "build-kube.sh"), KubernetesVersion, KwokVersion, filepath.Join(tools, "bin"))
 }
 
+// buildIstiod is the command that builds istiod and copies Istio's charts for the tests.
+func buildIstiod(tools string) string {
+	root := sourceRoot()
+	args := fmt.Sprintf("%s %s %s", IstioModuleVersion, filepath.Join(tools, "bin"), IstioCharts())
+	if root == "" {
+		return "echo 'build istiod for the Kubernetes tests from a meshmark checkout: scripts/build-istiod.sh " + args + "' >&2; false"
+	}
+	return filepath.Join(root, "scripts", "build-istiod.sh") + " " + args
+}
+
+// IstioCharts is where setup puts the Helm charts of the Istio commit the tests run.
+func IstioCharts() string { return filepath.Join(ToolsDir(), "share", "istio-charts") }
+
 // Items is the full list, in the order setup installs them.
 func Items() []Item {
 	tools := ToolsDir()
@@ -260,6 +276,9 @@ func Items() []Item {
 		}
 		items = append(items, it)
 	}
+	items = append(items, Item{Name: "istiod", Purpose: "Istio's control plane beside the Kubernetes test cluster, with its charts", Need: NeedTest,
+		Find: toolBin("pilot-discovery"), VersionArgs: []string{"version", "--short"}, WantVersion: IstioModuleVersion,
+		Install: buildIstiod(tools)})
 	return append(items, []Item{
 		{Name: "wrk", Purpose: "side-by-side load-engine benchmark", Need: NeedBench,
 			Find: systemBin("wrk"), VersionArgs: []string{"-v"}, Install: apt("wrk")},

@@ -44,6 +44,9 @@ func init() {
 		New:     New,
 		Own: map[string]string{
 			PlaintextServicesOption: "services exempted from mTLS, as a PeerAuthentication with mode DISABLE on their workloads and a DestinationRule with tls mode DISABLE for their host (default: none)",
+			IstioVersionOption:      "on Kubernetes: the Istio release whose charts are installed (default " + IstioVersion + ")",
+			IstioChartsOption:       "on Kubernetes: a local copy of an Istio release's manifests/charts to install from instead of Istio's Helm repository",
+			HelmValuesOption:        "on Kubernetes: chart values by release, {istio-base: {...}, istiod: {...}}, over meshmark's own",
 		},
 		Needs: []string{"envoy"},
 	})

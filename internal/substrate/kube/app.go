@@ -51,15 +51,32 @@ type App struct {
 	// pods counts the pods behind each Service, which its endpoints must all list
 	// before the app is ready.
 	pods map[string]int
-	// generators is how many load-generator pods the app has.
-	generators int
+	// generators is how many load-generator pods the app has; files, whether it has
+	// a ConfigMap of files.
+	generators, files int
 }
+
+// Pods is how many pods the app runs: the workload's and the load generators'.
+func (a *App) Pods() int {
+	n := a.generators
+	for _, p := range a.pods {
+		n += p
+	}
+	return n
+}
+
+// Files is how many ConfigMaps of files the app has (0 or 1).
+func (a *App) Files() int { return a.files }
 
 // NamespaceFor is the namespace of a run's mesh: a DNS label made of the prefix, the run
 // id and the mesh's name, so that two meshes of one run never share one.
 func (c *Cluster) NamespaceFor(run, mesh string) string {
 	return dnsLabel(c.cfg.NamespacePrefix + "-" + run + "-" + mesh)
 }
+
+// ServiceName is the name of a graph service's Service on the cluster, by which pods in
+// its namespace reach it.
+func ServiceName(service string) string { return dnsLabel(service) }
 
 var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)
 
@@ -95,6 +112,7 @@ func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
 		if _, err := c.client.CoreV1().ConfigMaps(app.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 			return app, fmt.Errorf("namespace %s: create files: %w", app.Namespace, err)
 		}
+		app.files = 1
 	}
 	ports := map[string]workload.Deployment{}
 	for _, d := range spec.Deployments {

@@ -12,8 +12,10 @@ import (
 
 	"github.com/meshmark/meshmark/internal/testbed"
 	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/releaseutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 )
 
 // ownerRecord is what OwnerAnnotation holds: the host, and the process as the local
@@ -135,9 +137,30 @@ func (c *Cluster) uninstallReleases(ctx context.Context, namespace string) error
 		un.Wait, un.Timeout = true, c.cfg.Timeout
 		if _, err := un.Run(rel.Name); err != nil {
 			errs = append(errs, fmt.Errorf("namespace %s: uninstall %s: %w", namespace, rel.Name, err))
+			continue
 		}
+		// Charts that template their CRDs mark them for Helm to keep (Istio's do); the
+		// install created them, so they go with it, as Uninstall does.
+		errs = append(errs, c.deleteCRDs(ctx, manifestCRDs(rel.Manifest)))
 	}
 	return errors.Join(errs...)
+}
+
+// manifestCRDs names the CustomResourceDefinitions in a release's manifest.
+func manifestCRDs(manifest string) []string {
+	var names []string
+	for _, m := range releaseutil.SplitManifests(manifest) {
+		var head struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal([]byte(m), &head); err == nil && head.Kind == "CustomResourceDefinition" && head.Metadata.Name != "" {
+			names = append(names, head.Metadata.Name)
+		}
+	}
+	return names
 }
 
 // cleanCRDs deletes the CustomResourceDefinitions meshmark created for a chart whose

@@ -13,9 +13,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
+	"k8s.io/streaming/pkg/httpstream"
 )
 
 // Load generators run as pods of their own Deployment in the app's namespace, so that a
@@ -147,16 +147,16 @@ func (c *Cluster) forward(ctx context.Context, f *Forwards, namespace, pod strin
 	if err != nil {
 		return "", err
 	}
-	var dialer httpstream.Dialer = spdy.NewDialer(upgrader, &http.Client{Transport: transport}, http.MethodPost, u)
-	ws, err := portforward.NewSPDYOverWebsocketDialer(u, c.rest)
+	var dialer httpstream.Dialer = spdy.NewDialerForStreaming(upgrader, &http.Client{Transport: transport}, http.MethodPost, u)
+	ws, err := portforward.NewSPDYOverWebsocketDialerForStreaming(u, c.rest)
 	if err != nil {
 		return "", err
 	}
-	dialer = portforward.NewFallbackDialer(ws, dialer, func(err error) bool {
+	dialer = portforward.NewFallbackDialerForStreaming(ws, dialer, func(err error) bool {
 		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 	})
 	stop, ready := make(chan struct{}), make(chan struct{})
-	pf, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(port)}, stop, ready, io.Discard, io.Discard)
+	pf, err := portforward.NewOnAddressesForStreaming(dialer, []string{"127.0.0.1"}, []string{"0:" + strconv.Itoa(port)}, stop, ready, io.Discard, io.Discard)
 	if err != nil {
 		return "", err
 	}

@@ -162,8 +162,10 @@ func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer) (inst *
 		}
 	}
 	// Helm applies crds/ outside the release's manifest.
-	inst.Effort.Kinds["CustomResourceDefinition"] += len(loaded.CRDObjects())
-	inst.Effort.Objects += len(loaded.CRDObjects())
+	if n := len(loaded.CRDObjects()); n > 0 {
+		inst.Effort.Kinds["CustomResourceDefinition"] += n
+		inst.Effort.Objects += n
+	}
 	inst.Effort.Values = countLeaves(ch.Values)
 	return inst, nil
 }

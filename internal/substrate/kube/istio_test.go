@@ -1,0 +1,151 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/prereq"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestIstioInstallsInjectsAndLeavesNothing installs Istio's own charts (base and istiod,
+// from the Istio commit `meshmark setup --for test` fetched) through InstallMesh, runs
+// that commit's istiod beside the cluster, as Istio's external control plane runs
+// (pods cannot run here; the chart's istiodRemote.injectionURL points the injection
+// webhook at it), and deploys a workload into a namespace labelled for injection: every
+// pod must come out of the API server with istiod's istio-proxy sidecar. Uninstalling
+// must leave none of Istio's CRDs, webhooks or its namespace.
+func TestIstioInstallsInjectsAndLeavesNothing(t *testing.T) {
+	needCluster(t)
+	charts := prereq.IstioCharts()
+	istiod := filepath.Join(prereq.ToolsDir(), "bin", "pilot-discovery")
+	for _, p := range []string{filepath.Join(charts, "base"), istiod} {
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("no Istio for the test (%v): make setup (or: meshmark setup --for test)", err)
+		}
+	}
+	ctx := context.Background()
+	c := connect(t, Config{Timeout: 2 * time.Minute})
+	webhook := freePort(t)
+	var log bytes.Buffer
+	mi, err := c.InstallMesh(ctx, []Chart{
+		{Release: "istio-base", Ref: filepath.Join(charts, "base"), Namespace: "istio-system"},
+		{Release: "istiod", Ref: filepath.Join(charts, "istio-control", "istio-discovery"), Namespace: "istio-system",
+			Values: map[string]any{"istiodRemote": map[string]any{"injectionURL": fmt.Sprintf("https://localhost:%d/inject", webhook)}}},
+	}, []string{"apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\nspec: {mtls: {mode: STRICT}}\n"}, &log)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	uninstalled := false
+	defer func() {
+		if !uninstalled {
+			_ = c.UninstallMesh(context.Background(), mi, &log)
+		}
+	}()
+	e := mi.Effort
+	if len(e.CRDs) != 15 || e.Kinds["CustomResourceDefinition"] != 15 || e.Kinds["MutatingWebhookConfiguration"] != 1 ||
+		e.Kinds["PeerAuthentication"] != 1 || e.Kinds["Deployment"] != 1 || e.Values != 1 || e.Objects < 35 {
+		t.Errorf("effort %+v: want Istio's 15 CRDs, istiod, its webhook, the PeerAuthentication, 1 value", e)
+	}
+	if zero := kindsCountedZero(e.Kinds); len(zero) > 0 {
+		t.Errorf("effort lists kinds with no object: %v", zero)
+	}
+
+	logPath := filepath.Join(t.TempDir(), "istiod.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"discovery", "--kubeconfig", cluster.Kubeconfig, "--httpsAddr", "127.0.0.1:" + strconv.Itoa(webhook), "--ctrlz_port", "0"}
+	for _, flag := range []string{"--httpAddr", "--grpcAddr", "--secureGRPCAddr", "--monitoringAddr"} {
+		args = append(args, flag, "127.0.0.1:"+strconv.Itoa(freePort(t)))
+	}
+	cmd := exec.Command(istiod, args...)
+	cmd.Env = append(os.Environ(), "POD_NAMESPACE=istio-system", "POD_NAME=istiod-test", "REVISION=default", "ISTIOD_CUSTOM_HOST=localhost")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	logf.Close()
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+
+	spec := bookinfoSpec(t, "151d01")
+	spec.NamespaceLabels = map[string]string{"istio-injection": "enabled"}
+	spec.Generators = 1
+	app, err := c.Deploy(ctx, spec)
+	defer func() { _ = c.Teardown(context.Background(), app) }()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(ctx, app, nil); err != nil {
+		b, _ := os.ReadFile(logPath)
+		t.Fatalf("%v\nistiod log (end):\n%s", err, lastLines(string(b), 20))
+	}
+	pods, err := c.Sidecars(ctx, app, "istio-proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods) != len(spec.Deployments)+1 {
+		t.Errorf("%d pods, want %d", len(pods), len(spec.Deployments)+1)
+	}
+	for _, p := range pods {
+		if !p.Sidecar {
+			t.Errorf("pod %s (%s) has no istio-proxy: istiod did not inject it", p.Pod, p.App)
+		}
+	}
+	if err := c.Teardown(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	uninstalled = true
+	if err := c.UninstallMesh(ctx, mi, &log); err != nil {
+		t.Fatal(err)
+	}
+	for _, crd := range e.CRDs {
+		if _, err := c.crdClient().Get(ctx, crd, metav1.GetOptions{}); !IsNotFound(err) {
+			t.Errorf("CRD %s still there after uninstall (%v)", crd, err)
+		}
+	}
+	if _, err := c.Client().CoreV1().Namespaces().Get(ctx, "istio-system", metav1.GetOptions{}); !IsNotFound(err) {
+		t.Errorf("namespace istio-system after uninstall: %v", err)
+	}
+	if mwcs, err := c.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{}); err != nil || len(mwcs.Items) > 0 {
+		t.Errorf("mutating webhooks after uninstall: %v %v", mwcs, err)
+	}
+}
+
+func kindsCountedZero(m map[string]int) []string {
+	var out []string
+	for k, n := range m {
+		if n == 0 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,182 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
+)
+
+// MeshInstall is a mesh put on the cluster: its Helm releases and the configuration
+// objects applied after them, removed in reverse order.
+type MeshInstall struct {
+	Releases []*Installed
+	// Effort adds up what every release and manifest took.
+	Effort  Effort
+	applied []appliedObject
+}
+
+type appliedObject struct {
+	ref       *meta.RESTMapping
+	namespace string
+	name      string
+}
+
+// InstallMesh installs the charts in order, each waited for, then applies the manifests
+// (the mesh's configuration, labelled as meshmark's). A failure removes whatever was
+// installed, so a failed install leaves nothing either.
+func (c *Cluster) InstallMesh(ctx context.Context, charts []Chart, manifests []string, logw io.Writer) (mi *MeshInstall, err error) {
+	mi = &MeshInstall{Effort: Effort{Kinds: map[string]int{}}}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, c.UninstallMesh(context.WithoutCancel(ctx), mi, logw))
+			mi = nil
+		}
+	}()
+	start := time.Now()
+	for _, ch := range charts {
+		inst, err := c.Install(ctx, ch, logw)
+		if err != nil {
+			return mi, err
+		}
+		mi.Releases = append(mi.Releases, inst)
+		e := inst.Effort
+		mi.Effort.Objects += e.Objects
+		mi.Effort.Values += e.Values
+		mi.Effort.CRDs = append(mi.Effort.CRDs, e.CRDs...)
+		for k, n := range e.Kinds {
+			mi.Effort.Kinds[k] += n
+		}
+	}
+	for _, m := range manifests {
+		if err := c.apply(ctx, mi, m); err != nil {
+			return mi, err
+		}
+	}
+	mi.Effort.Ready = time.Since(start)
+	return mi, nil
+}
+
+// apply creates one manifest's object. The mesh's CRDs were only just added, so the API
+// server's discovery may not list them for a moment.
+func (c *Cluster) apply(ctx context.Context, mi *MeshInstall, manifest string) error {
+	var obj unstructured.Unstructured
+	if err := yaml.Unmarshal([]byte(manifest), &obj.Object); err != nil {
+		return fmt.Errorf("mesh configuration: %w", err)
+	}
+	gvk := obj.GroupVersionKind()
+	labels := obj.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[ManagedByLabel] = ManagedBy
+	obj.SetLabels(labels)
+	dyn, err := dynamic.NewForConfig(c.rest)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.client.Discovery()))
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err == nil {
+			_, err = dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace()).Create(ctx, &obj, metav1.CreateOptions{})
+			if err == nil {
+				mi.applied = append(mi.applied, appliedObject{ref: mapping, namespace: obj.GetNamespace(), name: obj.GetName()})
+				mi.Effort.Objects++
+				mi.Effort.Kinds[gvk.Kind]++
+				return nil
+			}
+		}
+		if !meta.IsNoMatchError(err) || time.Now().After(deadline) {
+			return fmt.Errorf("apply %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// UninstallMesh deletes the applied objects and uninstalls the releases, newest first.
+func (c *Cluster) UninstallMesh(ctx context.Context, mi *MeshInstall, logw io.Writer) error {
+	if mi == nil {
+		return nil
+	}
+	var errs []error
+	if len(mi.applied) > 0 {
+		dyn, err := dynamic.NewForConfig(c.rest)
+		if err != nil {
+			return err
+		}
+		for _, o := range slices.Backward(mi.applied) {
+			err := dyn.Resource(o.ref.Resource).Namespace(o.namespace).Delete(ctx, o.name, metav1.DeleteOptions{})
+			if err != nil && !IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("delete %s %s/%s: %w", o.ref.GroupVersionKind.Kind, o.namespace, o.name, err))
+			}
+		}
+	}
+	for _, inst := range slices.Backward(mi.Releases) {
+		if err := c.Uninstall(ctx, inst, logw); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// PodSidecar says whether one pod of an app carries a mesh's sidecar.
+type PodSidecar struct {
+	Pod, App string
+	Sidecar  bool
+}
+
+// Sidecars reports, for every pod of the app (workload and load generators), whether
+// the mesh put its sidecar container into it: as a container, or as a native sidecar
+// (an init container that keeps running). This is the mesh's own word that a pod is
+// enrolled, as the cluster stores it.
+func (c *Cluster) Sidecars(ctx context.Context, app *App, sidecar string) ([]PodSidecar, error) {
+	pods, err := c.client.CoreV1().Pods(app.Namespace).List(ctx, metav1.ListOptions{LabelSelector: ManagedByLabel + "=" + ManagedBy})
+	if err != nil {
+		return nil, fmt.Errorf("namespace %s: %w", app.Namespace, err)
+	}
+	var out []PodSidecar
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		name := p.Labels["app"]
+		if name == "" {
+			name = p.Labels[RoleLabel]
+		}
+		out = append(out, PodSidecar{Pod: p.Name, App: name, Sidecar: hasSidecar(p.Spec, sidecar)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Pod < out[j].Pod })
+	return out, nil
+}
+
+func hasSidecar(spec corev1.PodSpec, name string) bool {
+	for _, c := range spec.Containers {
+		if c.Name == name {
+			return true
+		}
+	}
+	for _, c := range spec.InitContainers {
+		if c.Name == name && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			return true
+		}
+	}
+	return false
+}
