@@ -14,7 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-const widgetCRD = "widgets.test.meshmark.dev"
+const (
+	widgetCRD = "widgets.test.meshmark.dev"
+	// gadgetCRD is templated and marked for Helm to keep.
+	gadgetCRD = "gadgets.test.meshmark.dev"
+)
 
 // The installer meshes will go through, on a test chart shaped like a mesh's: a CRD in
 // crds/, a custom resource of it, a Deployment behind a Service.
@@ -36,9 +40,9 @@ func TestHelmInstallMeasuresEffortAndUninstallLeavesNothing(t *testing.T) {
 		t.Fatalf("%v\n%s", err, helmLog.String())
 	}
 	e := inst.Effort
-	wantKinds := map[string]int{"ServiceAccount": 1, "Deployment": 1, "Service": 1, "Widget": 1, "ClusterRole": 1, "CustomResourceDefinition": 1}
-	if e.Objects != 6 || len(e.Kinds) != len(wantKinds) || e.Values != 2 || e.Ready <= 0 || !slices.Equal(e.CRDs, []string{widgetCRD}) {
-		t.Errorf("effort %+v: want 6 objects %v, 2 values, the CRD added", e, wantKinds)
+	wantKinds := map[string]int{"ServiceAccount": 1, "Deployment": 1, "Service": 1, "Widget": 1, "ClusterRole": 1, "CustomResourceDefinition": 2}
+	if e.Objects != 7 || len(e.Kinds) != len(wantKinds) || e.Values != 2 || e.Ready <= 0 || !slices.Equal(e.CRDs, []string{gadgetCRD, widgetCRD}) {
+		t.Errorf("effort %+v: want 7 objects %v, 2 values, the two CRDs added", e, wantKinds)
 	}
 	for k, n := range wantKinds {
 		if e.Kinds[k] != n {
@@ -59,6 +63,9 @@ func TestHelmInstallMeasuresEffortAndUninstallLeavesNothing(t *testing.T) {
 	if err := c.RequireCRDs(ctx, why, widgetCRD); err == nil {
 		t.Error("the CRD the install added is still there")
 	}
+	if err := c.RequireCRDs(ctx, why, gadgetCRD); err == nil {
+		t.Error("the templated CRD Helm keeps is still there")
+	}
 	if _, err := c.Client().CoreV1().Namespaces().Get(ctx, "mmtest-widgets-system", metav1.GetOptions{}); !IsNotFound(err) {
 		t.Errorf("the release's namespace is still there: %v", err)
 	}
@@ -75,8 +82,10 @@ func TestHelmInstallThatNeverGetsReadyIsRemoved(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "install stuck (chart widget-app 0.3.1) into mmtest-stuck-system") {
 		t.Fatalf("install of pods no node takes: %v", err)
 	}
-	if err := c.RequireCRDs(ctx, "", widgetCRD); err == nil {
-		t.Error("a failed install left its CRD")
+	for _, crd := range []string{widgetCRD, gadgetCRD} {
+		if err := c.RequireCRDs(ctx, "", crd); err == nil {
+			t.Errorf("a failed install left its CRD %s", crd)
+		}
 	}
 	if _, err := c.Client().CoreV1().Namespaces().Get(ctx, "mmtest-stuck-system", metav1.GetOptions{}); !IsNotFound(err) {
 		t.Errorf("a failed install left its namespace: %v", err)
@@ -146,6 +155,9 @@ func TestCleanAfterAKilledInstall(t *testing.T) {
 	}
 	if err := c.RequireCRDs(ctx, "", widgetCRD); err == nil {
 		t.Error("clean left the killed install's CRD")
+	}
+	if err := c.RequireCRDs(ctx, "", gadgetCRD); err == nil {
+		t.Error("clean left the killed install's templated CRD, which Helm keeps")
 	}
 	if _, err := c.Client().RbacV1().ClusterRoles().Get(ctx, "killed-widget-reader", metav1.GetOptions{}); !IsNotFound(err) {
 		t.Errorf("clean left the killed install's ClusterRole: %v", err)
