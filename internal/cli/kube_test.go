@@ -108,7 +108,7 @@ func TestDeployBringsUpWaitsAndLeavesNothing(t *testing.T) {
 	if len(rows) != 2 || rows[0][2] == rows[1][2] {
 		t.Errorf("deploy printed:\n%s\nprogress:\n%s", out, errOut)
 	}
-	for _, want := range []string{"mesh baseline: 5/5 pods ready", "mesh baseline-b: namespace mmtest-", "removed"} {
+	for _, want := range []string{"] baseline: 5/5 pods ready", "] baseline-b up in", "namespace mmtest-", "removed"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("progress does not say %q:\n%s", want, errOut)
 		}
@@ -146,8 +146,10 @@ func TestDeployRefusesBeforeCreatingAnything(t *testing.T) {
 	for _, tc := range []struct {
 		name, meshes, want string
 	}{
-		{"profile not on Kubernetes yet", "    - {name: baseline, profile: none}\n    - {name: sidecar, profile: envoy-sidecar}",
-			"spec.meshes[1] (sidecar): profile envoy-sidecar cannot be installed on Kubernetes yet"},
+		{"profile not on Kubernetes yet", "    - {name: baseline, profile: none}\n    - {name: linkerd, profile: linkerd}",
+			"spec.meshes[1] (linkerd): profile linkerd cannot be installed on Kubernetes yet"},
+		{"option not carried to the mesh", "    - {name: baseline, profile: none}\n    - {name: sidecar, profile: envoy-sidecar, options: {telemetry: off}}",
+			"spec.meshes[1] (sidecar): options.telemetry: not carried over to Istio yet on Kubernetes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := execCLI("deploy", kubeStudy(t, c, tc.meshes))
@@ -159,9 +161,21 @@ func TestDeployRefusesBeforeCreatingAnything(t *testing.T) {
 			}
 		})
 	}
-	_, _, err := execCLI("run", kubeStudy(t, c, "    - {name: baseline, profile: none}"))
-	if err == nil || !strings.Contains(err.Error(), "measuring on Kubernetes is not built yet; `meshmark deploy") {
-		t.Errorf("run on kubernetes: %v", err)
+	capacity := kubeStudy(t, c, "    - {name: baseline, profile: none}")
+	doc, err := os.ReadFile(capacity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc = []byte(strings.Replace(string(doc), "{name: latency, kind: fixed-rate, rate: 100, duration: 30s}", "{name: cap, kind: capacity, connections: [4], duration: 20s}", 1))
+	if err := os.WriteFile(capacity, doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = execCLI("run", "--db", filepath.Join(t.TempDir(), "r.db"), capacity)
+	if err == nil || !strings.Contains(err.Error(), "spec.experiments[0] (cap): kind capacity is not measured on Kubernetes yet") {
+		t.Errorf("run of a capacity search on kubernetes: %v", err)
+	}
+	if left := meshmarkNamespaces(t, c); len(left) > 0 {
+		t.Errorf("refused run created %v", left)
 	}
 	var ee *exitError
 	_, _, err = execCLI("clean", "--kubernetes", "--kubeconfig", filepath.Join(t.TempDir(), "missing"))

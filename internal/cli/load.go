@@ -50,6 +50,9 @@ type loadFlags struct {
 	protocol           string
 	streams            int
 	grpcMethod         string
+	generators         []string
+	// dial, when set, is how the load connects (a generator's --resolve).
+	dial load.DialFunc
 }
 
 func newLoadCommand() *cobra.Command {
@@ -115,14 +118,28 @@ Only loopback and 198.18.0.0/15 targets are allowed unless --allow-any-target.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(f.generators) > 0 {
+				// The generators judge the target by their own rules.
+				f.allowAny = true
+			}
 			cfg, err := f.config(cmd, args[0])
 			if err != nil {
 				return withExitCode(2, err)
+			}
+			if len(f.generators) > 0 {
+				return runRemoteLoad(cmd, f)
 			}
 			return runLoad(cmd, cfg, f)
 		},
 	}
 	c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return withExitCode(2, err) })
+	f.addFlags(c)
+	c.Flags().StringSliceVar(&f.generators, "generators", nil, "drive these `meshmark generator`s (host:port,...) instead of loading from here; each sends its share and the results merge exactly")
+	return c
+}
+
+// addFlags defines the flags that describe a load, which a remote generator parses too.
+func (f *loadFlags) addFlags(c *cobra.Command) {
 	fl := c.Flags()
 	fl.Float64Var(&f.rate, "rate", 0, "open model: constant rate, requests per second")
 	fl.Float64Var(&f.poisson, "poisson", 0, "open model: Poisson arrivals at this mean rate")
@@ -160,7 +177,26 @@ Only loopback and 198.18.0.0/15 targets are allowed unless --allow-any-target.`,
 	fl.StringVar(&f.protocol, "protocol", "http1", "http1, h2 (HTTP/2 over TLS), h2c (HTTP/2 cleartext, prior knowledge) or grpc (unary calls over h2c)")
 	fl.IntVar(&f.streams, "streams", 1, "h2, h2c, grpc: requests in flight per connection; -c 64 --streams 8 is 64 in flight over 8 connections (h2load -c 8 -m 8)")
 	fl.StringVar(&f.grpcMethod, "grpc-method", "", "grpc: full method name, /package.Service/Method (default "+load.HealthCheckMethod+")")
-	return c
+}
+
+// parseLoadArgs reads a `meshmark load` command line as a remote generator receives it:
+// the same flags and checks as the command, dialing through dial, and leaving the
+// target to the generator's own rules.
+func parseLoadArgs(args []string, dial load.DialFunc) (load.Config, error) {
+	var f loadFlags
+	c := &cobra.Command{Use: "load URL"}
+	f.addFlags(c)
+	if err := c.Flags().Parse(args); err != nil {
+		return load.Config{}, err
+	}
+	if n := c.Flags().NArg(); n != 1 {
+		return load.Config{}, fmt.Errorf("want exactly one URL, got %d arguments", n)
+	}
+	if f.raw != "" || f.output != "" {
+		return load.Config{}, errors.New("--raw and -o write files on the driver's side, not a generator's")
+	}
+	f.allowAny, f.dial = true, dial
+	return f.config(c, c.Flags().Arg(0))
 }
 
 func (f *loadFlags) config(cmd *cobra.Command, url string) (load.Config, error) {
@@ -173,6 +209,7 @@ func (f *loadFlags) config(cmd *cobra.Command, url string) (load.Config, error) 
 		Interval:         f.interval,
 		DisableKeepAlive: f.noKeepAlive,
 		AllowAnyTarget:   f.allowAny,
+		Dial:             f.dial,
 	}
 	switch f.format {
 	case "table", "json", "csv":
@@ -360,12 +397,12 @@ func (f *loadFlags) protocolConfig(cmd *cobra.Command, cfg *load.Config) error {
 		if u.Scheme != "http" {
 			return fmt.Errorf("--protocol h2c is cleartext HTTP/2: want an http:// URL, got %q", cfg.Request.URL)
 		}
-		cfg.Client = load.NewH2Client(load.ClientOptions{DisableKeepAlive: f.noKeepAlive, Streams: f.streams}, nil)
+		cfg.Client = load.NewH2Client(load.ClientOptions{Dial: cfg.Dial, DisableKeepAlive: f.noKeepAlive, Streams: f.streams}, nil)
 	case "h2":
 		if u.Scheme != "https" {
 			return fmt.Errorf("--protocol h2 is HTTP/2 over TLS: want an https:// URL (h2c for http://), got %q", cfg.Request.URL)
 		}
-		cfg.Client = load.NewH2Client(load.ClientOptions{DisableKeepAlive: f.noKeepAlive, Streams: f.streams}, cfg.TLS)
+		cfg.Client = load.NewH2Client(load.ClientOptions{Dial: cfg.Dial, DisableKeepAlive: f.noKeepAlive, Streams: f.streams}, cfg.TLS)
 	case "grpc":
 		switch {
 		case fl.Changed("method"):
@@ -391,7 +428,7 @@ func (f *loadFlags) protocolConfig(cmd *cobra.Command, cfg *load.Config) error {
 		u.Path = m
 		cfg.Request.URL = u.String()
 		cfg.Request.Method = "POST"
-		c, err := load.NewGRPCClient(load.ClientOptions{Streams: f.streams})
+		c, err := load.NewGRPCClient(load.ClientOptions{Dial: cfg.Dial, Streams: f.streams})
 		if err != nil {
 			return err
 		}

@@ -77,8 +77,8 @@ func runStudy(cmd *cobra.Command, st *study.Study, f runFlags) error {
 	if f.plan {
 		return planStudy(cmd, st, f)
 	}
-	if os.Geteuid() != 0 {
-		return errors.New("running a study needs root: it creates network namespaces and iptables rules (try sudo)")
+	if st.Spec.Substrate.Kubernetes == nil && os.Geteuid() != 0 {
+		return errors.New("running a study on the local substrate needs root: it creates network namespaces and iptables rules (try sudo)")
 	}
 	for _, w := range st.Warnings {
 		fmt.Fprintf(errw, "warning: %s\n", w)

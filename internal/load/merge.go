@@ -111,20 +111,31 @@ func mergeInto(into, h *hdrhistogram.Histogram) error {
 }
 
 func mergeIntervals(results []*Result) ([]Interval, error) {
+	sets := make([][]Interval, len(results))
+	for i, r := range results {
+		sets[i] = r.Intervals
+	}
+	return MergeIntervals(sets)
+}
+
+// MergeIntervals merges generators' interval series by index: interval i of the result
+// holds every request of interval i of each series, histograms merged bucket by bucket.
+// The generators are assumed to have started together, as Merge assumes.
+func MergeIntervals(sets [][]Interval) ([]Interval, error) {
 	n := 0
-	for _, r := range results {
-		n = max(n, len(r.Intervals))
+	for _, s := range sets {
+		n = max(n, len(s))
 	}
 	out := make([]Interval, n)
 	for i := range out {
 		lat, svc := NewHistogram(), NewHistogram()
 		iv := &out[i]
 		first := true
-		for g, r := range results {
-			if i >= len(r.Intervals) {
+		for g, set := range sets {
+			if i >= len(set) {
 				continue
 			}
-			x := r.Intervals[i]
+			x := set[i]
 			if first || x.Start < iv.Start {
 				iv.Start = x.Start
 			}

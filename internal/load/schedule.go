@@ -27,6 +27,9 @@ type ScheduleSpec struct {
 	Step    float64       `json:"step,omitempty"`
 	Each    time.Duration `json:"each,omitempty"`
 	Seed    uint64        `json:"seed,omitempty"` // Poisson: same seed, same intended times
+	// Phase shifts a constant schedule's sends later by this much, so that N
+	// generators at rate/N with phases i/rate send together the one schedule at rate.
+	Phase time.Duration `json:"phase,omitempty"`
 }
 
 // Schedule yields intended send times as offsets from the start of a run.
@@ -97,7 +100,7 @@ func NewSchedule(spec ScheduleSpec, length time.Duration) (Schedule, error) {
 	}
 	switch spec.Arrival {
 	case Constant:
-		return &constantSchedule{gap: 1 / spec.Rate, rate: spec.Rate}, nil
+		return &constantSchedule{gap: 1 / spec.Rate, rate: spec.Rate, phase: spec.Phase}, nil
 	case Poisson:
 		return &poissonSchedule{rate: spec.Rate, rng: rand.New(rand.NewPCG(spec.Seed, 0x6d6573686d61726b))}, nil
 	case Steps:
@@ -111,12 +114,13 @@ func seconds(s float64) time.Duration { return time.Duration(s * 1e9) }
 
 type constantSchedule struct {
 	gap, rate float64
+	phase     time.Duration
 	k         int64
 }
 
 // Next computes k/rate rather than accumulating gaps, so rounding never drifts.
 func (c *constantSchedule) Next() (time.Duration, bool) {
-	t := seconds(float64(c.k) * c.gap)
+	t := c.phase + seconds(float64(c.k)*c.gap)
 	c.k++
 	return t, true
 }

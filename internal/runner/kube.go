@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,10 +13,6 @@ import (
 	"github.com/meshmark/meshmark/internal/testbed"
 	"github.com/meshmark/meshmark/internal/workload"
 )
-
-// kubernetesProfiles are the mesh profiles the Kubernetes substrate can bring up so
-// far. Every other profile runs on the local substrate only.
-var kubernetesProfiles = map[string]bool{"none": true}
 
 // DeployOptions shape DeployKubernetes.
 type DeployOptions struct {
@@ -52,73 +47,35 @@ func DeployKubernetes(ctx context.Context, st *study.Study, opts DeployOptions) 
 	if err := r.prepareGraph(); err != nil {
 		return nil, err
 	}
-	for i, m := range st.Spec.Meshes {
-		if !kubernetesProfiles[m.Profile] {
-			return nil, fmt.Errorf("%s: spec.meshes[%d] (%s): profile %s cannot be installed on Kubernetes yet (the local substrate runs it); profiles on Kubernetes: none",
-				st.File, i, m.Name, m.Profile)
-		}
+	if err := r.checkKubernetes(false); err != nil {
+		return nil, err
 	}
-	if k.Image == "" {
-		return nil, fmt.Errorf("%s: spec.substrate.kubernetes.image: missing: the meshmark image the pods run (build one with `meshmark image build`)", st.File)
-	}
-	graphArg, files, err := r.kubeGraph()
+	c, err := r.connectKubernetes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c, err := kube.Connect(ctx, kube.Config{
-		Kubeconfig: k.Kubeconfig, Context: k.Context, NamespacePrefix: k.NamespacePrefix,
-		AppNodeSelector: k.SUTNodeSelector, LoadgenNodeSelector: k.LoadgenNodeSelector, Image: k.Image,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%s: spec.substrate.kubernetes: %w", st.File, err)
-	}
-	fmt.Fprintf(progress, "cluster %s (context %s)\n", c.Server, c.ContextName)
+	r.progress = newProgress(progress, false, 0)
+	r.progress.note(fmt.Sprintf("cluster %s (context %s)", c.Server, c.ContextName))
 	run := testbed.NewRunID()
 	for _, m := range st.Spec.Meshes {
-		start := time.Now()
-		spec := kube.AppSpec{
-			Run: run, Mesh: m.Name, Deployments: r.graph.Deployments(), Files: files, Generators: k.Generators,
-			Args: func(d workload.Deployment) []string {
-				args := r.graph.ServiceArgs(d, kube.PodNameArg)
-				for i := range args {
-					if args[i] == "--graph" && i+1 < len(args) {
-						args[i+1] = graphArg
-					}
-				}
-				return args
-			},
-		}
-		app, err := c.Deploy(ctx, spec)
-		if err != nil {
-			return deps, errors.Join(fmt.Errorf("mesh %s: %w", m.Name, err), c.Teardown(context.WithoutCancel(ctx), app))
-		}
-		fmt.Fprintf(progress, "mesh %s: namespace %s: %d deployments, %d services\n", m.Name, app.Namespace, len(app.Deployments), len(app.Services))
-		err = c.WaitReady(ctx, app, func(ready, total int) {
-			fmt.Fprintf(progress, "mesh %s: %d/%d pods ready (%s)\n", m.Name, ready, total, time.Since(start).Round(100*time.Millisecond))
-		})
+		d, err := r.bringUpKube(ctx, c, run, &m, false)
 		if err == nil {
-			pods := 0
-			for _, d := range spec.Deployments {
-				pods += max(d.Replicas, 1)
+			pods := d.app.Pods()
+			objects := 1 + len(d.app.Deployments) + len(d.app.Services) + d.app.Files()
+			if d.install != nil {
+				objects += d.install.Effort.Objects
 			}
-			pods += spec.Generators
-			deps = append(deps, KubeDeployment{Mesh: m.Name, Namespace: app.Namespace, Pods: pods,
-				Objects: 1 + len(app.Deployments) + len(app.Services) + min(len(files), 1), Ready: time.Since(start)})
+			deps = append(deps, KubeDeployment{Mesh: m.Name, Namespace: d.app.Namespace, Pods: pods, Objects: objects, Ready: d.took})
+			r.progress.note(fmt.Sprintf("%s up in %s: namespace %s, %d pods", m.Name, d.took.Round(100*time.Millisecond), d.app.Namespace, pods))
 		}
 		if opts.Keep && err == nil {
-			fmt.Fprintf(progress, "mesh %s: kept; remove it with `meshmark clean --kubernetes --all %s`\n", m.Name, run)
+			r.progress.note(fmt.Sprintf("%s kept; remove it with `meshmark clean --kubernetes --all %s`", m.Name, run))
 			continue
 		}
 		// Teardown must run even when the wait was interrupted.
-		fmt.Fprintf(progress, "mesh %s: removing namespace %s\n", m.Name, app.Namespace)
-		removing := time.Now()
-		if terr := c.Teardown(context.WithoutCancel(ctx), app); terr != nil {
-			err = errors.Join(err, terr)
-		} else {
-			fmt.Fprintf(progress, "mesh %s: namespace %s removed (%s)\n", m.Name, app.Namespace, time.Since(removing).Round(100*time.Millisecond))
-		}
+		r.tearDownKube(c, d)
 		if err != nil {
-			return deps, fmt.Errorf("mesh %s: %w", m.Name, err)
+			return deps, err
 		}
 	}
 	return deps, nil

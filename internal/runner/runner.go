@@ -59,6 +59,8 @@ type runner struct {
 	// capacities[experiment][mesh] lists the capacity each repeat measured.
 	capacities map[string]map[string][]float64
 	progress   *progress
+	// substrate says where the run measures, as stored with it.
+	substrate string
 }
 
 // Run executes the study and returns the stored run. On cancellation it returns the run
@@ -67,20 +69,29 @@ func Run(ctx context.Context, st *study.Study, opts Options) (*results.Run, erro
 	if opts.Store == nil {
 		return nil, errors.New("runner: no results store")
 	}
-	if st.Spec.Substrate.Local == nil {
-		return nil, fmt.Errorf("%s: spec.substrate: measuring on Kubernetes is not built yet; `meshmark deploy %s` brings the workload up on the cluster and checks it gets ready", st.File, st.File)
-	}
 	r := &runner{study: st, opts: opts, capacities: map[string]map[string][]float64{}}
 	if err := r.prepare(); err != nil {
 		return nil, err
 	}
-	if err := r.preflight(ctx); err != nil {
+	execute := r.execute
+	if st.Spec.Substrate.Kubernetes != nil {
+		if err := r.checkKubernetes(true); err != nil {
+			return nil, err
+		}
+		c, err := r.connectKubernetes(ctx)
+		if err != nil {
+			return nil, err
+		}
+		r.substrate = "kubernetes"
+		r.progress.note(fmt.Sprintf("cluster %s (context %s)", c.Server, c.ContextName))
+		execute = func(ctx context.Context) error { return r.executeKubernetes(ctx, c) }
+	} else if err := r.preflight(ctx); err != nil {
 		return nil, err
 	}
 	if err := r.createRun(ctx); err != nil {
 		return nil, err
 	}
-	err := r.execute(ctx)
+	err := execute(ctx)
 	status, reason := results.StatusComplete, ""
 	switch {
 	case err == nil:
@@ -116,6 +127,7 @@ func (r *runner) prepare() error {
 		}
 	}
 	r.plan = r.study.Plan()
+	r.substrate = "local"
 	r.progress = newProgress(r.opts.Progress, r.opts.Interactive, r.estimate())
 	return nil
 }
@@ -135,7 +147,7 @@ func (r *runner) createRun(ctx context.Context) error {
 		Started:    time.Now(),
 		Seed:       int64(r.study.Spec.Seed),
 		OwnerPID:   os.Getpid(),
-		Substrate:  "local",
+		Substrate:  r.substrate,
 		Provenance: collectProvenance(r.opts.Version, r.study),
 		Baseline:   r.study.Spec.Baseline,
 	}

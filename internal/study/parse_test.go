@@ -259,7 +259,7 @@ func TestInvalid(t *testing.T) {
 		{"arrival on closed-loop load", "connections: [8, 16]", "connections: [8, 16]\n      arrival: poisson",
 			[]string{`f.yaml:17:16: spec.experiments[0].arrival: closed-loop load has no arrival process (it takes one with search)`}},
 		{"mesh option checked where it is written", "      profile: envoy-sidecar\n", "      profile: envoy-sidecar\n      options: {mtls: sometimes, concurency: 2}\n",
-			[]string{`f.yaml:13:46: spec.meshes[1].options.concurency: unknown option for envoy-sidecar (known: access_log, circuit_breakers, concurrency, mesh_clients, mtls, plaintext_services, request_id, retries, telemetry, trust_domain)`}},
+			[]string{`f.yaml:13:46: spec.meshes[1].options.concurency: unknown option for envoy-sidecar (known: access_log, circuit_breakers, concurrency, helm_values, istio_charts, istio_version, mesh_clients, mtls, plaintext_services, request_id, retries, telemetry, trust_domain)`}},
 		{"users without tasks", "      kind: fixed-rate\n      rate: 75% of lowest capacity\n", "      kind: users\n      users: 0\n      thinkTime: 10s-1s\n",
 			[]string{`f.yaml:18:7: spec.experiments[1].tasks: missing: list what each user does, like [{path: /productpage}]`,
 				`f.yaml:20:14: spec.experiments[1].users: missing or below 1: how many simulated users`,

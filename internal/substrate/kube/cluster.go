@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	authv1 "k8s.io/api/authorization/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/klog/v2"
 )
 
 // Labels and annotations meshmark puts on what it creates.
@@ -103,6 +105,10 @@ func Connect(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("%s, context %s: %w", source, name, err)
 	}
 	rc.QPS, rc.Burst = 50, 100
+	// client-go also logs the errors it returns (a port-forward's failed connection,
+	// for one) through klog, onto stderr, between meshmark's own progress lines; they
+	// reach meshmark as errors, which say more.
+	klog.SetLogger(logr.Discard())
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("%s, context %s: %w", source, name, err)

@@ -20,8 +20,8 @@ import (
 // TestIstioInstallsInjectsAndLeavesNothing installs Istio's own charts (base and istiod,
 // from the Istio commit `meshmark setup --for test` fetched) through InstallMesh, runs
 // that commit's istiod beside the cluster, as Istio's external control plane runs
-// (pods cannot run here; the chart's istiodRemote.injectionURL points the injection
-// webhook at it), and deploys a workload into a namespace labelled for injection: every
+// (pods cannot run here; the charts' istiodRemote.injectionURL and base.validationURL
+// point the webhooks at it), and deploys a workload into a namespace labelled for injection: every
 // pod must come out of the API server with istiod's istio-proxy sidecar. Uninstalling
 // must leave none of Istio's CRDs, webhooks or its namespace.
 func TestIstioInstallsInjectsAndLeavesNothing(t *testing.T) {
@@ -37,10 +37,15 @@ func TestIstioInstallsInjectsAndLeavesNothing(t *testing.T) {
 	c := connect(t, Config{Timeout: 2 * time.Minute})
 	webhook := freePort(t)
 	var log bytes.Buffer
+	// istiod's webhooks are reached by URL, as with an external control plane: through
+	// their Services, the API server's calls would go to addresses that exist nowhere.
+	validate := map[string]any{"validationURL": fmt.Sprintf("https://localhost:%d/validate", webhook)}
 	mi, err := c.InstallMesh(ctx, []Chart{
-		{Release: "istio-base", Ref: filepath.Join(charts, "base"), Namespace: "istio-system"},
+		{Release: "istio-base", Ref: filepath.Join(charts, "base"), Namespace: "istio-system",
+			Values: map[string]any{"base": validate}},
 		{Release: "istiod", Ref: filepath.Join(charts, "istio-control", "istio-discovery"), Namespace: "istio-system",
-			Values: map[string]any{"istiodRemote": map[string]any{"injectionURL": fmt.Sprintf("https://localhost:%d/inject", webhook)}}},
+			Values: map[string]any{"base": validate,
+				"istiodRemote": map[string]any{"injectionURL": fmt.Sprintf("https://localhost:%d/inject", webhook)}}},
 	}, []string{"apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\nspec: {mtls: {mode: STRICT}}\n"}, &log)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
@@ -53,8 +58,8 @@ func TestIstioInstallsInjectsAndLeavesNothing(t *testing.T) {
 	}()
 	e := mi.Effort
 	if len(e.CRDs) != 15 || e.Kinds["CustomResourceDefinition"] != 15 || e.Kinds["MutatingWebhookConfiguration"] != 1 ||
-		e.Kinds["PeerAuthentication"] != 1 || e.Kinds["Deployment"] != 1 || e.Values != 1 || e.Objects < 35 {
-		t.Errorf("effort %+v: want Istio's 15 CRDs, istiod, its webhook, the PeerAuthentication, 1 value", e)
+		e.Kinds["PeerAuthentication"] != 1 || e.Kinds["Deployment"] != 1 || e.Values != 3 || e.Objects < 35 {
+		t.Errorf("effort %+v: want Istio's 15 CRDs, istiod, its webhook, the PeerAuthentication, 3 values", e)
 	}
 	if zero := kindsCountedZero(e.Kinds); len(zero) > 0 {
 		t.Errorf("effort lists kinds with no object: %v", zero)

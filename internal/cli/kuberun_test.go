@@ -1,0 +1,390 @@
+package cli
+
+// `meshmark run` on a Kubernetes cluster, against the test control plane (package
+// kubetest). The run, its namespaces, its load-generator pods and the port-forwards the
+// API server makes to them are real, and so is Istio: its own charts, installed with
+// Helm, and its own istiod, built from Istio's module, which injects the sidecars. kwok
+// runs the pods only on paper, so:
+//   - istiod runs beside the cluster, as Istio's external control plane does, and its
+//     injection webhook is reached by URL (the chart's istiodRemote.injectionURL);
+//   - a real `meshmark generator` process stands behind each generator pod (kwok's
+//     kubelet endpoint dials it for the port-forward);
+//   - an HTTP server of the test stands in for the entry service's pods, and no
+//     sidecar proxies traffic.
+// What is measured is therefore the generators' load on that server, through the same
+// code a real cluster uses; what the mesh does to latency cannot be seen here.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/prereq"
+	"github.com/meshmark/meshmark/internal/store"
+	"github.com/meshmark/meshmark/internal/substrate/kube"
+	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
+	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func TestRunMeasuresOnKubernetesThroughGeneratorPods(t *testing.T) {
+	c := startTestCluster(t)
+	if _, err := os.Stat(filepath.Join(prereq.IstioCharts(), "base")); err != nil {
+		t.Skipf("no Istio charts (%v): make setup (or: meshmark setup --for test)", err)
+	}
+	var served atomic.Int64
+	entry := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		time.Sleep(200 * time.Microsecond)
+		_, _ = w.Write([]byte("ok"))
+	}))
+	defer entry.Close()
+	gens := standInGenerators(t, c, "front", entry.Listener.Addr().String())
+	webhook := standInIstiod(t, c)
+
+	dir := t.TempDir()
+	graph := "name: two-tier\nservices:\n  - name: front\n    isEntrypoint: true\n    script: [call: back]\n  - name: back\n"
+	if err := os.WriteFile(filepath.Join(dir, "app.yaml"), []byte(graph), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	doc := fmt.Sprintf(`apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: kube-run}
+spec:
+  substrate:
+    kubernetes:
+      kubeconfig: %s
+      image: registry.example/meshmark:test
+      namespacePrefix: mmrun
+      generators: 2
+      sutNodeSelector: {meshmark.dev/test-node: "0"}
+      loadgenNodeSelector: {type: kwok}
+  workload: {graph: app.yaml}
+  meshes:
+    - {name: baseline, profile: none}
+    - name: istio
+      profile: envoy-sidecar
+      options:
+        mtls: strict
+        istio_charts: %s
+        helm_values:
+          istio-base: {base: {validationURL: "%[3]s/validate"}}
+          istiod: {base: {validationURL: "%[3]s/validate"}, istiodRemote: {injectionURL: "%[3]s/inject"}}
+  repeats: 2
+  experiments:
+    - {name: latency, kind: fixed-rate, rate: 200, duration: 3s, warmup: 1s}
+`, c.Kubeconfig, prereq.IstioCharts(), webhook)
+	path := filepath.Join(dir, "study.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(dir, "results.db")
+
+	out, errOut, err := execCLI("run", "--db", db, "--no-report", path)
+
+	if err != nil {
+		t.Fatalf("run: %v\n%s\n%s", err, out, errOut)
+	}
+	for _, want := range []string{"cluster https://127.0.0.1:", "2 load generators", "istio: installing ", "istio-discovery into istio-system",
+		"istio: every pod carries istio-proxy (4 pods)", "baseline torn down", "mesh uninstalled"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("progress does not say %q:\n%s", want, errOut)
+		}
+	}
+	s, err := store.Open(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	run, err := s.LoadRun(context.Background(), "last")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != "complete" || run.Substrate != "kubernetes" || len(run.Trials) != 4 {
+		t.Fatalf("run %s: status %s, substrate %q, %d trials; want complete, kubernetes, one trial per mesh and repeat", run.ID, run.Status, run.Substrate, len(run.Trials))
+	}
+	var measured int64
+	for _, tr := range run.Trials {
+		// 200 req/s for 3 s after the warm-up, split over two generators whose
+		// schedules interleave into one.
+		if n := tr.Result.Requests; n < 595 || n > 605 || tr.Result.Errors != 0 {
+			t.Errorf("%s repeat %d: %d requests, %d errors; want 600 (200/s for 3 s) and none", tr.Mesh, tr.Repeat, n, tr.Result.Errors)
+		}
+		if got := tr.Result.Latency.TotalCount(); got != tr.Result.Requests {
+			t.Errorf("%s repeat %d: latency histogram holds %d requests, the trial %d", tr.Mesh, tr.Repeat, got, tr.Result.Requests)
+		}
+		if tr.Params.Extra["generators"] != "2" || !strings.Contains(tr.Params.Extra["url"], ".svc.cluster.local:9080/") {
+			t.Errorf("%s repeat %d params %+v", tr.Mesh, tr.Repeat, tr.Params)
+		}
+		measured += tr.Result.Requests
+	}
+	// The stand-in served the warm-ups too: 800 per trial.
+	if n := served.Load(); n < measured || n > 4*805 {
+		t.Errorf("the entry service served %d requests; the trials measured %d after warm-up (want about 3200 in all)", n, measured)
+	}
+	if plans := gens.plans(); plans != 8 {
+		t.Errorf("the generator processes ran %d plans, want 2 generators × 2 meshes × 2 repeats", plans)
+	}
+	var enr mesh.Enrollment
+	if m := run.Mesh("istio"); m == nil || json.Unmarshal(m.Enrollment, &enr) != nil || !enr.Pass || len(enr.Pods) != 4 {
+		t.Errorf("istio enrollment %+v: want every pod (2 of the app, 2 generators) checked and passing", enr)
+	}
+	var effort struct {
+		Effort kube.Effort `json:"effort"`
+	}
+	found := false
+	for _, gc := range run.Provenance.Configs {
+		if gc.Mesh == "istio" && gc.Name == "kubernetes-install.json" {
+			found = json.Unmarshal(gc.Content, &effort) == nil
+		}
+	}
+	if e := effort.Effort; !found || len(e.CRDs) != 15 || e.Kinds["PeerAuthentication"] != 1 || e.Objects < 35 || e.Values != 3 {
+		t.Errorf("istio install effort stored %v: %+v; want Istio's 15 CRDs, the strict PeerAuthentication, the 3 values set", found, effort.Effort)
+	}
+	if left := meshmarkNamespaces(t, c); len(left) > 0 {
+		t.Errorf("run left namespaces %v", left)
+	}
+	if left := istioLeftovers(t, c); len(left) > 0 {
+		t.Errorf("run left Istio's %v", left)
+	}
+}
+
+// standIns are the real generator processes behind the cluster's generator pods.
+type standIns struct {
+	mu   sync.Mutex
+	logs []string
+}
+
+// plans counts the plans every stand-in generator said it ran.
+func (s *standIns) plans() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, l := range s.logs {
+		b, _ := os.ReadFile(l)
+		n += strings.Count(string(b), "plan ")
+	}
+	return n
+}
+
+// standInGenerators watches the cluster for load-generator pods and starts, for each,
+// a `meshmark generator` process, as the pod's container would run it, with the pod's
+// namespace; the entry service's cluster name resolves to the stand-in entry server.
+// kwok's kubelet endpoint forwards the pod's generator port to the process.
+func standInGenerators(t *testing.T, c *kubetest.Cluster, entryService, entryAddr string) *standIns {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &standIns{}
+	var procs []*exec.Cmd
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		for _, p := range procs {
+			_ = p.Process.Kill()
+			_ = p.Wait()
+		}
+	})
+	logDir := t.TempDir()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		seen := map[string]bool{}
+		for ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+			pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: kube.RoleLabel + "=loadgen"})
+			if err != nil {
+				continue
+			}
+			for _, p := range pods.Items {
+				if seen[p.Namespace+"/"+p.Name] {
+					continue
+				}
+				svc, err := client.CoreV1().Services(p.Namespace).Get(ctx, entryService, metav1.GetOptions{})
+				if err != nil {
+					continue // not created yet
+				}
+				port, err := freeLocalPort()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				host := fmt.Sprintf("%s.%s.svc.cluster.local:%d", entryService, p.Namespace, svc.Spec.Ports[0].Port)
+				argv, _ := json.Marshal([]string{"generator", "--listen", "127.0.0.1:" + strconv.Itoa(port),
+					"--allow-namespace", p.Namespace, "--resolve", host + ":" + entryAddr})
+				logPath := filepath.Join(logDir, p.Name+".log")
+				logf, err := os.Create(logPath)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				cmd := exec.Command(exe)
+				cmd.Env = append(os.Environ(), "MESHMARK_CLI_ARGS="+string(argv))
+				cmd.Stdout, cmd.Stderr = logf, logf
+				if err := cmd.Start(); err != nil {
+					t.Error(err)
+					return
+				}
+				logf.Close()
+				procs = append(procs, cmd)
+				s.mu.Lock()
+				s.logs = append(s.logs, logPath)
+				s.mu.Unlock()
+				if err := c.ForwardPodPort(ctx, p.Namespace, p.Name, kube.GeneratorPort, "127.0.0.1:"+strconv.Itoa(port)); err != nil {
+					t.Error(err)
+					return
+				}
+				t.Logf("stand-in generator for %s/%s on 127.0.0.1:%d", p.Namespace, p.Name, port)
+				seen[p.Namespace+"/"+p.Name] = true
+			}
+		}
+	}()
+	return s
+}
+
+func freeLocalPort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// standInIstiod runs istiod beside the cluster each time Istio's charts are installed
+// (a new injector ConfigMap appears in istio-system), as Istio's external control plane
+// runs, and returns the base URL of its webhooks, for the charts' injectionURL and
+// validationURL: through their Services, the API server's calls would go to addresses
+// that exist nowhere. istiod's serving certificate names localhost
+// (ISTIOD_CUSTOM_HOST), and istiod itself puts its CA into the webhook configuration.
+func standInIstiod(t *testing.T, c *kubetest.Cluster) string {
+	t.Helper()
+	port, err := freeLocalPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var cur *exec.Cmd
+	stop := func() {
+		if cur != nil {
+			_ = cur.Process.Kill()
+			_ = cur.Wait()
+			cur = nil
+		}
+	}
+	logDir := t.TempDir()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer stop()
+		lastUID := ""
+		for ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+			cm, err := client.CoreV1().ConfigMaps("istio-system").Get(ctx, "istio-sidecar-injector", metav1.GetOptions{})
+			if err != nil || string(cm.UID) == lastUID {
+				continue
+			}
+			lastUID = string(cm.UID)
+			stop()
+			args := []string{"discovery", "--kubeconfig", c.Kubeconfig, "--httpsAddr", "127.0.0.1:" + strconv.Itoa(port), "--ctrlz_port", "0"}
+			for _, flag := range []string{"--httpAddr", "--grpcAddr", "--secureGRPCAddr", "--monitoringAddr"} {
+				p, err := freeLocalPort()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				args = append(args, flag, "127.0.0.1:"+strconv.Itoa(p))
+			}
+			logf, err := os.Create(filepath.Join(logDir, "istiod-"+lastUID+".log"))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			cmd := exec.Command(filepath.Join(prereq.ToolsDir(), "bin", "pilot-discovery"), args...)
+			cmd.Env = append(os.Environ(), "POD_NAMESPACE=istio-system", "POD_NAME=istiod-standin", "REVISION=default", "ISTIOD_CUSTOM_HOST=localhost")
+			cmd.Stdout, cmd.Stderr = logf, logf
+			if err := cmd.Start(); err != nil {
+				t.Error(err)
+				return
+			}
+			logf.Close()
+			cur = cmd
+		}
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return fmt.Sprintf("https://localhost:%d", port)
+}
+
+// istioLeftovers lists what an Istio install leaves cluster-wide if it is not removed:
+// its namespace, CRDs and webhook configurations.
+func istioLeftovers(t *testing.T, c *kubetest.Cluster) []string {
+	t.Helper()
+	ctx := context.Background()
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	if _, err := client.CoreV1().Namespaces().Get(ctx, "istio-system", metav1.GetOptions{}); err == nil {
+		left = append(left, "namespace/istio-system")
+	}
+	mwcs, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range mwcs.Items {
+		left = append(left, "mutatingwebhookconfiguration/"+w.Name)
+	}
+	vwcs, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range vwcs.Items {
+		left = append(left, "validatingwebhookconfiguration/"+w.Name)
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, err := apiextensions.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds, err := ext.ApiextensionsV1().CustomResourceDefinitions().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, crd := range crds.Items {
+		if strings.HasSuffix(crd.Spec.Group, "istio.io") {
+			left = append(left, "crd/"+crd.Name)
+		}
+	}
+	return left
+}

@@ -1,0 +1,560 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/load"
+	"github.com/meshmark/meshmark/internal/loadgen"
+	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/envoysidecar"
+	"github.com/meshmark/meshmark/internal/mesh/none"
+	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/study"
+	"github.com/meshmark/meshmark/internal/substrate/kube"
+	"github.com/meshmark/meshmark/internal/testbed"
+	"github.com/meshmark/meshmark/internal/workload"
+)
+
+// kubernetesKinds are the experiment kinds a run on Kubernetes measures so far: load at
+// rates and connection counts the study fixes. Capacity searches, users and security
+// probes run on the local substrate only.
+var kubernetesKinds = map[study.ExperimentKind]bool{
+	study.KindFixedRate: true, study.KindSoak: true, study.KindSteps: true, study.KindConnections: true,
+}
+
+// generatorDialLimit is how long a freshly ready generator pod may take to accept its
+// port-forwarded connection: its process may still be starting.
+const generatorDialLimit = 30 * time.Second
+
+// kubernetesInstall is how a mesh of the study goes onto a cluster: nil for the
+// baseline, which installs nothing; an error for a profile or option that cannot be
+// carried there yet.
+func kubernetesInstall(m study.Mesh) (*mesh.KubernetesInstall, error) {
+	if m.Profile == none.Name {
+		return nil, nil
+	}
+	p, err := mesh.New(m.Profile, m.Options)
+	if err != nil {
+		return nil, err
+	}
+	ki, ok := p.(mesh.KubernetesInstaller)
+	if !ok {
+		return nil, fmt.Errorf("profile %s cannot be installed on Kubernetes yet (the local substrate runs it); profiles on Kubernetes: none, %s (Istio in sidecar mode)",
+			m.Profile, envoysidecar.Name)
+	}
+	install, err := ki.Kubernetes()
+	if err != nil {
+		var oe *mesh.OptionError
+		if errors.As(err, &oe) {
+			return nil, fmt.Errorf("options.%s: %s on Kubernetes", oe.Key, oe.Msg)
+		}
+		return nil, err
+	}
+	return &install, nil
+}
+
+// helmCharts are a mesh's charts as the Kubernetes substrate installs them.
+func helmCharts(in *mesh.KubernetesInstall) []kube.Chart {
+	var out []kube.Chart
+	for _, ch := range in.Charts {
+		out = append(out, kube.Chart{Release: ch.Release, Namespace: ch.Namespace, Ref: ch.Chart, Repo: ch.Repo, Version: ch.Version, Values: ch.Values})
+	}
+	return out
+}
+
+// kubeDeployment is one mesh's workload on the cluster with its load generators, ready
+// for load.
+type kubeDeployment struct {
+	mesh     *study.Mesh
+	install  *kube.MeshInstall
+	app      *kube.App
+	forwards *kube.Forwards
+	pool     *loadgen.Pool
+	took     time.Duration
+}
+
+// checkKubernetes refuses, before anything is created, what cannot be done on
+// Kubernetes yet, naming the study file's field: meshes that cannot be installed there,
+// and, when measure is set, experiments that cannot be measured there.
+func (r *runner) checkKubernetes(measure bool) error {
+	st := r.study
+	if st.Spec.Substrate.Kubernetes.Image == "" {
+		return fmt.Errorf("%s: spec.substrate.kubernetes.image: missing: the meshmark image the pods run (build one with `meshmark image build`)", st.File)
+	}
+	for i, m := range st.Spec.Meshes {
+		if _, err := kubernetesInstall(m); err != nil {
+			return fmt.Errorf("%s: spec.meshes[%d] (%s): %w", st.File, i, m.Name, err)
+		}
+	}
+	if !measure {
+		return nil
+	}
+	for i, e := range st.Spec.Experiments {
+		if !kubernetesKinds[e.Kind] {
+			return fmt.Errorf("%s: spec.experiments[%d] (%s): kind %s is not measured on Kubernetes yet (fixed-rate, soak, steps and connections are; the local substrate runs every kind)",
+				st.File, i, e.Name, e.Kind)
+		}
+		if e.Rate.IsRelative() {
+			return fmt.Errorf("%s: spec.experiments[%d] (%s): rate %s refers to a capacity, which is not measured on Kubernetes yet: give a rate in requests per second",
+				st.File, i, e.Name, e.Rate)
+		}
+		if e.Path == study.PathIngress {
+			return fmt.Errorf("%s: spec.experiments[%d] (%s): path ingress: no ingress gateway is deployed on Kubernetes yet", st.File, i, e.Name)
+		}
+	}
+	if st.Spec.Precision != nil {
+		return fmt.Errorf("%s: spec.precision: adding repeats until a precision is met is not done on Kubernetes yet", st.File)
+	}
+	return nil
+}
+
+// connectKubernetes reaches the study's cluster with its placement settings.
+func (r *runner) connectKubernetes(ctx context.Context) (*kube.Cluster, error) {
+	k := r.study.Spec.Substrate.Kubernetes
+	c, err := kube.Connect(ctx, kube.Config{
+		Kubeconfig: k.Kubeconfig, Context: k.Context, NamespacePrefix: k.NamespacePrefix,
+		AppNodeSelector: k.SUTNodeSelector, LoadgenNodeSelector: k.LoadgenNodeSelector, Image: k.Image,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: spec.substrate.kubernetes: %w", r.study.File, err)
+	}
+	return c, nil
+}
+
+// appSpec is a mesh's workload for the cluster: the graph's deployments, running
+// `meshmark service` with the graph the pods can read, and the study's generators.
+func (r *runner) appSpec(run string, m *study.Mesh) (kube.AppSpec, error) {
+	graphArg, files, err := r.kubeGraph()
+	if err != nil {
+		return kube.AppSpec{}, err
+	}
+	return kube.AppSpec{
+		Run: run, Mesh: m.Name, Deployments: r.graph.Deployments(), Files: files,
+		Generators: r.study.Spec.Substrate.Kubernetes.Generators,
+		Args: func(d workload.Deployment) []string {
+			args := r.graph.ServiceArgs(d, kube.PodNameArg)
+			for i := range args {
+				if args[i] == "--graph" && i+1 < len(args) {
+					args[i+1] = graphArg
+				}
+			}
+			return args
+		},
+	}, nil
+}
+
+// executeKubernetes walks the plan on the cluster: a mesh's namespace stays up across
+// its consecutive trials unless the plan asks for a fresh bring-up, and every namespace
+// is removed at the end, after an error or an interrupt too (unless the study keeps
+// them).
+func (r *runner) executeKubernetes(ctx context.Context, c *kube.Cluster) error {
+	run := testbed.NewRunID()
+	var cur *kubeDeployment
+	defer func() { r.tearDownKube(c, cur) }()
+	for i := range r.plan {
+		t := &r.plan[i]
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if t.BringUp || cur == nil || cur.mesh.Name != t.Mesh.Name {
+			r.tearDownKube(c, cur)
+			cur = nil
+			r.progress.phase(fmt.Sprintf("bring-up %s (repeat %d) on %s", t.Mesh.Name, t.Repeat+1, c.Server))
+			d, err := r.bringUpKube(ctx, c, run, t.Mesh, true)
+			cur = d
+			if err != nil {
+				return err
+			}
+			r.progress.note(fmt.Sprintf("%s up in %s: namespace %s, %d load generators (%s)", t.Mesh.Name, d.took.Round(100*time.Millisecond),
+				d.app.Namespace, len(d.forwards.Generators), describeGenerators(d.forwards.Generators)))
+		}
+		if err := r.runKubeExperiment(ctx, cur, t); err != nil {
+			return err
+		}
+	}
+	r.progress.done()
+	return nil
+}
+
+// bringUpKube installs the mesh, deploys its workload and generators, waits until
+// every pod is ready, checks that the mesh enrolled every pod, and, with connect,
+// connects to each generator through its port-forward. It returns what it created even
+// when it fails, for teardown.
+func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m *study.Mesh, connect bool) (*kubeDeployment, error) {
+	start := time.Now()
+	d := &kubeDeployment{mesh: m}
+	plan, err := kubernetesInstall(*m)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := r.appSpec(run, m)
+	if err != nil {
+		return nil, err
+	}
+	if plan != nil {
+		r.progress.note(fmt.Sprintf("%s: installing %s", m.Name, describeCharts(plan.Charts)))
+		if d.install, err = c.InstallMesh(ctx, helmCharts(plan), plan.Manifests, r.helmLog(m.Name)); err != nil {
+			return nil, fmt.Errorf("mesh %s: %w", m.Name, err)
+		}
+		e := d.install.Effort
+		r.progress.note(fmt.Sprintf("%s: installed in %s: %d objects, %d CRDs added, %d values set", m.Name, e.Ready.Round(100*time.Millisecond), e.Objects, len(e.CRDs), e.Values))
+		if err := r.recordEffort(ctx, m, plan, e); err != nil {
+			return d, err
+		}
+		spec.NamespaceLabels, spec.PodAnnotations = plan.NamespaceLabels, plan.PodAnnotations
+	}
+	d.app, err = c.Deploy(ctx, spec)
+	if err != nil {
+		return d, fmt.Errorf("mesh %s: %w", m.Name, err)
+	}
+	last := time.Time{}
+	err = c.WaitReady(ctx, d.app, func(ready, total int) {
+		if time.Since(last) > 2*time.Second || ready == total {
+			r.progress.note(fmt.Sprintf("%s: %d/%d pods ready", m.Name, ready, total))
+			last = time.Now()
+		}
+	})
+	if err != nil {
+		return d, fmt.Errorf("mesh %s: %w", m.Name, err)
+	}
+	if plan != nil {
+		enr, err := kubeEnrollment(ctx, c, d.app, m, plan)
+		if err != nil {
+			return d, fmt.Errorf("mesh %s: %w", m.Name, err)
+		}
+		if err := r.storeEnrollment(ctx, m.Name, enr); err != nil {
+			return d, err
+		}
+		if !enr.Pass {
+			return d, fmt.Errorf("mesh %s is not set up as claimed, refusing to measure it: %s", m.Name, strings.Join(enr.Failures, "; "))
+		}
+		r.progress.note(fmt.Sprintf("%s: every pod carries %s (%d pods)", m.Name, plan.Sidecar, len(enr.Pods)))
+	}
+	if !connect {
+		d.took = time.Since(start)
+		return d, nil
+	}
+	if err := r.connectGenerators(ctx, c, d); err != nil {
+		return d, fmt.Errorf("mesh %s: %w", m.Name, err)
+	}
+	d.took = time.Since(start)
+	return d, nil
+}
+
+// connectGenerators opens a port-forward to every generator and connects to each. A
+// generator pod is ready as soon as its container runs, which may be before its process
+// listens, and a forwarded connection that finds nothing ends the whole forward (as
+// kubectl port-forward's does): so forwards that fail are opened again, until
+// generatorDialLimit.
+func (r *runner) connectGenerators(ctx context.Context, c *kube.Cluster, d *kubeDeployment) error {
+	deadline := time.Now().Add(generatorDialLimit)
+	for {
+		fw, err := c.ForwardGenerators(ctx, d.app)
+		if err == nil {
+			addrs := make([]string, len(fw.Generators))
+			for i, g := range fw.Generators {
+				addrs[i] = g.Addr
+			}
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			d.pool, err = loadgen.Dial(dctx, addrs)
+			cancel()
+			if err == nil {
+				d.forwards = fw
+				return nil
+			}
+			err = fmt.Errorf("load generators %s: %w", describeGenerators(fw.Generators), err)
+			fw.Close()
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// kubeEnrollment is the mesh's own record, on the cluster, that it enrolled every pod of
+// the app: its sidecar in every pod spec.
+func kubeEnrollment(ctx context.Context, c *kube.Cluster, app *kube.App, m *study.Mesh, plan *mesh.KubernetesInstall) (mesh.Enrollment, error) {
+	enr := mesh.Enrollment{Mesh: m.Name, Pass: true, CheckedAt: time.Now()}
+	if plan.Sidecar == "" {
+		return enr, nil
+	}
+	pods, err := c.Sidecars(ctx, app, plan.Sidecar)
+	if err != nil {
+		return enr, err
+	}
+	for _, p := range pods {
+		enr.Pods = append(enr.Pods, mesh.PodEnrollment{Pod: p.Pod, Service: p.App, Meshed: true, Sidecar: p.Sidecar})
+		if !p.Sidecar {
+			enr.Pass = false
+			enr.Failures = append(enr.Failures, fmt.Sprintf("pod %s has no %s container: the mesh did not inject it", p.Pod, plan.Sidecar))
+		}
+	}
+	return enr, nil
+}
+
+// storeEnrollment keeps the check with the run, as the local substrate's is kept.
+func (r *runner) storeEnrollment(ctx context.Context, meshName string, enr mesh.Enrollment) error {
+	if r.run == nil {
+		return nil
+	}
+	check, err := json.Marshal(enr)
+	if err != nil {
+		return err
+	}
+	if err := r.opts.Store.SetEnrollment(ctx, r.run.ID, meshName, check); err != nil {
+		return err
+	}
+	if rm := r.run.Mesh(meshName); rm != nil {
+		rm.Enrollment = check
+	}
+	return nil
+}
+
+// recordEffort stores, with the run's provenance, what installing the mesh took and
+// which charts at which versions: the effort column of a comparison.
+func (r *runner) recordEffort(ctx context.Context, m *study.Mesh, plan *mesh.KubernetesInstall, e kube.Effort) error {
+	if r.run == nil {
+		return nil
+	}
+	doc, err := json.MarshalIndent(map[string]any{"charts": plan.Charts, "manifests": plan.Manifests, "effort": e}, "", "  ")
+	if err != nil {
+		return err
+	}
+	gc := results.NewGeneratedConfig("kubernetes-install.json", m.Name, m.Profile, doc)
+	r.run.Provenance.Configs = append(r.run.Provenance.Configs, gc)
+	return r.opts.Store.AddConfigs(ctx, r.run.ID, gc)
+}
+
+// helmLog is where Helm's own messages go: a file under the run's log directory, when
+// the run keeps logs.
+func (r *runner) helmLog(meshName string) io.Writer {
+	if r.opts.LogDir == "" {
+		return io.Discard
+	}
+	if err := os.MkdirAll(r.opts.LogDir, 0o755); err != nil {
+		return io.Discard
+	}
+	f, err := os.OpenFile(filepath.Join(r.opts.LogDir, meshName+"-helm.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return io.Discard
+	}
+	return f
+}
+
+func describeCharts(charts []mesh.HelmChart) string {
+	var out []string
+	for _, ch := range charts {
+		s := ch.Chart
+		if ch.Version != "" {
+			s += " " + ch.Version
+		}
+		out = append(out, s+" into "+ch.Namespace)
+	}
+	return strings.Join(out, ", ")
+}
+
+// tearDownKube closes the generators' connections and forwards, removes the mesh's
+// namespace and uninstalls the mesh, whatever state the run is in.
+func (r *runner) tearDownKube(c *kube.Cluster, d *kubeDeployment) {
+	if d == nil {
+		return
+	}
+	if d.pool != nil {
+		d.pool.Close()
+	}
+	if d.forwards != nil {
+		d.forwards.Close()
+	}
+	if !r.study.Spec.Substrate.Kubernetes.Cleanup {
+		r.progress.note(fmt.Sprintf("%s kept (cleanup: false); remove it with `meshmark clean --kubernetes --all`", d.mesh.Name))
+		return
+	}
+	start := time.Now()
+	if d.app != nil {
+		if err := c.Teardown(context.Background(), d.app); err != nil {
+			r.progress.note(fmt.Sprintf("warning: %s: %v; `meshmark clean --kubernetes` removes what is left", d.mesh.Name, err))
+			return
+		}
+	}
+	if err := c.UninstallMesh(context.Background(), d.install, r.helmLog(d.mesh.Name)); err != nil {
+		r.progress.note(fmt.Sprintf("warning: %s: uninstalling the mesh: %v; `meshmark clean --kubernetes` removes what is left", d.mesh.Name, err))
+		return
+	}
+	what := "torn down"
+	if d.app != nil {
+		what += ", namespace " + d.app.Namespace + " removed"
+	}
+	if d.install != nil {
+		what += ", mesh uninstalled"
+	}
+	r.progress.note(fmt.Sprintf("%s %s (%s)", d.mesh.Name, what, time.Since(start).Round(100*time.Millisecond)))
+}
+
+// runKubeExperiment runs one planned trial through the generators: one load run per
+// rate or connection count, each stored as soon as it ends.
+func (r *runner) runKubeExperiment(ctx context.Context, d *kubeDeployment, t *study.Trial) error {
+	e := t.Experiment
+	rate, hasRate, err := r.rateOf(e, t.Mesh.Name)
+	if err != nil {
+		return err
+	}
+	switch e.Kind {
+	case study.KindSteps:
+		for i, rate := range e.StepRates() {
+			warm := time.Duration(0)
+			if i == 0 {
+				warm = e.Warmup.D()
+			}
+			args := r.kubeLoadArgs(d, e, rate, 0, e.Each.D(), warm)
+			if err := r.measureRemote(ctx, d, t, args, warm, results.TrialParams{RequestedRate: rate, Step: i}); err != nil {
+				return err
+			}
+		}
+		return nil
+	case study.KindConnections:
+		for i, conns := range e.Connections {
+			params := results.TrialParams{Connections: conns, Step: i}
+			if hasRate {
+				params.RequestedRate = rate
+			}
+			args := r.kubeLoadArgs(d, e, params.RequestedRate, conns, e.Duration.D(), e.Warmup.D())
+			if err := r.measureRemote(ctx, d, t, args, e.Warmup.D(), params); err != nil {
+				return err
+			}
+		}
+		return nil
+	default: // fixed-rate, soak
+		if !hasRate {
+			return fmt.Errorf("experiment %s: no rate", e.Name)
+		}
+		conns := 0
+		if len(e.Connections) > 0 {
+			conns = e.Connections[0]
+		}
+		args := r.kubeLoadArgs(d, e, rate, conns, e.Duration.D(), e.Warmup.D())
+		return r.measureRemote(ctx, d, t, args, e.Warmup.D(), results.TrialParams{RequestedRate: rate})
+	}
+}
+
+// kubeLoadArgs is the `meshmark load` command line each generator runs (its share of
+// it): the entry service by its cluster DNS name, at rate (open model; 0 runs the
+// closed model over conns connections) for length after warmup.
+func (r *runner) kubeLoadArgs(d *kubeDeployment, e *study.Experiment, rate float64, conns int, length, warmup time.Duration) []string {
+	entry := r.graph.Entrypoint()
+	path := r.study.Spec.Workload.Entrypoint
+	if path == "" {
+		path = entry.Path
+	}
+	if path == "" || !strings.HasPrefix(path, "/") {
+		path = "/" + path
+	}
+	protocol := r.clientProtocol(*e)
+	url := fmt.Sprintf("http://%s.%s.svc.cluster.local:%d", kube.ServiceName(entry.Service), d.app.Namespace, entry.Port)
+	args := []string{}
+	switch protocol {
+	case study.ProtocolGRPC:
+		args = append(args, url, "--protocol", "grpc", "--grpc-method", grpcMethodOf(path))
+	case study.ProtocolH2C:
+		args = append(args, url+path, "--protocol", "h2c")
+	default:
+		args = append(args, url+path)
+	}
+	args = append(args, "-d", (length + warmup).String(), "--warmup", warmup.String(),
+		"--seed", strconv.FormatUint(r.study.Spec.Seed, 10))
+	if rate > 0 {
+		flag := "--rate"
+		if e.Arrival == study.ArrivalPoisson {
+			flag = "--poisson"
+		}
+		args = append(args, flag, strconv.FormatFloat(rate, 'f', -1, 64))
+	}
+	if conns > 0 {
+		args = append(args, "-c", strconv.Itoa(conns))
+	}
+	if e.Streams > 1 {
+		args = append(args, "--streams", strconv.Itoa(e.Streams))
+	}
+	if e.Requests > 0 {
+		args = append(args, "-n", strconv.Itoa(e.Requests))
+	}
+	if !e.KeepAlive {
+		args = append(args, "--no-keepalive")
+	}
+	return args
+}
+
+// measureRemote drives one load run through every generator of the deployment, merges
+// their results exactly and stores the trial. Resources are not sampled on a cluster
+// yet; the generators' own health is, as locally.
+func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.Trial, args []string, warmup time.Duration, params results.TrialParams) error {
+	e := t.Experiment
+	params.KeepAlive = e.KeepAlive
+	params.Path = string(study.PathInternal)
+	params.Extra = map[string]string{
+		"url": args[0], "protocol": protocolLabels[r.clientProtocol(*e)],
+		"generators": strconv.Itoa(len(d.forwards.Generators)), "substrate": "kubernetes",
+	}
+	if e.Streams > 1 {
+		params.Extra["streams"] = strconv.Itoa(e.Streams)
+	}
+	label := fmt.Sprintf("%s %s", e.Name, describe(params))
+	length := e.Duration.D()
+	if e.Kind == study.KindSteps {
+		length = e.Each.D()
+	}
+	r.progress.begin(t, label, length+warmup)
+	res, _, err := d.pool.Run(ctx, args, func(p load.Progress) {
+		r.progress.update(p)
+		if r.opts.Observe != nil {
+			r.opts.Observe.Interval(t.Mesh.Name, e.Name, t.Repeat, p.Interval)
+		}
+	})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		if ferr := d.forwards.Err(); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+		return fmt.Errorf("%s on %s, repeat %d: %w", label, t.Mesh.Name, t.Repeat+1, err)
+	}
+	trial := &results.Trial{
+		Repeat: t.Repeat, Mesh: t.Mesh.Name, Experiment: e.Name, Kind: string(e.Kind),
+		Params: params, WarmupTrimmed: warmup,
+		Start:  res.Start.Add(warmup),
+		Result: convert(res, warmup),
+	}
+	trial.End = trial.Start.Add(res.Elapsed)
+	if res.Health.Bottleneck {
+		trial.Result.Generator.Behind = true
+		trial.Result.Flags = append(trial.Result.Flags, results.FlagGeneratorBehind)
+		r.progress.note(fmt.Sprintf("warning: a load generator fell behind in %s on %s; this trial is flagged", label, t.Mesh.Name))
+	}
+	if err := r.opts.Store.AddTrial(ctx, r.run.ID, trial); err != nil {
+		return err
+	}
+	r.run.Trials = append(r.run.Trials, *trial)
+	r.progress.end(res)
+	return nil
+}
+
+func describeGenerators(gs []kube.Generator) string {
+	var out []string
+	for _, g := range gs {
+		out = append(out, g.Pod+" on "+g.Node)
+	}
+	return strings.Join(out, ", ")
+}
