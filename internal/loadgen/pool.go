@@ -141,6 +141,9 @@ func runOne(ctx context.Context, conn *grpc.ClientConn, plan *Plan, onInterval f
 			return res, nil
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err() // stopped by the driver, not failed
+			}
 			return nil, describe(err)
 		}
 		switch {
@@ -171,7 +174,7 @@ func firstCause(errs []error) error {
 		if err == nil {
 			continue
 		}
-		if errors.Is(err, context.Canceled) || status.Code(errors.Unwrap(err)) == codes.Canceled || isCancelMessage(err) {
+		if errors.Is(err, context.Canceled) {
 			if cancelled == nil {
 				cancelled = err
 			}
@@ -180,15 +183,6 @@ func firstCause(errs []error) error {
 		return err
 	}
 	return cancelled
-}
-
-func isCancelMessage(err error) bool {
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if st, ok := status.FromError(e); ok && st.Code() == codes.Canceled {
-			return true
-		}
-	}
-	return false
 }
 
 // intervalMerger holds intervals until every generator has sent the same one, then

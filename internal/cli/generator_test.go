@@ -1,0 +1,259 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/load"
+	"github.com/meshmark/meshmark/internal/loadgen"
+)
+
+// startGenerator runs `meshmark generator` as a process of its own and returns its
+// address and the process.
+func startGenerator(t *testing.T, args ...string) (string, *exec.Cmd) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := freeLocalPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	argv, _ := json.Marshal(append([]string{"generator", "--listen", addr}, args...))
+	cmd := exec.Command(exe, "-test.run", "^$")
+	cmd.Env = append(os.Environ(), "MESHMARK_CLI_ARGS="+string(argv))
+	logf, err := os.Create(filepath.Join(t.TempDir(), "generator.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	logf.Close()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return addr, cmd
+}
+
+// countingServer answers with a spread of service times and a few 503s, and counts.
+func countingServer(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		i := n.Add(1)
+		time.Sleep(time.Duration(i%7) * 300 * time.Microsecond)
+		if i%50 == 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &n
+}
+
+// TestGeneratorsStreamAndMergeExactly drives four generator processes through
+// `meshmark load --generators`: the merged result must hold, bucket for bucket, every
+// request the four logged, and their sends must add up to the one schedule asked for.
+func TestGeneratorsStreamAndMergeExactly(t *testing.T) {
+	srv, served := countingServer(t)
+	dir := t.TempDir()
+	var addrs []string
+	for g := 0; g < 4; g++ {
+		addr, _ := startGenerator(t, "--raw-dir", filepath.Join(dir, fmt.Sprintf("g%d", g)))
+		addrs = append(addrs, addr)
+	}
+	merged := filepath.Join(dir, "merged.json")
+	out, code, err := execLoad(context.Background(), "load", srv.URL, "--rate", "400", "-d", "3s", "--warmup", "1s",
+		"--format", "json", "-o", merged, "--generators", strings.Join(addrs, ","))
+	if err != nil {
+		t.Fatalf("exit %d: %v\n%s", code, err, out)
+	}
+	got := readResult(t, merged)
+
+	want := load.NewHistogram()
+	var rows, completed, succeeded int64
+	var intended []int64
+	for g := 0; g < 4; g++ {
+		logs, _ := filepath.Glob(filepath.Join(dir, fmt.Sprintf("g%d", g), "*.csv"))
+		if len(logs) != 1 {
+			t.Fatalf("generator %d kept %d raw logs, want 1", g, len(logs))
+		}
+		for _, row := range rawLogRows(t, logs[0]) {
+			rows++
+			at, _ := strconv.ParseInt(row[0], 10, 64)
+			intended = append(intended, at)
+			if row[7] == "true" {
+				continue
+			}
+			completed++
+			if row[5] == "none" {
+				succeeded++
+			}
+			if row[5] != "none" && row[5] != "non2xx" {
+				continue
+			}
+			done, _ := strconv.ParseInt(row[3], 10, 64)
+			if err := want.RecordValue(min(max((done-at)/1000, load.HistLowest), load.HistHighest)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got.Completed != completed || got.Succeeded != succeeded || got.RequestedRate != 400 {
+		t.Errorf("merged: completed %d, succeeded %d, requested %.1f/s; the raw logs: %d, %d; asked 400/s", got.Completed, got.Succeeded, got.RequestedRate, completed, succeeded)
+	}
+	if n := served.Load(); n != rows {
+		t.Errorf("the server answered %d requests, the generators logged %d", n, rows)
+	}
+	if !slices.Equal(got.Latency.Export().Counts, want.Export().Counts) || got.Latency.TotalCount() != want.TotalCount() {
+		t.Errorf("merged latency histogram (%d values) differs from the raw logs' (%d values)", got.Latency.TotalCount(), want.TotalCount())
+	}
+	// Four shares of 400/s, phased: together one send every 2.5 ms, as one generator
+	// at 400/s would send (each logged from its own start, which is the same instant).
+	slices.Sort(intended)
+	if len(intended) != 1200 {
+		t.Fatalf("%d sends, want 3 s at 400/s = 1200", len(intended))
+	}
+	for i, at := range intended {
+		if d := at - int64(i)*2_500_000; d < -1000 || d > 1000 {
+			t.Fatalf("send %d intended at %dns, want %dns: the shares do not interleave into one schedule", i, at, int64(i)*2_500_000)
+		}
+	}
+	var ivSum int64
+	for _, iv := range got.Intervals {
+		ivSum += iv.Completed
+	}
+	if len(got.Intervals) < 3 || ivSum != rows {
+		t.Errorf("%d merged intervals hold %d requests; want every request of the run (%d)", len(got.Intervals), ivSum, rows)
+	}
+}
+
+// TestGeneratorFailuresAndRefusals: a generator killed mid-plan fails the run naming it
+// and the others stop; a driver that goes away stops the load; a busy generator, bad
+// flags and forbidden targets are refused with the generator's reason.
+func TestGeneratorFailuresAndRefusals(t *testing.T) {
+	srv, served := countingServer(t)
+	a, _ := startGenerator(t)
+	b, victim := startGenerator(t)
+	ctx := context.Background()
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	pool, err := loadgen.Dial(dctx, []string{a, b})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+
+	// Killed: the run fails, names b, and a stops sending.
+	go func() {
+		time.Sleep(2500 * time.Millisecond)
+		_ = victim.Process.Signal(syscall.SIGKILL)
+	}()
+	_, _, err = pool.Run(ctx, []string{srv.URL, "--rate", "200", "-d", "20s"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "generator "+b) {
+		t.Fatalf("run with a generator killed: %v; want an error naming %s", err, b)
+	}
+	if stillSending(served) {
+		t.Error("the surviving generator kept sending after the run failed")
+	}
+
+	// The survivor takes the next plan.
+	solo, err := loadgen.Dial(ctx, []string{a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer solo.Close()
+	res, _, err := solo.Run(ctx, []string{srv.URL, "--rate", "100", "-d", "1s"}, nil)
+	if err != nil || res.Completed != 100 {
+		t.Fatalf("the survivor's next plan: %v, %+v", err, res)
+	}
+
+	// The driver goes away: the load stops.
+	rctx, stop := context.WithCancel(ctx)
+	go func() { time.Sleep(2 * time.Second); stop() }()
+	if _, _, err := solo.Run(rctx, []string{srv.URL, "--rate", "200", "-d", "20s"}, nil); err == nil {
+		t.Error("a cancelled run returned no error")
+	}
+	if stillSending(served) {
+		t.Error("the generator kept sending after its driver went away")
+	}
+
+	// Busy, then refusals in the generator's words.
+	busy := make(chan error, 1)
+	go func() {
+		_, _, err := solo.Run(ctx, []string{srv.URL, "--rate", "50", "-d", "3s"}, nil)
+		busy <- err
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	other, err := loadgen.Dial(ctx, []string{a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, _, err := other.Run(ctx, []string{srv.URL, "-n", "1"}, nil); err == nil || !strings.Contains(err.Error(), "busy: running a plan from") {
+		t.Errorf("a second plan while one runs: %v", err)
+	}
+	if err := <-busy; err != nil {
+		t.Errorf("the first plan: %v", err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{srv.URL, "--rate", "abc"}, `invalid argument "abc" for "--rate" flag`},
+		{[]string{"http://8.8.8.8/", "-n", "1"}, "8.8.8.8 is neither loopback nor in 198.18.0.0/15"},
+		{[]string{srv.URL, "-n", "1", "--raw", "x.csv"}, "--raw and -o write files on the driver's side"},
+	} {
+		if _, _, err := other.Run(ctx, tc.args, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestGeneratorLoadsOnlyItsNamespace: a generator pod's rules, with the cluster's name
+// of a service resolved to a local server.
+func TestGeneratorLoadsOnlyItsNamespace(t *testing.T) {
+	srv, served := countingServer(t)
+	port := srv.Listener.Addr().String()
+	g, _ := startGenerator(t, "--allow-namespace", "shop", "--resolve", "front.shop.svc.cluster.local:9080:"+port)
+	ctx := context.Background()
+	pool, err := loadgen.Dial(ctx, []string{g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	res, _, err := pool.Run(ctx, []string{"http://front.shop.svc.cluster.local:9080/", "-n", "20", "-c", "2"}, nil)
+	if err != nil || res.Completed != 20 || served.Load() != 20 {
+		t.Fatalf("a service of its namespace: %v, completed %v, served %d", err, res, served.Load())
+	}
+	if _, _, err := pool.Run(ctx, []string{"http://front.other.svc:9080/", "-n", "1"}, nil); err == nil ||
+		!strings.Contains(err.Error(), "this generator also loads the services of namespace shop") {
+		t.Errorf("a service of another namespace: %v", err)
+	}
+	if served.Load() != 20 {
+		t.Errorf("the refused plan sent %d requests", served.Load()-20)
+	}
+}
+
+// stillSending reports whether the server's count still grows a moment after the load
+// should have stopped.
+func stillSending(served *atomic.Int64) bool {
+	time.Sleep(500 * time.Millisecond)
+	before := served.Load()
+	time.Sleep(time.Second)
+	return served.Load() != before
+}
