@@ -147,9 +147,9 @@ func TestDeployRefusesBeforeCreatingAnything(t *testing.T) {
 		name, meshes, want string
 	}{
 		{"profile not on Kubernetes yet", "    - {name: baseline, profile: none}\n    - {name: linkerd, profile: linkerd}",
-			"spec.meshes[1] (linkerd): profile linkerd cannot be installed on Kubernetes yet"},
+			"spec.meshes[1].profile: profile linkerd cannot be installed on Kubernetes yet"},
 		{"option not carried to the mesh", "    - {name: baseline, profile: none}\n    - {name: sidecar, profile: envoy-sidecar, options: {telemetry: off}}",
-			"spec.meshes[1] (sidecar): options.telemetry: not carried over to Istio yet on Kubernetes"},
+			"spec.meshes[1].options.telemetry: not carried over to Istio yet on Kubernetes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := execCLI("deploy", kubeStudy(t, c, tc.meshes))
@@ -170,8 +170,11 @@ func TestDeployRefusesBeforeCreatingAnything(t *testing.T) {
 	if err := os.WriteFile(capacity, doc, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if _, errOut, err := execCLI("validate", capacity); err == nil || !regexp.MustCompile(`study.yaml:\d+:\d+: spec.experiments\[0\].kind: kind capacity is not measured on Kubernetes yet`).MatchString(errOut) {
+		t.Errorf("validate of a capacity search on kubernetes: %v\n%s", err, errOut)
+	}
 	_, _, err = execCLI("run", "--db", filepath.Join(t.TempDir(), "r.db"), capacity)
-	if err == nil || !strings.Contains(err.Error(), "spec.experiments[0] (cap): kind capacity is not measured on Kubernetes yet") {
+	if err == nil || !strings.Contains(err.Error(), "spec.experiments[0].kind: kind capacity is not measured on Kubernetes yet") {
 		t.Errorf("run of a capacity search on kubernetes: %v", err)
 	}
 	if left := meshmarkNamespaces(t, c); len(left) > 0 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/meshmark/meshmark/internal/runner"
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/spf13/cobra"
 )
@@ -33,6 +34,11 @@ func init() {
 						} else {
 							fmt.Fprintln(errOut, err)
 						}
+						continue
+					}
+					if err := runner.CheckKubernetes(s); err != nil {
+						bad++
+						fmt.Fprintln(errOut, err)
 						continue
 					}
 					for _, w := range s.Warnings {

@@ -53,10 +53,6 @@ func kubernetesInstall(m study.Mesh) (*mesh.KubernetesInstall, error) {
 	}
 	install, err := ki.Kubernetes()
 	if err != nil {
-		var oe *mesh.OptionError
-		if errors.As(err, &oe) {
-			return nil, fmt.Errorf("options.%s: %s on Kubernetes", oe.Key, oe.Msg)
-		}
 		return nil, err
 	}
 	return &install, nil
@@ -82,37 +78,51 @@ type kubeDeployment struct {
 	took     time.Duration
 }
 
+// CheckKubernetes says what a run of st on its Kubernetes cluster would refuse, at the
+// field that asks for it, without reaching the cluster: for `meshmark validate`, so that
+// it says what run will do.
+func CheckKubernetes(st *study.Study) error {
+	if st.Spec.Substrate.Kubernetes == nil {
+		return nil
+	}
+	r := &runner{study: st}
+	return r.checkKubernetes(true)
+}
+
 // checkKubernetes refuses, before anything is created, what cannot be done on
-// Kubernetes yet, naming the study file's field: meshes that cannot be installed there,
-// and, when measure is set, experiments that cannot be measured there.
+// Kubernetes yet, at the study file's field: meshes that cannot be installed there, and,
+// when measure is set, experiments that cannot be measured there.
 func (r *runner) checkKubernetes(measure bool) error {
 	st := r.study
 	if st.Spec.Substrate.Kubernetes.Image == "" {
-		return fmt.Errorf("%s: spec.substrate.kubernetes.image: missing: the meshmark image the pods run (build one with `meshmark image build`)", st.File)
+		return st.ErrorAt("spec.substrate.kubernetes.image", errors.New("missing: the meshmark image the pods run (build one with `meshmark image build`)"))
 	}
 	for i, m := range st.Spec.Meshes {
 		if _, err := kubernetesInstall(m); err != nil {
-			return fmt.Errorf("%s: spec.meshes[%d] (%s): %w", st.File, i, m.Name, err)
+			field := fmt.Sprintf("spec.meshes[%d].profile", i)
+			var oe *mesh.OptionError
+			if errors.As(err, &oe) {
+				field, err = fmt.Sprintf("spec.meshes[%d].options.%s", i, oe.Key), errors.New(oe.Msg+" on Kubernetes")
+			}
+			return st.ErrorAt(field, err)
 		}
 	}
 	if !measure {
 		return nil
 	}
 	for i, e := range st.Spec.Experiments {
-		if !kubernetesKinds[e.Kind] {
-			return fmt.Errorf("%s: spec.experiments[%d] (%s): kind %s is not measured on Kubernetes yet (fixed-rate, soak, steps and connections are; the local substrate runs every kind)",
-				st.File, i, e.Name, e.Kind)
-		}
-		if e.Rate.IsRelative() {
-			return fmt.Errorf("%s: spec.experiments[%d] (%s): rate %s refers to a capacity, which is not measured on Kubernetes yet: give a rate in requests per second",
-				st.File, i, e.Name, e.Rate)
-		}
-		if e.Path == study.PathIngress {
-			return fmt.Errorf("%s: spec.experiments[%d] (%s): path ingress: no ingress gateway is deployed on Kubernetes yet", st.File, i, e.Name)
+		p := fmt.Sprintf("spec.experiments[%d]", i)
+		switch {
+		case !kubernetesKinds[e.Kind]:
+			return st.ErrorAt(p+".kind", fmt.Errorf("kind %s is not measured on Kubernetes yet (fixed-rate, soak, steps and connections are; the local substrate runs every kind)", e.Kind))
+		case e.Rate.IsRelative():
+			return st.ErrorAt(p+".rate", fmt.Errorf("%s refers to a capacity, which is not measured on Kubernetes yet: give a rate in requests per second", e.Rate))
+		case e.Path == study.PathIngress:
+			return st.ErrorAt(p+".path", errors.New("no ingress gateway is deployed on Kubernetes yet"))
 		}
 	}
 	if st.Spec.Precision != nil {
-		return fmt.Errorf("%s: spec.precision: adding repeats until a precision is met is not done on Kubernetes yet", st.File)
+		return st.ErrorAt("spec.precision", errors.New("adding repeats until a precision is met is not done on Kubernetes yet"))
 	}
 	return nil
 }
