@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,7 +101,7 @@ spec:
 		t.Fatalf("run: %v\n%s\n%s", err, out, errOut)
 	}
 	for _, want := range []string{"cluster https://127.0.0.1:", "2 load generators", "istio: installing ", "istio-discovery into istio-system",
-		"istio: every pod carries istio-proxy (4 pods)", "baseline torn down", "mesh uninstalled"} {
+		"istio: every pod is in the mesh (4 pods; each carries istio-proxy)", "baseline torn down", "mesh uninstalled"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("progress does not say %q:\n%s", want, errOut)
 		}
@@ -387,4 +388,49 @@ func istioLeftovers(t *testing.T, c *kubetest.Cluster) []string {
 		}
 	}
 	return left
+}
+
+// TestAmbientThatEnrollsNothingIsRefused installs Istio ambient's own four charts (base,
+// istiod, istio-cni and ztunnel, with the ambient profile) through `meshmark deploy`. On
+// this cluster no istio-cni agent can run to redirect the pods, as none would on a node
+// whose CNI it cannot hook, so the enrollment check must find every pod outside the
+// mesh and refuse, and the deploy must leave nothing behind: the check is not a formality.
+func TestAmbientThatEnrollsNothingIsRefused(t *testing.T) {
+	c := startTestCluster(t)
+	if _, err := os.Stat(filepath.Join(prereq.IstioCharts(), "ztunnel")); err != nil {
+		t.Skipf("no Istio charts (%v): make setup (or: meshmark setup --for test)", err)
+	}
+	// Nothing listens there: the API server's calls to Istio's validation webhook fail
+	// at once, on loopback, instead of going to the addresses of its Service.
+	port, err := freeLocalPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := kubeStudy(t, c, fmt.Sprintf(`    - {name: baseline, profile: none}
+    - name: ambient
+      profile: istio-ambient
+      options:
+        istio_charts: %s
+        helm_values:
+          istio-base: {base: {validationURL: "https://localhost:%[2]d/validate"}}
+          istiod: {base: {validationURL: "https://localhost:%[2]d/validate"}}`, prereq.IstioCharts(), port))
+
+	out, errOut, err := execCLI("deploy", path)
+
+	if err == nil || !strings.Contains(err.Error(), "mesh ambient is not set up as claimed, refusing to measure it") ||
+		!strings.Contains(err.Error(), "has no ambient.istio.io/redirection=enabled: the mesh did not take it in") {
+		t.Fatalf("deploy of ambient without a CNI agent: %v\n%s\n%s", err, out, errOut)
+	}
+	if !regexp.MustCompile(`ambient: installed in \S+: \d+ objects, 15 CRDs added, 4 values set`).MatchString(errOut) {
+		t.Errorf("progress does not report the install's effort:\n%s", errOut)
+	}
+	if !strings.Contains(out, "baseline ") {
+		t.Errorf("the baseline, which came up, is not listed:\n%s", out)
+	}
+	if left := meshmarkNamespaces(t, c); len(left) > 0 {
+		t.Errorf("deploy left namespaces %v", left)
+	}
+	if left := istioLeftovers(t, c); len(left) > 0 {
+		t.Errorf("deploy left Istio's %v", left)
+	}
 }

@@ -28,6 +28,9 @@ type KubernetesInstall struct {
 	// as a native sidecar, an init container that keeps running); a pod without it is
 	// not in the mesh. Empty for meshes without sidecars.
 	Sidecar string
+	// EnrolledAnnotations are what the mesh writes on every pod it enrolled (ambient's
+	// CNI agent marks the pods it redirected); a pod without them is not in the mesh.
+	EnrolledAnnotations map[string]string
 }
 
 // HelmChart is one chart of a mesh, pinned.

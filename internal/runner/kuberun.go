@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/loadgen"
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/ambient"
 	"github.com/meshmark/meshmark/internal/mesh/envoysidecar"
 	"github.com/meshmark/meshmark/internal/mesh/none"
 	"github.com/meshmark/meshmark/internal/results"
@@ -48,8 +51,8 @@ func kubernetesInstall(m study.Mesh) (*mesh.KubernetesInstall, error) {
 	}
 	ki, ok := p.(mesh.KubernetesInstaller)
 	if !ok {
-		return nil, fmt.Errorf("profile %s cannot be installed on Kubernetes yet (the local substrate runs it); profiles on Kubernetes: none, %s (Istio in sidecar mode)",
-			m.Profile, envoysidecar.Name)
+		return nil, fmt.Errorf("profile %s cannot be installed on Kubernetes yet (the local substrate runs it); profiles on Kubernetes: none, %s (Istio in sidecar mode), %s (Istio in ambient mode)",
+			m.Profile, envoysidecar.Name, ambient.Name)
 	}
 	install, err := ki.Kubernetes()
 	if err != nil {
@@ -247,7 +250,7 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 		if !enr.Pass {
 			return d, fmt.Errorf("mesh %s is not set up as claimed, refusing to measure it: %s", m.Name, strings.Join(enr.Failures, "; "))
 		}
-		r.progress.note(fmt.Sprintf("%s: every pod carries %s (%d pods)", m.Name, plan.Sidecar, len(enr.Pods)))
+		r.progress.note(fmt.Sprintf("%s: every pod is in the mesh (%d pods; %s)", m.Name, len(enr.Pods), enrollmentProof(plan)))
 	}
 	if !connect {
 		d.took = time.Since(start)
@@ -295,10 +298,11 @@ func (r *runner) connectGenerators(ctx context.Context, c *kube.Cluster, d *kube
 }
 
 // kubeEnrollment is the mesh's own record, on the cluster, that it enrolled every pod of
-// the app: its sidecar in every pod spec.
+// the app: its sidecar in every pod spec, or the annotations it writes on the pods it
+// took in.
 func kubeEnrollment(ctx context.Context, c *kube.Cluster, app *kube.App, m *study.Mesh, plan *mesh.KubernetesInstall) (mesh.Enrollment, error) {
 	enr := mesh.Enrollment{Mesh: m.Name, Pass: true, CheckedAt: time.Now()}
-	if plan.Sidecar == "" {
+	if plan.Sidecar == "" && len(plan.EnrolledAnnotations) == 0 {
 		return enr, nil
 	}
 	pods, err := c.Sidecars(ctx, app, plan.Sidecar)
@@ -306,11 +310,21 @@ func kubeEnrollment(ctx context.Context, c *kube.Cluster, app *kube.App, m *stud
 		return enr, err
 	}
 	for _, p := range pods {
-		enr.Pods = append(enr.Pods, mesh.PodEnrollment{Pod: p.Pod, Service: p.App, Meshed: true, Sidecar: p.Sidecar})
-		if !p.Sidecar {
-			enr.Pass = false
-			enr.Failures = append(enr.Failures, fmt.Sprintf("pod %s has no %s container: the mesh did not inject it", p.Pod, plan.Sidecar))
+		pe := mesh.PodEnrollment{Pod: p.Pod, Service: p.App, Meshed: true, Sidecar: p.Sidecar}
+		var missing []string
+		if plan.Sidecar != "" && !p.Sidecar {
+			missing = append(missing, "no "+plan.Sidecar+" container")
 		}
+		for _, k := range slices.Sorted(maps.Keys(plan.EnrolledAnnotations)) {
+			if want := plan.EnrolledAnnotations[k]; p.Annotations[k] != want {
+				missing = append(missing, fmt.Sprintf("no %s=%s", k, want))
+			}
+		}
+		if len(missing) > 0 {
+			enr.Pass = false
+			enr.Failures = append(enr.Failures, fmt.Sprintf("pod %s has %s: the mesh did not take it in", p.Pod, strings.Join(missing, ", ")))
+		}
+		enr.Pods = append(enr.Pods, pe)
 	}
 	return enr, nil
 }
@@ -362,6 +376,18 @@ func (r *runner) helmLog(meshName string) io.Writer {
 		return io.Discard
 	}
 	return f
+}
+
+// enrollmentProof says what the enrollment check looked for.
+func enrollmentProof(plan *mesh.KubernetesInstall) string {
+	var what []string
+	if plan.Sidecar != "" {
+		what = append(what, "each carries "+plan.Sidecar)
+	}
+	for _, k := range slices.Sorted(maps.Keys(plan.EnrolledAnnotations)) {
+		what = append(what, "each marked "+k+"="+plan.EnrolledAnnotations[k])
+	}
+	return strings.Join(what, ", ")
 }
 
 func describeCharts(charts []mesh.HelmChart) string {

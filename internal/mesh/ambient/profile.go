@@ -43,6 +43,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/ambient/zdsapi"
+	"github.com/meshmark/meshmark/internal/mesh/istiohelm"
 	"github.com/meshmark/meshmark/internal/prereq"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
@@ -62,9 +63,9 @@ func init() {
 		Name:    Name,
 		Summary: "Istio ambient: the real ztunnel per node (shared mode, in-pod redirection), HBONE mTLS; L4 unless waypoint: on adds an Envoy waypoint",
 		New:     New,
-		Own: map[string]string{
+		Own: istiohelm.WithOptions(map[string]string{
 			"waypoint": "off (default: L4 only) | on (an Envoy waypoint for the namespace: L7 routing, the version split per request)",
-		},
+		}),
 		Unsupported: map[string]string{
 			"request_id":       "ztunnel is an L4 proxy: it never sees HTTP requests",
 			"access_log":       "ztunnel is an L4 proxy: it has no per-request access log",

@@ -1,69 +1,35 @@
 package envoysidecar
 
 import (
-	"fmt"
-	"path/filepath"
-	"regexp"
-
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/istiohelm"
 )
 
-// On Kubernetes the envoy-sidecar profile is Istio itself in sidecar mode, installed as
-// Istio's Helm documentation does: the base chart (CRDs), then istiod, into
-// istio-system; namespaces labelled istio-injection=enabled get the sidecar from
-// istiod's injection webhook.
-const (
-	// IstioVersion is the Istio release installed unless istio_version says otherwise.
-	IstioVersion = "1.31.1"
-	// IstioRepo is Istio's Helm repository.
-	IstioRepo = "https://istio-release.storage.googleapis.com/charts"
-	// IstioNamespace is where istiod runs.
-	IstioNamespace = "istio-system"
-	// IstioSidecar is the container istiod's injection adds to every enrolled pod.
-	IstioSidecar = "istio-proxy"
-
-	IstioVersionOption = "istio_version"
-	IstioChartsOption  = "istio_charts"
-	HelmValuesOption   = "helm_values"
-)
-
-var istioVersion = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
+// IstioSidecar is the container istiod's injection adds to every enrolled pod.
+const IstioSidecar = "istio-proxy"
 
 var _ mesh.KubernetesInstaller = (*Profile)(nil)
 
-// Kubernetes describes the Istio install this configuration stands for. Options that
-// meshmark does not yet carry over to Istio are refused rather than dropped, so that a
+// Kubernetes describes the Istio install this configuration stands for: Istio in
+// sidecar mode as Istio's Helm documentation installs it (the base chart, then istiod,
+// into istio-system), namespaces labelled istio-injection=enabled. Options that
+// meshmark does not carry over to Istio yet are refused rather than dropped, so that a
 // result never claims a setting the cluster did not have.
 func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 	o, def := p.opts, mesh.DefaultOptions()
 	switch {
 	case len(p.exempt) > 0:
-		return mesh.KubernetesInstall{}, &mesh.OptionError{Key: PlaintextServicesOption, Msg: "not carried over to Istio yet"}
+		return mesh.KubernetesInstall{}, istiohelm.NotCarried(PlaintextServicesOption)
 	case o.Telemetry != def.Telemetry:
-		return mesh.KubernetesInstall{}, &mesh.OptionError{Key: "telemetry", Msg: "not carried over to Istio yet"}
+		return mesh.KubernetesInstall{}, istiohelm.NotCarried("telemetry")
 	case o.RequestID != def.RequestID:
-		return mesh.KubernetesInstall{}, &mesh.OptionError{Key: "request_id", Msg: "not carried over to Istio yet"}
+		return mesh.KubernetesInstall{}, istiohelm.NotCarried("request_id")
 	case o.Retries != def.Retries:
-		return mesh.KubernetesInstall{}, &mesh.OptionError{Key: "retries", Msg: "not carried over to Istio yet"}
+		return mesh.KubernetesInstall{}, istiohelm.NotCarried("retries")
 	case o.CircuitBreakers != def.CircuitBreakers:
-		return mesh.KubernetesInstall{}, &mesh.OptionError{Key: "circuit_breakers", Msg: "not carried over to Istio yet"}
+		return mesh.KubernetesInstall{}, istiohelm.NotCarried("circuit_breakers")
 	case o.TrustDomain != def.TrustDomain:
-		return mesh.KubernetesInstall{}, &mesh.OptionError{Key: "trust_domain", Msg: "not carried over to Istio yet"}
-	}
-	version := IstioVersion
-	if v, ok := o.Own[IstioVersionOption]; ok {
-		version = fmt.Sprint(v)
-	}
-	if !istioVersion.MatchString(version) {
-		return mesh.KubernetesInstall{}, &mesh.OptionError{Key: IstioVersionOption, Msg: fmt.Sprintf("%q is not an Istio release like %s", version, IstioVersion)}
-	}
-	base := mesh.HelmChart{Release: "istio-base", Namespace: IstioNamespace, Chart: "base", Repo: IstioRepo, Version: version}
-	istiod := mesh.HelmChart{Release: "istiod", Namespace: IstioNamespace, Chart: "istiod", Repo: IstioRepo, Version: version}
-	if dir, ok := o.Own[IstioChartsOption].(string); ok && dir != "" {
-		// The layout of an Istio release's manifests/charts, for clusters that cannot
-		// reach the repository.
-		base.Chart, base.Repo, base.Version = filepath.Join(dir, "base"), "", ""
-		istiod.Chart, istiod.Repo, istiod.Version = filepath.Join(dir, "istio-control", "istio-discovery"), "", ""
+		return mesh.KubernetesInstall{}, istiohelm.NotCarried("trust_domain")
 	}
 	meshConfig := map[string]any{}
 	if o.Concurrency != def.Concurrency {
@@ -75,16 +41,17 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 	var manifests []string
 	switch p.mode {
 	case mesh.MTLSStrict:
-		manifests = append(manifests, peerAuthentication("STRICT"))
+		manifests = append(manifests, istiohelm.PeerAuthentication("STRICT"))
 	case mesh.MTLSOff:
-		manifests = append(manifests, peerAuthentication("DISABLE"))
+		manifests = append(manifests, istiohelm.PeerAuthentication("DISABLE"))
 		meshConfig["enableAutoMtls"] = false
 	}
+	istiod := istiohelm.Istiod
 	if len(meshConfig) > 0 {
 		istiod.Values = map[string]any{"meshConfig": meshConfig}
 	}
-	charts := []mesh.HelmChart{base, istiod}
-	if err := mesh.MergeHelmValues(charts, o.Own[HelmValuesOption], HelmValuesOption); err != nil {
+	charts, err := istiohelm.Charts(o, istiohelm.Base, istiod)
+	if err != nil {
 		return mesh.KubernetesInstall{}, err
 	}
 	return mesh.KubernetesInstall{
@@ -93,18 +60,4 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 		NamespaceLabels: map[string]string{"istio-injection": "enabled"},
 		Sidecar:         IstioSidecar,
 	}, nil
-}
-
-// peerAuthentication is the mesh-wide mTLS mode, as Istio's security docs set it: one
-// PeerAuthentication named default in the root namespace.
-func peerAuthentication(mode string) string {
-	return fmt.Sprintf(`apiVersion: security.istio.io/v1
-kind: PeerAuthentication
-metadata:
-  name: default
-  namespace: %s
-spec:
-  mtls:
-    mode: %s
-`, IstioNamespace, mode)
 }

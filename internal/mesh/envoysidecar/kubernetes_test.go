@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/istiohelm"
 )
 
 func kubernetesInstall(t *testing.T, raw map[string]any) (mesh.KubernetesInstall, error) {
@@ -22,7 +23,7 @@ func TestKubernetesInstallIsIstioAsConfigured(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(in.Charts) != 2 || in.Charts[0].Chart != "base" || in.Charts[1].Chart != "istiod" ||
-		in.Charts[1].Version != IstioVersion || in.Charts[1].Repo != IstioRepo || in.Charts[1].Values != nil {
+		in.Charts[1].Version != istiohelm.Version || in.Charts[1].Repo != istiohelm.Repo || in.Charts[1].Values != nil {
 		t.Errorf("stock Istio: charts %+v", in.Charts)
 	}
 	if len(in.Manifests) != 0 || in.NamespaceLabels["istio-injection"] != "enabled" || in.Sidecar != "istio-proxy" {

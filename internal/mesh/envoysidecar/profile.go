@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/istiohelm"
 	"github.com/meshmark/meshmark/internal/pki"
 	"github.com/meshmark/meshmark/internal/prereq"
 	"github.com/meshmark/meshmark/internal/substrate"
@@ -42,12 +43,9 @@ func init() {
 		Name:    Name,
 		Summary: "Istio's sidecar data plane: Envoy in every pod, iptables REDIRECT, SPIFFE mTLS",
 		New:     New,
-		Own: map[string]string{
+		Own: istiohelm.WithOptions(map[string]string{
 			PlaintextServicesOption: "services exempted from mTLS, as a PeerAuthentication with mode DISABLE on their workloads and a DestinationRule with tls mode DISABLE for their host (default: none)",
-			IstioVersionOption:      "on Kubernetes: the Istio release whose charts are installed (default " + IstioVersion + ")",
-			IstioChartsOption:       "on Kubernetes: a local copy of an Istio release's manifests/charts to install from instead of Istio's Helm repository",
-			HelmValuesOption:        "on Kubernetes: chart values by release, {istio-base: {...}, istiod: {...}}, over meshmark's own",
-		},
+		}),
 		Needs: []string{"envoy"},
 	})
 }

@@ -137,16 +137,18 @@ func (c *Cluster) UninstallMesh(ctx context.Context, mi *MeshInstall, logw io.Wr
 	return errors.Join(errs...)
 }
 
-// PodSidecar says whether one pod of an app carries a mesh's sidecar.
+// PodSidecar says whether one pod of an app carries a mesh's sidecar, and what the
+// mesh wrote on it.
 type PodSidecar struct {
-	Pod, App string
-	Sidecar  bool
+	Pod, App    string
+	Sidecar     bool
+	Annotations map[string]string
 }
 
 // Sidecars reports, for every pod of the app (workload and load generators), whether
-// the mesh put its sidecar container into it: as a container, or as a native sidecar
-// (an init container that keeps running). This is the mesh's own word that a pod is
-// enrolled, as the cluster stores it.
+// the mesh put its sidecar container into it (as a container, or as a native sidecar:
+// an init container that keeps running), with the pod's annotations. This is the mesh's
+// own word that a pod is enrolled, as the cluster stores it.
 func (c *Cluster) Sidecars(ctx context.Context, app *App, sidecar string) ([]PodSidecar, error) {
 	pods, err := c.client.CoreV1().Pods(app.Namespace).List(ctx, metav1.ListOptions{LabelSelector: ManagedByLabel + "=" + ManagedBy})
 	if err != nil {
@@ -161,7 +163,7 @@ func (c *Cluster) Sidecars(ctx context.Context, app *App, sidecar string) ([]Pod
 		if name == "" {
 			name = p.Labels[RoleLabel]
 		}
-		out = append(out, PodSidecar{Pod: p.Name, App: name, Sidecar: hasSidecar(p.Spec, sidecar)})
+		out = append(out, PodSidecar{Pod: p.Name, App: name, Sidecar: sidecar != "" && hasSidecar(p.Spec, sidecar), Annotations: p.Annotations})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Pod < out[j].Pod })
 	return out, nil
