@@ -34,6 +34,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/prereq"
+	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
@@ -95,7 +96,8 @@ spec:
 	}
 	db := filepath.Join(dir, "results.db")
 
-	out, errOut, err := execCLI("run", "--db", db, "--no-report", path)
+	reportDir := t.TempDir()
+	out, errOut, err := execCLI("run", "--db", db, "--report-dir", reportDir, path)
 
 	if err != nil {
 		t.Fatalf("run: %v\n%s\n%s", err, out, errOut)
@@ -144,17 +146,26 @@ spec:
 	if m := run.Mesh("istio"); m == nil || json.Unmarshal(m.Enrollment, &enr) != nil || !enr.Pass || len(enr.Pods) != 4 {
 		t.Errorf("istio enrollment %+v: want every pod (2 of the app, 2 generators) checked and passing", enr)
 	}
-	var effort struct {
-		Effort kube.Effort `json:"effort"`
-	}
+	var effort results.InstallEffort
 	found := false
 	for _, gc := range run.Provenance.Configs {
-		if gc.Mesh == "istio" && gc.Name == "kubernetes-install.json" {
+		if gc.Mesh == "istio" && gc.Name == results.InstallEffortConfig {
 			found = json.Unmarshal(gc.Content, &effort) == nil
 		}
 	}
-	if e := effort.Effort; !found || len(e.CRDs) != 15 || e.Kinds["PeerAuthentication"] != 1 || e.Objects < 35 || e.Values != 3 {
-		t.Errorf("istio install effort stored %v: %+v; want Istio's 15 CRDs, the strict PeerAuthentication, the 3 values set", found, effort.Effort)
+	if e := effort; !found || len(e.CRDs) != 15 || e.Kinds["PeerAuthentication"] != 1 || e.Objects < 35 || e.Values != 3 || len(e.Charts) != 2 || e.Ready <= 0 {
+		t.Errorf("istio install effort stored %v: %+v; want Istio's 2 charts, 15 CRDs, the strict PeerAuthentication, the 3 values set", found, effort)
+	}
+	reports, _ := filepath.Glob(filepath.Join(reportDir, "meshmark-*", "report.md"))
+	if len(reports) != 1 {
+		t.Fatalf("reports written: %v", reports)
+	}
+	report, err := os.ReadFile(reports[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`\| istio \| 2 \| [0-9.]+ \| 3[5-9] \| 15 \| 3 \|`).Match(report) {
+		t.Errorf("the report's install effort table does not show Istio's two installs:\n%s", report)
 	}
 	if left := meshmarkNamespaces(t, c); len(left) > 0 {
 		t.Errorf("run left namespaces %v", left)

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/meshmark/meshmark/internal/results"
 )
 
 func renderJSON(w io.Writer, s *Summary) error {
@@ -164,6 +166,7 @@ const (
 	titleCost        = "Cost per mesh"
 	titleChecks      = "Checks"
 	titleSecurity    = "Security matrix"
+	titleEffort      = "Install effort on Kubernetes"
 	titleProvenance  = "Provenance"
 )
 
@@ -296,6 +299,15 @@ func renderMarkdown(w io.Writer, s *Summary) error {
 			rows = append(rows, []string{c.Mesh, c.Check, map[bool]string{true: "PASS", false: "FAIL"}[c.Pass], c.Detail})
 		}
 		m.table([]string{"Mesh", "Check", "Result", "Detail"}, rows)
+	}
+	if len(s.Effort) > 0 {
+		m.section(titleEffort, false, "")
+		m.printf("What installing each mesh on the cluster took, as a user would meet it: the median time from the start of an install until every object was ready, the objects it created, the CRDs it added and the chart values set (the full record is the run's %s config).\n\n", results.InstallEffortConfig)
+		var rows [][]string
+		for _, e := range s.Effort {
+			rows = append(rows, []string{e.Mesh, strconv.Itoa(e.Installs), sig(float64(e.ReadySeconds)), strconv.Itoa(e.Objects), strconv.Itoa(e.CRDs), strconv.Itoa(e.Values), mdCell(e.Charts)})
+		}
+		m.table([]string{"Mesh", "Installs", "Ready (s)", "Objects", "CRDs added", "Values set", "Charts"}, rows)
 	}
 	m.section(titleProvenance, false, "")
 	m.table([]string{"Item", "Value"}, provenanceRows(s))

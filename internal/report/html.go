@@ -46,7 +46,7 @@ func renderHTML(w io.Writer, s *Summary) error {
 		Library: template.JS(echartsJS),
 		Script:  template.JS(pageJS),
 		Titles: map[string]string{"verdicts": titleVerdicts, "comparisons": titleComparisons, "results": titleResults,
-			"capacity": titleCapacity, "resources": titleResources, "cost": titleCost, "checks": titleChecks, "security": titleSecurity, "provenance": titleProvenance},
+			"capacity": titleCapacity, "resources": titleResources, "cost": titleCost, "checks": titleChecks, "security": titleSecurity, "effort": titleEffort, "provenance": titleProvenance},
 		Provenance: provenanceRows(s),
 		StudyFile:  s.Provenance.StudyFile, HasStudyFile: s.Provenance.StudyFile != "",
 	})

@@ -74,6 +74,9 @@ type Summary struct {
 	CostModel     CostModel  `json:"cost_model"`
 	Costs         []CostRow  `json:"costs"`
 	Checks        []CheckRow `json:"checks"`
+	// Effort is what installing each mesh on Kubernetes took (none on the local
+	// substrate).
+	Effort []EffortRow `json:"effort,omitempty"`
 	// Security is the security matrix: one cell per mesh, security experiment and
 	// probe, with the evidence behind each verdict.
 	Security []analysis.SecurityCell `json:"security"`
@@ -393,6 +396,7 @@ func Summarize(run *results.Run, an *analysis.Report, opts Options) *Summary {
 	}
 	s.CostModel, s.Costs = costRows(s.Resources, loadGroups, meshOrder(run), an.Baseline, prices, instance)
 	s.Checks = checkRows(run, an.Groups)
+	s.Effort = effortRows(run)
 	s.Security = analysis.SecurityMatrix(run)
 	s.SecurityProbes = results.SecurityProbes
 	s.Excluded = an.Excluded
@@ -1143,4 +1147,57 @@ func provenance(run *results.Run) ProvenanceSummary {
 	}
 	p.Provenance.Configs = nil
 	return p
+}
+
+// EffortRow is what installing one mesh on Kubernetes took, over the run's installs of it
+// (one per bring-up).
+type EffortRow struct {
+	Mesh     string `json:"mesh"`
+	Installs int    `json:"installs"`
+	// ReadySeconds is the median time from the start of an install until every object
+	// was ready.
+	ReadySeconds Num    `json:"ready_seconds"`
+	Objects      int    `json:"objects"`
+	CRDs         int    `json:"crds"`
+	Values       int    `json:"values"`
+	Charts       string `json:"charts"`
+}
+
+// effortRows reads the install records of the run's provenance, per mesh in the run's
+// order.
+func effortRows(run *results.Run) []EffortRow {
+	byMesh := map[string][]results.InstallEffort{}
+	for _, gc := range run.Provenance.Configs {
+		if gc.Name != results.InstallEffortConfig {
+			continue
+		}
+		var e results.InstallEffort
+		if json.Unmarshal(gc.Content, &e) == nil {
+			byMesh[gc.Mesh] = append(byMesh[gc.Mesh], e)
+		}
+	}
+	var rows []EffortRow
+	for _, m := range meshOrder(run) {
+		installs := byMesh[m]
+		if len(installs) == 0 {
+			continue
+		}
+		var ready []float64
+		for _, e := range installs {
+			ready = append(ready, e.Ready.Seconds())
+		}
+		sort.Float64s(ready)
+		last := installs[len(installs)-1]
+		var charts []string
+		for _, ch := range last.Charts {
+			c := ch.Chart
+			if ch.Version != "" {
+				c += " " + ch.Version
+			}
+			charts = append(charts, c)
+		}
+		rows = append(rows, EffortRow{Mesh: m, Installs: len(installs), ReadySeconds: Num(ready[len(ready)/2]),
+			Objects: last.Objects, CRDs: len(last.CRDs), Values: last.Values, Charts: strings.Join(charts, ", ")})
+	}
+	return rows
 }

@@ -353,11 +353,15 @@ func (r *runner) recordEffort(ctx context.Context, m *study.Mesh, plan *mesh.Kub
 	if r.run == nil {
 		return nil
 	}
-	doc, err := json.MarshalIndent(map[string]any{"charts": plan.Charts, "manifests": plan.Manifests, "effort": e}, "", "  ")
+	rec := results.InstallEffort{Manifests: plan.Manifests, Ready: e.Ready, Objects: e.Objects, Kinds: e.Kinds, CRDs: e.CRDs, Values: e.Values}
+	for _, ch := range plan.Charts {
+		rec.Charts = append(rec.Charts, results.InstalledChart{Release: ch.Release, Namespace: ch.Namespace, Chart: ch.Chart, Repo: ch.Repo, Version: ch.Version})
+	}
+	doc, err := json.MarshalIndent(rec, "", "  ")
 	if err != nil {
 		return err
 	}
-	gc := results.NewGeneratedConfig("kubernetes-install.json", m.Name, m.Profile, doc)
+	gc := results.NewGeneratedConfig(results.InstallEffortConfig, m.Name, m.Profile, doc)
 	r.run.Provenance.Configs = append(r.run.Provenance.Configs, gc)
 	return r.opts.Store.AddConfigs(ctx, r.run.ID, gc)
 }
