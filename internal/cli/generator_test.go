@@ -19,35 +19,49 @@ import (
 
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/loadgen"
+	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
 )
 
-// startGenerator runs `meshmark generator` as a process of its own and returns its
-// address and the process.
-func startGenerator(t *testing.T, args ...string) (string, *exec.Cmd) {
-	t.Helper()
+// spawnedGenerator is a `meshmark generator` process of its own: the test binary run
+// as meshmark (see TestMain).
+type spawnedGenerator struct {
+	addr, log string
+	cmd       *exec.Cmd
+}
+
+// spawnGenerator starts a generator on a free loopback port, logging into dir.
+func spawnGenerator(dir string, args ...string) (*spawnedGenerator, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	port, err := freeLocalPort()
+	port, err := kubetest.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	g := &spawnedGenerator{addr: "127.0.0.1:" + strconv.Itoa(port)}
+	argv, _ := json.Marshal(append([]string{"generator", "--listen", g.addr}, args...))
+	logf, err := os.CreateTemp(dir, "generator-*.log")
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	g.log = logf.Name()
+	g.cmd = exec.Command(exe, "-test.run", "^$")
+	g.cmd.Env = append(os.Environ(), "MESHMARK_CLI_ARGS="+string(argv))
+	g.cmd.Stdout, g.cmd.Stderr = logf, logf
+	return g, g.cmd.Start()
+}
+
+// startGenerator spawns a generator for the test and returns its address and process.
+func startGenerator(t *testing.T, args ...string) (string, *exec.Cmd) {
+	t.Helper()
+	g, err := spawnGenerator(t.TempDir(), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	argv, _ := json.Marshal(append([]string{"generator", "--listen", addr}, args...))
-	cmd := exec.Command(exe, "-test.run", "^$")
-	cmd.Env = append(os.Environ(), "MESHMARK_CLI_ARGS="+string(argv))
-	logf, err := os.Create(filepath.Join(t.TempDir(), "generator.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	logf.Close()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return addr, cmd
+	t.Cleanup(func() { _ = g.cmd.Process.Kill(); _ = g.cmd.Wait() })
+	return g.addr, g.cmd
 }
 
 // countingServer answers with a spread of service times and a few 503s, and counts.

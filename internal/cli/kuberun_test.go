@@ -18,14 +18,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -199,10 +197,6 @@ func (s *standIns) plans() int {
 // kwok's kubelet endpoint forwards the pod's generator port to the process.
 func standInGenerators(t *testing.T, c *kubetest.Cluster, entryService, entryAddr string) *standIns {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	client, err := c.Client()
 	if err != nil {
 		t.Fatal(err)
@@ -238,37 +232,20 @@ func standInGenerators(t *testing.T, c *kubetest.Cluster, entryService, entryAdd
 				if err != nil {
 					continue // not created yet
 				}
-				port, err := freeLocalPort()
-				if err != nil {
-					t.Error(err)
-					return
-				}
 				host := fmt.Sprintf("%s.%s.svc.cluster.local:%d", entryService, p.Namespace, svc.Spec.Ports[0].Port)
-				argv, _ := json.Marshal([]string{"generator", "--listen", "127.0.0.1:" + strconv.Itoa(port),
-					"--allow-namespace", p.Namespace, "--resolve", host + ":" + entryAddr})
-				logPath := filepath.Join(logDir, p.Name+".log")
-				logf, err := os.Create(logPath)
+				g, err := spawnGenerator(logDir, "--allow-namespace", p.Namespace, "--resolve", host+":"+entryAddr)
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				cmd := exec.Command(exe)
-				cmd.Env = append(os.Environ(), "MESHMARK_CLI_ARGS="+string(argv))
-				cmd.Stdout, cmd.Stderr = logf, logf
-				if err := cmd.Start(); err != nil {
-					t.Error(err)
-					return
-				}
-				logf.Close()
-				procs = append(procs, cmd)
+				procs = append(procs, g.cmd)
 				s.mu.Lock()
-				s.logs = append(s.logs, logPath)
+				s.logs = append(s.logs, g.log)
 				s.mu.Unlock()
-				if err := c.ForwardPodPort(ctx, p.Namespace, p.Name, kube.GeneratorPort, "127.0.0.1:"+strconv.Itoa(port)); err != nil {
+				if err := c.ForwardPodPort(ctx, p.Namespace, p.Name, kube.GeneratorPort, g.addr); err != nil {
 					t.Error(err)
 					return
 				}
-				t.Logf("stand-in generator for %s/%s on 127.0.0.1:%d", p.Namespace, p.Name, port)
 				seen[p.Namespace+"/"+p.Name] = true
 			}
 		}
@@ -276,24 +253,14 @@ func standInGenerators(t *testing.T, c *kubetest.Cluster, entryService, entryAdd
 	return s
 }
 
-func freeLocalPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// standInIstiod runs istiod beside the cluster each time Istio's charts are installed
-// (a new injector ConfigMap appears in istio-system), as Istio's external control plane
-// runs, and returns the base URL of its webhooks, for the charts' injectionURL and
-// validationURL: through their Services, the API server's calls would go to addresses
-// that exist nowhere. istiod's serving certificate names localhost
-// (ISTIOD_CUSTOM_HOST), and istiod itself puts its CA into the webhook configuration.
+// standInIstiod runs istiod beside the cluster (kubetest.StartIstiod) each time
+// Istio's charts are installed, that is each time a new injector ConfigMap appears in
+// istio-system, and returns the base URL of its webhooks for the charts' injectionURL
+// and validationURL: through their Services, the API server's calls would go to
+// addresses that exist nowhere.
 func standInIstiod(t *testing.T, c *kubetest.Cluster) string {
 	t.Helper()
-	port, err := freeLocalPort()
+	port, err := kubetest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,19 +270,16 @@ func standInIstiod(t *testing.T, c *kubetest.Cluster) string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	var cur *exec.Cmd
-	stop := func() {
-		if cur != nil {
-			_ = cur.Process.Kill()
-			_ = cur.Wait()
-			cur = nil
-		}
-	}
 	logDir := t.TempDir()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		defer stop()
+		var cur *kubetest.Istiod
+		defer func() {
+			if cur != nil {
+				cur.Stop()
+			}
+		}()
 		lastUID := ""
 		for ctx.Err() == nil {
 			time.Sleep(100 * time.Millisecond)
@@ -324,34 +288,17 @@ func standInIstiod(t *testing.T, c *kubetest.Cluster) string {
 				continue
 			}
 			lastUID = string(cm.UID)
-			stop()
-			args := []string{"discovery", "--kubeconfig", c.Kubeconfig, "--httpsAddr", "127.0.0.1:" + strconv.Itoa(port), "--ctrlz_port", "0"}
-			for _, flag := range []string{"--httpAddr", "--grpcAddr", "--secureGRPCAddr", "--monitoringAddr"} {
-				p, err := freeLocalPort()
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				args = append(args, flag, "127.0.0.1:"+strconv.Itoa(p))
+			if cur != nil {
+				cur.Stop()
 			}
-			logf, err := os.Create(filepath.Join(logDir, "istiod-"+lastUID+".log"))
-			if err != nil {
+			if cur, err = c.StartIstiod(port, logDir); err != nil {
 				t.Error(err)
 				return
 			}
-			cmd := exec.Command(filepath.Join(prereq.ToolsDir(), "bin", "pilot-discovery"), args...)
-			cmd.Env = append(os.Environ(), "POD_NAMESPACE=istio-system", "POD_NAME=istiod-standin", "REVISION=default", "ISTIOD_CUSTOM_HOST=localhost")
-			cmd.Stdout, cmd.Stderr = logf, logf
-			if err := cmd.Start(); err != nil {
-				t.Error(err)
-				return
-			}
-			logf.Close()
-			cur = cmd
 		}
 	}()
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	return fmt.Sprintf("https://localhost:%d", port)
+	return kubetest.WebhookURL(port)
 }
 
 // istioLeftovers lists what an Istio install leaves cluster-wide if it is not removed:
@@ -413,7 +360,7 @@ func TestAmbientThatEnrollsNothingIsRefused(t *testing.T) {
 	}
 	// Nothing listens there: the API server's calls to Istio's validation webhook fail
 	// at once, on loopback, instead of going to the addresses of its Service.
-	port, err := freeLocalPort()
+	port, err := kubetest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

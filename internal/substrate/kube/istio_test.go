@@ -3,17 +3,14 @@ package kube
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/meshmark/meshmark/internal/prereq"
+	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -27,25 +24,27 @@ import (
 func TestIstioInstallsInjectsAndLeavesNothing(t *testing.T) {
 	needCluster(t)
 	charts := prereq.IstioCharts()
-	istiod := filepath.Join(prereq.ToolsDir(), "bin", "pilot-discovery")
-	for _, p := range []string{filepath.Join(charts, "base"), istiod} {
+	for _, p := range []string{filepath.Join(charts, "base"), kubetest.IstiodBinary()} {
 		if _, err := os.Stat(p); err != nil {
 			t.Skipf("no Istio for the test (%v): make setup (or: meshmark setup --for test)", err)
 		}
 	}
 	ctx := context.Background()
 	c := connect(t, Config{Timeout: 2 * time.Minute})
-	webhook := freePort(t)
+	webhook, err := kubetest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var log bytes.Buffer
 	// istiod's webhooks are reached by URL, as with an external control plane: through
 	// their Services, the API server's calls would go to addresses that exist nowhere.
-	validate := map[string]any{"validationURL": fmt.Sprintf("https://localhost:%d/validate", webhook)}
+	validate := map[string]any{"validationURL": kubetest.WebhookURL(webhook) + "/validate"}
 	mi, err := c.InstallMesh(ctx, []Chart{
 		{Release: "istio-base", Ref: filepath.Join(charts, "base"), Namespace: "istio-system",
 			Values: map[string]any{"base": validate}},
 		{Release: "istiod", Ref: filepath.Join(charts, "istio-control", "istio-discovery"), Namespace: "istio-system",
 			Values: map[string]any{"base": validate,
-				"istiodRemote": map[string]any{"injectionURL": fmt.Sprintf("https://localhost:%d/inject", webhook)}}},
+				"istiodRemote": map[string]any{"injectionURL": kubetest.WebhookURL(webhook) + "/inject"}}},
 	}, []string{"apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\nspec: {mtls: {mode: STRICT}}\n"}, &log)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
@@ -65,23 +64,11 @@ func TestIstioInstallsInjectsAndLeavesNothing(t *testing.T) {
 		t.Errorf("effort lists kinds with no object: %v", zero)
 	}
 
-	logPath := filepath.Join(t.TempDir(), "istiod.log")
-	logf, err := os.Create(logPath)
+	istiod, err := cluster.StartIstiod(webhook, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"discovery", "--kubeconfig", cluster.Kubeconfig, "--httpsAddr", "127.0.0.1:" + strconv.Itoa(webhook), "--ctrlz_port", "0"}
-	for _, flag := range []string{"--httpAddr", "--grpcAddr", "--secureGRPCAddr", "--monitoringAddr"} {
-		args = append(args, flag, "127.0.0.1:"+strconv.Itoa(freePort(t)))
-	}
-	cmd := exec.Command(istiod, args...)
-	cmd.Env = append(os.Environ(), "POD_NAMESPACE=istio-system", "POD_NAME=istiod-test", "REVISION=default", "ISTIOD_CUSTOM_HOST=localhost")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	logf.Close()
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	defer istiod.Stop()
 
 	spec := bookinfoSpec(t, "151d01")
 	spec.NamespaceLabels = map[string]string{"istio-injection": "enabled"}
@@ -92,7 +79,7 @@ func TestIstioInstallsInjectsAndLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := c.WaitReady(ctx, app, nil); err != nil {
-		b, _ := os.ReadFile(logPath)
+		b, _ := os.ReadFile(istiod.Log)
 		t.Fatalf("%v\nistiod log (end):\n%s", err, lastLines(string(b), 20))
 	}
 	pods, err := c.Sidecars(ctx, app, "istio-proxy")
@@ -135,16 +122,6 @@ func kindsCountedZero(m map[string]int) []string {
 		}
 	}
 	return out
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func lastLines(s string, n int) string {
