@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Compares meshmark's load engine with wrk and fortio against one local nginx: each
 # generator pinned to core 1, nginx (one worker) to core 0, closed loop with the same
-# connections for the same time; prints requests/s and generator CPU per request, then
-# meshmark's send lag at 10 000 req/s open loop on the idle target.
+# connections for the same time; prints requests/s and generator CPU per request; the
+# same for HTTP/2 against h2load and for gRPC against ghz; then meshmark's send lag at
+# 10 000 req/s open loop on the idle target.
 #   scripts/bench-load.sh [seconds] [connections] [rounds]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -135,6 +136,47 @@ if command -v h2load >/dev/null; then
 else
   echo "h2c: h2load is missing (apt-get install nghttp2-client); no HTTP/2 comparison"
 fi
+
+# gRPC unary calls (the standard health check) on one `meshmark service` speaking gRPC,
+# pinned to core 0: meshmark -c C*M --streams M against ghz with C connections and C*M
+# calls in flight.
+echo
+if ! command -v ghz >/dev/null; then
+  echo "bench-load: installing ghz into .tools/bin" >&2
+  GOBIN="$repo/.tools/bin" go install github.com/bojand/ghz/cmd/ghz@v0.93.0  # prereq.GhzVersion
+fi
+gport=$(freeport)
+printf 'name: grpc-bench\nservices:\n  - name: echo\n    isEntrypoint: true\n    protocol: grpc\n    port: %s\n' "$gport" > "$work/grpc.yaml"
+# ghz needs the call's protobuf schema: grpc.health.v1's, as published by gRPC.
+cat > "$work/health.proto" <<'PROTO'
+syntax = "proto3";
+package grpc.health.v1;
+message HealthCheckRequest { string service = 1; }
+message HealthCheckResponse {
+  enum ServingStatus { UNKNOWN = 0; SERVING = 1; NOT_SERVING = 2; SERVICE_UNKNOWN = 3; }
+  ServingStatus status = 1;
+}
+service Health { rpc Check(HealthCheckRequest) returns (HealthCheckResponse); }
+PROTO
+taskset -c 0 "$mm" service --graph "$work/grpc.yaml" --service echo --listen "127.0.0.1:$gport" > "$work/grpc-service.log" 2>&1 &
+svcpid=$!
+trap 'kill "$svcpid" 2>/dev/null || true; cleanup' EXIT INT TERM
+for _ in $(seq 50); do
+  "$mm" load "http://127.0.0.1:$gport" --protocol grpc -n 1 >/dev/null 2>&1 && break
+  sleep 0.1
+done
+echo "gRPC 127.0.0.1:$gport (meshmark service, core 0): $h2conns connections x $streams calls, ${secs}s closed loop, $rounds interleaved rounds"
+: > "$work/grpcrounds"
+for r in $(seq "$rounds"); do
+  run meshmark-grpc "$mm" load "http://127.0.0.1:$gport" --protocol grpc -c $((h2conns * streams)) --streams "$streams" -d "${secs}s" --format json -o "$work/meshmark-grpc.json"
+  echo "meshmark $(jq '.completed' "$work/meshmark-grpc.json") $(cat "$work/meshmark-grpc.cpu")" >> "$work/grpcrounds"
+  run ghz ghz --insecure --proto "$work/health.proto" --call grpc.health.v1.Health.Check \
+    --connections "$h2conns" -c $((h2conns * streams)) -z "${secs}s" -O json "127.0.0.1:$gport"
+  echo "ghz $(jq '.count' "$work/ghz.out") $(cat "$work/ghz.cpu")" >> "$work/grpcrounds"
+done
+table "$work/grpcrounds" meshmark ghz
+kill "$svcpid" 2>/dev/null || true
+
 echo
 echo "meshmark open loop, 10000 req/s for ${secs}s on the idle target (core 1):"
 taskset -c 1 "$mm" load "$url" --rate 10000 -d "${secs}s" | grep -E 'rate:|latency|service|send lag|generator|WARNING' || true

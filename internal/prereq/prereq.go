@@ -23,6 +23,7 @@ const (
 	EnvoyVersion       = "1.40.0"
 	StaticcheckVersion = "v0.8.2"
 	FortioVersion      = "v1.66.5"
+	GhzVersion         = "v0.93.0"
 	// The Kubernetes substrate's test cluster: its control plane and kwok, built from
 	// the Go module proxy (scripts/build-kube.sh), run against Debian's etcd.
 	KubernetesVersion = "v1.37.2"
@@ -287,6 +288,9 @@ func Items() []Item {
 		{Name: "fortio", Purpose: "side-by-side load-engine benchmark", Need: NeedBench,
 			Find: toolBin("fortio"), VersionArgs: []string{"version"},
 			Install: goInstall("fortio.org/fortio@" + FortioVersion)},
+		{Name: "ghz", Purpose: "side-by-side gRPC load-engine benchmark", Need: NeedBench,
+			Find: toolBin("ghz"), VersionArgs: []string{"--version"},
+			Install: goInstall("github.com/bojand/ghz/cmd/ghz@" + GhzVersion)},
 	}...)
 }
 
