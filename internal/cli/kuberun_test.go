@@ -392,3 +392,59 @@ func TestAmbientThatEnrollsNothingIsRefused(t *testing.T) {
 		t.Errorf("deploy left Istio's %v", left)
 	}
 }
+
+// TestCapacityOnKubernetesFeedsARelativeRate: a capacity search through the generator
+// pods sets the rate of a later experiment given as a share of it, as on the local
+// substrate.
+func TestCapacityOnKubernetesFeedsARelativeRate(t *testing.T) {
+	c := startTestCluster(t)
+	entry := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(200 * time.Microsecond)
+		_, _ = w.Write([]byte("ok"))
+	}))
+	defer entry.Close()
+	standInGenerators(t, c, "front", entry.Listener.Addr().String())
+	path := kubeStudy(t, c, "    - {name: baseline, profile: none}")
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc = []byte(strings.Replace(string(doc), "    - {name: latency, kind: fixed-rate, rate: 100, duration: 30s}",
+		"    - {name: cap, kind: capacity, connections: [2, 4], duration: 2s, warmup: 500ms}\n"+
+			"    - {name: half, kind: fixed-rate, rate: 50% of lowest capacity, capacityFrom: cap, duration: 2s, warmup: 500ms}", 1))
+	doc = []byte(strings.Replace(string(doc), "      namespacePrefix: mmtest\n", "      namespacePrefix: mmtest\n      generators: 2\n", 1))
+	if err := os.WriteFile(path, doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(t.TempDir(), "results.db")
+
+	out, errOut, err := execCLI("run", "--db", db, "--no-report", path)
+
+	if err != nil {
+		t.Fatalf("run: %v\n%s\n%s", err, out, errOut)
+	}
+	s, err := store.Open(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	run, err := s.LoadRun(context.Background(), "last")
+	if err != nil {
+		t.Fatal(err)
+	}
+	best, half := 0.0, 0.0
+	for _, tr := range run.Trials {
+		switch tr.Experiment {
+		case "cap":
+			best = max(best, float64(tr.Result.Requests)/tr.Duration().Seconds())
+		case "half":
+			half = tr.Params.RequestedRate
+		}
+	}
+	if best == 0 || half < 0.45*best || half > 0.55*best {
+		t.Errorf("capacity about %.0f req/s; the relative experiment ran at %.0f req/s, want half of it\n%s", best, half, errOut)
+	}
+	if !strings.Contains(errOut, "capacity baseline cap repeat 1: ") {
+		t.Errorf("progress does not report the capacity:\n%s", errOut)
+	}
+}

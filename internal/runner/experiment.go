@@ -96,12 +96,34 @@ func (r *runner) runExperiment(ctx context.Context, d *deployment, t *study.Tria
 // because latency at saturation is not a latency anyone should quote.
 func (r *runner) runCapacity(ctx context.Context, d *deployment, t *study.Trial) error {
 	e := t.Experiment
+	return r.searchCapacity(t, capacityProbes{
+		closed: func(conns, step int) (*load.Result, error) {
+			return r.measure(ctx, d, t, r.closedConfig(d, e, conns), results.TrialParams{Connections: conns, Step: step})
+		},
+		open: func(rate float64, step int) (*load.Result, error) {
+			return r.measure(ctx, d, t, r.openConfig(d, e, rate, e.Duration.D(), e.Warmup.D()),
+				results.TrialParams{RequestedRate: rate, Step: step, Extra: map[string]string{"search": "probe"}})
+		},
+	})
+}
+
+// capacityProbes measure and store one step of a capacity search, however the substrate
+// drives load: closed-loop over conns connections, or open-loop at rate.
+type capacityProbes struct {
+	closed func(conns, step int) (*load.Result, error)
+	open   func(rate float64, step int) (*load.Result, error)
+}
+
+// searchCapacity runs a capacity experiment with the substrate's probes and records the
+// capacity it found for the trial's mesh.
+func (r *runner) searchCapacity(t *study.Trial, probes capacityProbes) error {
+	e := t.Experiment
 	step := 0
 	best := 0.0
 	bound := r.capacityErrorBound()
 	var refused []string
 	for _, c := range e.Connections {
-		res, err := r.measure(ctx, d, t, r.closedConfig(d, e, c), results.TrialParams{Connections: c, Step: step})
+		res, err := probes.closed(c, step)
 		if err != nil {
 			return err
 		}
@@ -124,8 +146,7 @@ func (r *runner) runCapacity(ctx context.Context, d *deployment, t *study.Trial)
 			precision = 0.05
 		}
 		probe := func(rate float64) (bool, error) {
-			res, err := r.measure(ctx, d, t, r.openConfig(d, e, rate, e.Duration.D(), e.Warmup.D()),
-				results.TrialParams{RequestedRate: rate, Step: step, Extra: map[string]string{"search": "probe"}})
+			res, err := probes.open(rate, step)
 			step++
 			if err != nil {
 				return false, err

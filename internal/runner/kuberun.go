@@ -28,10 +28,10 @@ import (
 )
 
 // kubernetesKinds are the experiment kinds a run on Kubernetes measures so far: load at
-// rates and connection counts the study fixes. Capacity searches, users and security
-// probes run on the local substrate only.
+// rates and connection counts, and capacity searches. Users and security probes run on
+// the local substrate only.
 var kubernetesKinds = map[study.ExperimentKind]bool{
-	study.KindFixedRate: true, study.KindSoak: true, study.KindSteps: true, study.KindConnections: true,
+	study.KindFixedRate: true, study.KindSoak: true, study.KindSteps: true, study.KindConnections: true, study.KindCapacity: true,
 }
 
 // generatorDialLimit is how long a freshly ready generator pod may take to accept its
@@ -117,9 +117,7 @@ func (r *runner) checkKubernetes(measure bool) error {
 		p := fmt.Sprintf("spec.experiments[%d]", i)
 		switch {
 		case !kubernetesKinds[e.Kind]:
-			return st.ErrorAt(p+".kind", fmt.Errorf("kind %s is not measured on Kubernetes yet (fixed-rate, soak, steps and connections are; the local substrate runs every kind)", e.Kind))
-		case e.Rate.IsRelative():
-			return st.ErrorAt(p+".rate", fmt.Errorf("%s refers to a capacity, which is not measured on Kubernetes yet: give a rate in requests per second", e.Rate))
+			return st.ErrorAt(p+".kind", fmt.Errorf("kind %s is not measured on Kubernetes yet (fixed-rate, soak, steps, connections and capacity are; the local substrate runs every kind)", e.Kind))
 		case e.Path == study.PathIngress:
 			return st.ErrorAt(p+".path", errors.New("no ingress gateway is deployed on Kubernetes yet"))
 		}
@@ -452,6 +450,17 @@ func (r *runner) runKubeExperiment(ctx context.Context, d *kubeDeployment, t *st
 		return err
 	}
 	switch e.Kind {
+	case study.KindCapacity:
+		return r.searchCapacity(t, capacityProbes{
+			closed: func(conns, step int) (*load.Result, error) {
+				return r.measureRemote(ctx, d, t, r.kubeLoadArgs(d, e, 0, conns, e.Duration.D(), e.Warmup.D()), e.Warmup.D(),
+					results.TrialParams{Connections: conns, Step: step})
+			},
+			open: func(rate float64, step int) (*load.Result, error) {
+				return r.measureRemote(ctx, d, t, r.kubeLoadArgs(d, e, rate, 0, e.Duration.D(), e.Warmup.D()), e.Warmup.D(),
+					results.TrialParams{RequestedRate: rate, Step: step, Extra: map[string]string{"search": "probe"}})
+			},
+		})
 	case study.KindSteps:
 		for i, rate := range e.StepRates() {
 			warm := time.Duration(0)
@@ -459,7 +468,7 @@ func (r *runner) runKubeExperiment(ctx context.Context, d *kubeDeployment, t *st
 				warm = e.Warmup.D()
 			}
 			args := r.kubeLoadArgs(d, e, rate, 0, e.Each.D(), warm)
-			if err := r.measureRemote(ctx, d, t, args, warm, results.TrialParams{RequestedRate: rate, Step: i}); err != nil {
+			if _, err := r.measureRemote(ctx, d, t, args, warm, results.TrialParams{RequestedRate: rate, Step: i}); err != nil {
 				return err
 			}
 		}
@@ -471,7 +480,7 @@ func (r *runner) runKubeExperiment(ctx context.Context, d *kubeDeployment, t *st
 				params.RequestedRate = rate
 			}
 			args := r.kubeLoadArgs(d, e, params.RequestedRate, conns, e.Duration.D(), e.Warmup.D())
-			if err := r.measureRemote(ctx, d, t, args, e.Warmup.D(), params); err != nil {
+			if _, err := r.measureRemote(ctx, d, t, args, e.Warmup.D(), params); err != nil {
 				return err
 			}
 		}
@@ -485,7 +494,8 @@ func (r *runner) runKubeExperiment(ctx context.Context, d *kubeDeployment, t *st
 			conns = e.Connections[0]
 		}
 		args := r.kubeLoadArgs(d, e, rate, conns, e.Duration.D(), e.Warmup.D())
-		return r.measureRemote(ctx, d, t, args, e.Warmup.D(), results.TrialParams{RequestedRate: rate})
+		_, err := r.measureRemote(ctx, d, t, args, e.Warmup.D(), results.TrialParams{RequestedRate: rate})
+		return err
 	}
 }
 
@@ -539,7 +549,7 @@ func (r *runner) kubeLoadArgs(d *kubeDeployment, e *study.Experiment, rate float
 // measureRemote drives one load run through every generator of the deployment, merges
 // their results exactly and stores the trial. Resources are not sampled on a cluster
 // yet; the generators' own health is, as locally.
-func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.Trial, args []string, warmup time.Duration, params results.TrialParams) error {
+func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.Trial, args []string, warmup time.Duration, params results.TrialParams) (*load.Result, error) {
 	e := t.Experiment
 	params.KeepAlive = e.KeepAlive
 	params.Path = string(study.PathInternal)
@@ -563,13 +573,13 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 		}
 	})
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	if err != nil {
 		if ferr := d.forwards.Err(); ferr != nil {
 			err = errors.Join(err, ferr)
 		}
-		return fmt.Errorf("%s on %s, repeat %d: %w", label, t.Mesh.Name, t.Repeat+1, err)
+		return nil, fmt.Errorf("%s on %s, repeat %d: %w", label, t.Mesh.Name, t.Repeat+1, err)
 	}
 	trial := &results.Trial{
 		Repeat: t.Repeat, Mesh: t.Mesh.Name, Experiment: e.Name, Kind: string(e.Kind),
@@ -584,11 +594,11 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 		r.progress.note(fmt.Sprintf("warning: a load generator fell behind in %s on %s; this trial is flagged", label, t.Mesh.Name))
 	}
 	if err := r.opts.Store.AddTrial(ctx, r.run.ID, trial); err != nil {
-		return err
+		return nil, err
 	}
 	r.run.Trials = append(r.run.Trials, *trial)
 	r.progress.end(res)
-	return nil
+	return res, nil
 }
 
 func describeGenerators(gs []kube.Generator) string {
