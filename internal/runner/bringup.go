@@ -56,6 +56,11 @@ func (r *runner) bringUp(ctx context.Context, m *study.Mesh) (d *deployment, err
 	if err != nil {
 		return nil, fmt.Errorf("mesh %s: %w", m.Name, err)
 	}
+	// Bring-up is CPU-heavy (a proxy per pod) and everything it starts inherits
+	// meshmark's mask: on every CPU it may use, then placed by pin once checked.
+	if err := r.unpin(); err != nil {
+		return nil, fmt.Errorf("bring-up on all CPUs: %w", err)
+	}
 	local := r.study.Spec.Substrate.Local
 	tb, err := testbed.New(ctx, testbed.Options{Nodes: local.Nodes, LogDir: r.logDir(m.Name)})
 	if err != nil {
@@ -99,14 +104,14 @@ func (r *runner) bringUp(ctx context.Context, m *study.Mesh) (d *deployment, err
 		return d, err
 	}
 	phase("workload")
-	if err := r.pin(d); err != nil {
-		return d, err
-	}
 	d.enrollment, err = profile.Check(ctx, tb, &d.app)
 	if err != nil {
 		return d, fmt.Errorf("mesh %s: enrollment check: %w", m.Name, err)
 	}
 	phase("check")
+	if err := r.pin(d); err != nil {
+		return d, err
+	}
 	d.sut = liveProcesses(tb)
 	d.took = time.Since(start)
 	return d, nil

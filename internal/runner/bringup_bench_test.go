@@ -66,6 +66,8 @@ spec:
 	if err := r.prepare(); err != nil {
 		b.Fatal(err)
 	}
+	r.saveCPUs()
+	defer func() { _ = r.unpin() }()
 	for range b.N {
 		for i := range st.Spec.Meshes {
 			m := &st.Spec.Meshes[i]

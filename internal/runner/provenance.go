@@ -130,7 +130,8 @@ func ownCPUs(loadgen, sut []int) bool {
 }
 
 // pin applies the placement: every thread of meshmark (the load generator) and of every
-// process the testbed started. Threads created later inherit their creator's mask.
+// process the testbed started. Threads created later inherit their creator's mask, and
+// so do the processes meshmark starts: see unpin.
 func (r *runner) pin(d *deployment) error {
 	loadgen, sut := placement(r.study.Spec.Substrate.Local)
 	if len(loadgen) > 0 {
@@ -148,11 +149,33 @@ func (r *runner) pin(d *deployment) error {
 	return nil
 }
 
+// unpin gives meshmark back the CPUs it started with, for bringing a deployment up or
+// down. Pinned to the load generator's CPU, it would start every proxy and service of
+// the next deployment there too, and a 100-pod bring-up ran on one of two cores.
+func (r *runner) unpin() error {
+	if r.startCPUs == nil {
+		return nil
+	}
+	return pinMask(os.Getpid(), *r.startCPUs)
+}
+
+// saveCPUs records the CPUs meshmark may run on before any placement narrows them.
+func (r *runner) saveCPUs() {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err == nil {
+		r.startCPUs = &set
+	}
+}
+
 func pinPID(pid int, cpus []int) error {
 	var set unix.CPUSet
 	for _, c := range cpus {
 		set.Set(c)
 	}
+	return pinMask(pid, set)
+}
+
+func pinMask(pid int, set unix.CPUSet) error {
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		return err

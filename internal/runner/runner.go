@@ -23,6 +23,7 @@ import (
 	"github.com/meshmark/meshmark/internal/workload"
 
 	_ "github.com/meshmark/meshmark/internal/mesh/meshes" // every built-in mesh profile
+	"golang.org/x/sys/unix"
 )
 
 // Options configure a run.
@@ -61,6 +62,8 @@ type runner struct {
 	progress   *progress
 	// substrate says where the run measures, as stored with it.
 	substrate string
+	// startCPUs is the CPU mask meshmark had before the placement pinned it.
+	startCPUs *unix.CPUSet
 }
 
 // Run executes the study and returns the stored run. On cancellation it returns the run
@@ -87,6 +90,9 @@ func Run(ctx context.Context, st *study.Study, opts Options) (*results.Run, erro
 		execute = func(ctx context.Context) error { return r.executeKubernetes(ctx, c) }
 	} else if err := r.preflight(ctx); err != nil {
 		return nil, err
+	} else {
+		r.saveCPUs()
+		defer func() { _ = r.unpin() }()
 	}
 	if err := r.createRun(ctx); err != nil {
 		return nil, err
@@ -328,6 +334,9 @@ func (r *runner) tearDown(d *deployment) {
 		return
 	}
 	start := time.Now()
+	if err := r.unpin(); err != nil {
+		r.progress.note(fmt.Sprintf("tearing %s down on the load generator's CPUs only: %v", d.mesh.Name, err))
+	}
 	d.close()
 	r.progress.note(fmt.Sprintf("%s torn down in %s", d.mesh.Name, time.Since(start).Round(time.Millisecond)))
 }
