@@ -3,8 +3,9 @@
 // Envoy reverse proxy that sends every request to the entry service by its virtual IP,
 // speaking the service's protocol. The gateway knows nothing of any mesh: each mesh
 // profile enrolls the gateway pod as it enrolls the app's pods, which is how Linkerd
-// meshes an ingress controller (and one proxy more than Istio's own ingress gateway,
-// which originates mTLS itself).
+// meshes an ingress controller. A mesh with a gateway of its own (Istio's, which
+// originates mTLS itself) runs that one in the pod instead (mesh.IngressGateway), to
+// the same contract: Port, AdminPort and HopHeader.
 package gateway
 
 import (

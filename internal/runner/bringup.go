@@ -332,8 +332,9 @@ func (r *runner) entryProtocol() string {
 	return workload.ProtocolHTTP
 }
 
-// startGateway runs the ingress gateway's Envoy in its pod, as the workload uid, so that
-// a mesh intercepts its calls to the entry service as it does the app's.
+// startGateway runs the ingress gateway's Envoy in its pod: the mesh's own gateway when
+// the profile has one (mesh.IngressGateway), else the plain gateway as the workload
+// uid, so that the mesh intercepts its calls to the entry service as it does the app's.
 func (r *runner) startGateway(ctx context.Context, d *deployment, pod topology.Pod) error {
 	envoy, err := prereq.Envoy()
 	if err != nil {
@@ -343,14 +344,22 @@ func (r *runner) startGateway(ctx context.Context, d *deployment, pod topology.P
 	if entry == nil {
 		return fmt.Errorf("no entry service %s", d.entry.Service)
 	}
-	up := gateway.Upstream{Service: entry.Name, Addr: mesh.Addr(entry.VIP, entry.Port), Protocol: entry.Protocol}
-	if ma, ok := d.profile.(mesh.Addressing); ok {
-		// The gateway calls the entry service by the mesh's name, through its node's proxy.
-		if authority, dial, ok := ma.CalleeAddress(pod, entry.Name); ok {
-			up.Addr, up.Host = dial, authority
+	var cfg []byte
+	uid := substrate.WorkloadUID
+	if own, ok := d.profile.(mesh.IngressGateway); ok {
+		// The mesh's own gateway, as the mesh's proxy: its key is the proxy uid's alone.
+		cfg, err = own.IngressGatewayConfig(ctx, d.tb, &d.app, pod, entry.Name)
+		uid = substrate.ProxyUID
+	} else {
+		up := gateway.Upstream{Service: entry.Name, Addr: mesh.Addr(entry.VIP, entry.Port), Protocol: entry.Protocol}
+		if ma, ok := d.profile.(mesh.Addressing); ok {
+			// The gateway calls the entry service by the mesh's name, through its node's proxy.
+			if authority, dial, ok := ma.CalleeAddress(pod, entry.Name); ok {
+				up.Addr, up.Host = dial, authority
+			}
 		}
+		cfg, err = gateway.Bootstrap(pod.Name, up, gateway.Listen{})
 	}
-	cfg, err := gateway.Bootstrap(pod.Name, up, gateway.Listen{})
 	if err != nil {
 		return err
 	}
@@ -366,7 +375,7 @@ func (r *runner) startGateway(ctx context.Context, d *deployment, pod topology.P
 		Name: "gateway",
 		Role: substrate.RoleGateway,
 		Argv: []string{envoy, "-c", path, "--concurrency", "2", "--disable-hot-restart", "--drain-time-s", "1", "--log-level", "warning"},
-		UID:  substrate.WorkloadUID,
+		UID:  uid,
 		Ready: func(ctx context.Context) error {
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/ready", gateway.AdminPort), nil)
 			if err != nil {

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/study"
+	"github.com/meshmark/meshmark/internal/substrate"
 )
 
 // A graph whose services talk HTTP/1.1, h2c and gRPC to each other, as emojivoto does
@@ -266,5 +268,69 @@ services:
 				}
 			}
 		}
+	}
+}
+
+// TestIngressGatewayIsOneHop: under envoy-sidecar the ingress path crosses the mesh's
+// own gateway, as with Istio's ingress gateway: one Envoy in the gateway pod and no
+// sidecar beside it, answering plaintext from outside and reaching an entry service
+// under strict mTLS, which only the gateway originating mTLS itself can do. Without a
+// mesh it is the plain gateway. Either way the path has one gateway hop: the response
+// names the gateway pod, and its trace starts at the entry service.
+func TestIngressGatewayIsOneHop(t *testing.T) {
+	needRoot(t)
+	st := parseStudy(t, ingressStudy)
+	r := &runner{study: st, opts: Options{ServiceBinary: meshmarkBin, Progress: testWriter{t}}, capacities: map[string]map[string][]float64{}}
+	if err := r.prepare(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range st.Spec.Meshes {
+		m := &st.Spec.Meshes[i]
+		func() {
+			d, err := r.bringUp(context.Background(), m)
+			if err != nil {
+				t.Fatalf("%s: %v", m.Name, err)
+			}
+			defer d.close()
+			gw := d.app.Service(gateway.Service)
+			if gw == nil || len(gw.Versions) != 1 || len(gw.Versions[0].Endpoints) != 1 {
+				t.Fatalf("%s: no single gateway pod: %+v", m.Name, gw)
+			}
+			gwPod := gw.Versions[0].Endpoints[0]
+			var procs []string
+			for _, p := range d.tb.Processes() {
+				if p.Pod() == gwPod.Name {
+					procs = append(procs, p.Spec().Name+"/"+string(p.Spec().Role))
+				}
+			}
+			if len(procs) != 1 || procs[0] != "gateway/"+string(substrate.RoleGateway) {
+				t.Errorf("%s: the gateway pod runs %v, want its gateway alone", m.Name, procs)
+			}
+			if m.Profile == "envoy-sidecar" {
+				if !d.enrollment.Pass || d.enrollment.PlaintextRefused == nil || !*d.enrollment.PlaintextRefused {
+					t.Errorf("%s: enrollment %v, plaintext refused %v: want strict mTLS proven", m.Name, d.enrollment.Failures, d.enrollment.PlaintextRefused)
+				}
+				for _, p := range d.enrollment.Pods {
+					if p.Pod == gwPod.Name && (!p.Meshed || !p.Sidecar || !p.Answered) {
+						t.Errorf("%s: gateway row %+v: want the mesh's live gateway answering", m.Name, p)
+					}
+				}
+			}
+			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: r.dialer(d)}}
+			for range 20 {
+				resp, err := client.Get("http://ingress-gateway:8080/productpage")
+				if err != nil {
+					t.Fatalf("%s: %v", m.Name, err)
+				}
+				var tr struct {
+					Service string `json:"service"`
+				}
+				err = json.NewDecoder(resp.Body).Decode(&tr)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != 200 || tr.Service != "productpage" || resp.Header.Get(gateway.HopHeader) != gwPod.Name {
+					t.Fatalf("%s: HTTP %d, trace root %q, %s %q, %v", m.Name, resp.StatusCode, tr.Service, gateway.HopHeader, resp.Header.Get(gateway.HopHeader), err)
+				}
+			}
+		}()
 	}
 }

@@ -11,9 +11,11 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
@@ -148,6 +150,22 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 			e.Pods = append(e.Pods, *rows[name])
 		}
 	}()
+
+	// The mesh's own ingress gateway has no sidecar: it is the mesh's proxy itself. Its
+	// direct probe below (plaintext from outside, as an ingress takes it) proves it
+	// reaches the entry service, under strict mTLS only by originating mTLS itself.
+	if gw := app.Service(gateway.Service); gw != nil {
+		for _, pod := range allEndpoints(*gw) {
+			r := rows[pod.Name]
+			r.Meshed = true
+			if err := gatewayReady(ctx, sub, pod); err != nil {
+				e.Fail("pod %s: the mesh's ingress gateway is not live: %v", pod.Name, err)
+				continue
+			}
+			r.Sidecar = true
+			r.Notes = append(r.Notes, "the mesh's ingress gateway: Envoy in router mode with no sidecar, taking plaintext from outside and sending on with the mesh's mTLS")
+		}
+	}
 
 	// Steps 1 and 4 read the sidecars several at a time (parallel): reading a hundred
 	// sidecars' stats one after another takes minutes on a loaded machine. Each pod's
@@ -593,4 +611,16 @@ func (p *Profile) expectIdentity(want string) func(tls.ConnectionState) error {
 		}
 		return nil
 	}
+}
+
+// gatewayReady asks the ingress gateway's admin whether its Envoy is ready.
+func gatewayReady(ctx context.Context, sub substrate.Substrate, pod topology.Pod) error {
+	r, err := mesh.ProbeHTTP(ctx, sub, pod, fmt.Sprintf("127.0.0.1:%d", gateway.AdminPort), "", "/ready")
+	if err != nil {
+		return err
+	}
+	if r.Status != 200 {
+		return fmt.Errorf("admin /ready: HTTP %d %s", r.Status, strings.TrimSpace(r.Body))
+	}
+	return nil
 }

@@ -34,6 +34,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/topology"
 )
@@ -79,6 +80,9 @@ type layout struct {
 	// outboundOnly leaves out the inbound side: a proxy that carries other pods'
 	// outgoing traffic (a per-node proxy) serves no app of its own.
 	outboundOnly bool
+	// ingress makes the proxy an ingress gateway: callers come from outside the mesh,
+	// so it trusts none of their forwarding headers (use_remote_address).
+	ingress bool
 }
 
 var istioLayout = layout{
@@ -149,6 +153,12 @@ func (g generator) bootstrap() (*bootstrapv3.Bootstrap, error) {
 	if err != nil {
 		return nil, err
 	}
+	return g.wrap(res), nil
+}
+
+// wrap puts resources into a static bootstrap with the node, admin and stats settings
+// of the proxy g generates for.
+func (g generator) wrap(res Resources) *bootstrapv3.Bootstrap {
 	kind := "sidecar"
 	if g.lay.outboundOnly {
 		kind = "router"
@@ -186,7 +196,7 @@ func (g generator) bootstrap() (*bootstrapv3.Bootstrap, error) {
 			}},
 		}}
 	}
-	return b, nil
+	return b
 }
 
 func (g generator) resources() (Resources, error) {
@@ -639,7 +649,7 @@ func (g generator) hcm(statPrefix string, rc *routev3.RouteConfiguration, inboun
 		CodecType:                    hcmv3.HttpConnectionManager_AUTO,
 		RouteSpecifier:               &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: rc},
 		GenerateRequestId:            wrapperspb.Bool(g.opts.RequestID),
-		UseRemoteAddress:             wrapperspb.Bool(false),
+		UseRemoteAddress:             wrapperspb.Bool(g.lay.ingress),
 		NormalizePath:                wrapperspb.Bool(true),
 		PathWithEscapedSlashesAction: hcmv3.HttpConnectionManager_KEEP_UNCHANGED,
 		UpgradeConfigs:               []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}},
@@ -677,6 +687,11 @@ func (g generator) hcm(statPrefix string, rc *routev3.RouteConfiguration, inboun
 // (PlaintextServicesOption): as a DestinationRule with tls mode DISABLE for its host,
 // callers' sidecars send it plaintext.
 func (g generator) plaintextService(service string) bool {
+	if service == gateway.Service {
+		// The mesh's ingress gateway has no sidecar, so auto-mTLS sends it plaintext,
+		// as Istio does to a pod without its tlsMode label.
+		return true
+	}
 	list, _ := g.opts.OwnStrings(PlaintextServicesOption) // checked by New
 	return service != "" && slices.Contains(list, service)
 }

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/istiohelm"
 	"github.com/meshmark/meshmark/internal/pki"
@@ -100,7 +101,8 @@ var serviceName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 // podMode is the mTLS mode a pod's own sidecar serves inbound.
 func (p *Profile) podMode(pod topology.Pod) mesh.MTLSMode {
-	if pod.Service != "" && slices.Contains(p.exempt, pod.Service) {
+	// The ingress gateway faces the outside: it takes plaintext and sends on with mTLS.
+	if pod.Service != "" && (slices.Contains(p.exempt, pod.Service) || pod.Service == gateway.Service) {
 		return mesh.MTLSOff
 	}
 	return p.mode
@@ -138,6 +140,9 @@ func (p *Profile) Configs() map[string][]byte {
 func (p *Profile) MeshedPods(app *topology.App) []topology.Pod {
 	var out []topology.Pod
 	for _, s := range app.Services {
+		if s.Name == gateway.Service {
+			continue // the mesh's own ingress gateway (IngressGatewayConfig) has no sidecar
+		}
 		for _, v := range s.Versions {
 			out = append(out, v.Endpoints...)
 		}
@@ -222,26 +227,9 @@ func (p *Profile) Install(ctx context.Context, sub substrate.Substrate, app *top
 
 func (p *Profile) installPod(ctx context.Context, sub substrate.Substrate, app *topology.App, pod topology.Pod, envoy string) error {
 	sc := &sidecar{pod: pod, identity: p.identity(app, pod)}
-	var certs CertPaths
-	if ca := p.CA(); ca != nil {
-		leaf, err := ca.Issue(sc.identity, 0)
-		if err != nil {
-			return err
-		}
-		// The key is for the proxy alone: substrates give pod files to the proxy uid
-		// (testbed: owner 1337), so 0600 keeps the workload from reading it.
-		for _, f := range []struct {
-			name string
-			data []byte
-			mode uint32
-			dst  *string
-		}{{"envoy-ca.pem", ca.CertPEM(), 0o644, &certs.CA}, {"envoy-cert.pem", leaf.CertPEM, 0o644, &certs.Cert}, {"envoy-key.pem", leaf.KeyPEM, 0o600, &certs.Key}} {
-			path, err := sub.WriteFile(pod, f.name, f.data, f.mode)
-			if err != nil {
-				return err
-			}
-			*f.dst = path
-		}
+	certs, err := p.writeCerts(sub, pod, sc.identity)
+	if err != nil {
+		return err
 	}
 	sc.certs = certs
 	p.mu.Lock()
@@ -264,6 +252,35 @@ func (p *Profile) installPod(ctx context.Context, sub substrate.Substrate, app *
 	sc.rules = &ic
 	p.mu.Unlock()
 	return nil
+}
+
+// writeCerts issues pod a workload certificate for identity from the mesh CA and
+// writes it, its key and the root into the pod; no paths when mTLS is off.
+func (p *Profile) writeCerts(sub substrate.Substrate, pod topology.Pod, identity string) (CertPaths, error) {
+	var certs CertPaths
+	ca := p.CA()
+	if ca == nil {
+		return certs, nil
+	}
+	leaf, err := ca.Issue(identity, 0)
+	if err != nil {
+		return certs, err
+	}
+	// The key is for the proxy alone: substrates give pod files to the proxy uid
+	// (testbed: owner 1337), so 0600 keeps the workload from reading it.
+	for _, f := range []struct {
+		name string
+		data []byte
+		mode uint32
+		dst  *string
+	}{{"envoy-ca.pem", ca.CertPEM(), 0o644, &certs.CA}, {"envoy-cert.pem", leaf.CertPEM, 0o644, &certs.Cert}, {"envoy-key.pem", leaf.KeyPEM, 0o600, &certs.Key}} {
+		path, err := sub.WriteFile(pod, f.name, f.data, f.mode)
+		if err != nil {
+			return certs, err
+		}
+		*f.dst = path
+	}
+	return certs, nil
 }
 
 // startEnvoy writes the sidecar's bootstrap (with its authorization policy, if any)
