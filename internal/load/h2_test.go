@@ -1,6 +1,7 @@
 package load
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
@@ -30,6 +31,12 @@ type h2cServer struct {
 
 func startH2C(t *testing.T, h http.HandlerFunc) *h2cServer {
 	t.Helper()
+	return startH2CWith(t, h, nil)
+}
+
+// startH2CWith is startH2C with the server's HTTP/2 settings.
+func startH2CWith(t *testing.T, h http.HandlerFunc, conf *http.HTTP2Config) *h2cServer {
+	t.Helper()
 	s := &h2cServer{handlerFunc: h}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -40,6 +47,7 @@ func startH2C(t *testing.T, h http.HandlerFunc) *h2cServer {
 	p.SetUnencryptedHTTP2(true)
 	srv := &http.Server{
 		Protocols: p,
+		HTTP2:     conf,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s.served.Add(1)
 			if r.ProtoMajor != 2 {
@@ -242,5 +250,67 @@ func TestH2CStreamsShareConnections(t *testing.T) {
 		if m != 4 {
 			t.Errorf("connection %s carried at most %d requests at once, want 4", conn, m)
 		}
+	}
+}
+
+// TestH2CProtocolLimits: the client keeps to what the server's settings allow, and a
+// request that times out is reset without costing its connection. A body 48 times the
+// server's receive window arrives whole (flow control: the client waits for window
+// updates), 4 streams per connection against a limit of 2 never put more than 2 in
+// flight, and after a timed-out request the connection carries the next ones.
+func TestH2CProtocolLimits(t *testing.T) {
+	var f inflightByConn
+	hold := f.handler(5 * time.Millisecond)
+	s := startH2CWith(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stuck" {
+			time.Sleep(300 * time.Millisecond)
+			return
+		}
+		hold(w, r)
+	}, &http.HTTP2Config{MaxConcurrentStreams: 2, MaxReceiveBufferPerStream: 64 << 10, MaxReceiveBufferPerConnection: 64 << 10})
+
+	body := []byte(strings.Repeat("b", 3<<20))
+	res := run(t, Config{Request: Request{Method: "POST", URL: s.url, Body: body}, Closed: &ClosedModel{Connections: 2}, Count: 4,
+		Client: NewH2Client(ClientOptions{Streams: 2}, nil), Timeout: 20 * time.Second})
+	if res.Succeeded != 4 || s.bodies.Load() != 4*int64(len(body)) {
+		t.Fatalf("3 MiB bodies through 64 KiB windows: ok %d, body bytes %d of %d; errors %+v %v", res.Succeeded, s.bodies.Load(), 4*len(body), res.Errors, res.ErrorSamples)
+	}
+
+	res = run(t, Config{Request: Request{URL: s.url}, Closed: &ClosedModel{Connections: 4}, Count: 200, Client: NewH2Client(ClientOptions{Streams: 4}, nil)})
+	if res.Succeeded != 200 {
+		t.Fatalf("4 streams against a limit of 2: ok %d, errors %+v %v", res.Succeeded, res.Errors, res.ErrorSamples)
+	}
+	f.mu.Lock()
+	for conn, m := range f.max {
+		if m > 2 {
+			t.Errorf("connection %s carried %d requests at once against a limit of 2", conn, m)
+		}
+	}
+	f.mu.Unlock()
+
+	conns := s.conns.Load()
+	c := NewH2Client(ClientOptions{}, nil)
+	res = run(t, Config{Request: Request{URL: s.url + "stuck"}, Closed: &ClosedModel{Connections: 1}, Count: 1, Client: c, Timeout: 50 * time.Millisecond})
+	if res.Errors.Timeout != 1 {
+		t.Fatalf("a 300 ms handler with a 50 ms timeout: errors %+v %v", res.Errors, res.ErrorSamples)
+	}
+	sess := c.NewSession()
+	defer sess.Close()
+	p, err := c.Prepare(Request{URL: s.url + "stuck"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out Outcome
+	if err := sess.Do(context.Background(), p, time.Now().Add(50*time.Millisecond), &out); Classify(err) != KindTimeout {
+		t.Fatalf("timed-out request: %v", err)
+	}
+	p, _ = c.Prepare(Request{URL: s.url})
+	for range 5 {
+		if err := sess.Do(context.Background(), p, time.Now().Add(5*time.Second), &out); err != nil || out.Status != 200 || out.Dialed {
+			t.Fatalf("after a timeout: %v, status %d, dialed %v", err, out.Status, out.Dialed)
+		}
+	}
+	if n := s.conns.Load() - conns; n != 2 {
+		t.Errorf("the runs opened %d connections, want 2 (one per run, the timeout kept its own)", n)
 	}
 }
