@@ -72,7 +72,7 @@ func planStudy(cmd *cobra.Command, st *study.Study, f runFlags) error {
 		return nil
 	}
 	fmt.Fprintf(out, "estimated from %d stored runs (%s): the smallest difference between two meshes the comparisons should tell apart,\n"+
-		"half the width of a 95%% interval, assuming trial durations as in those runs\n", len(used), strings.Join(used, ", "))
+		"half the width of a 95%% interval, assuming trial durations as in those runs and a machine as noisy as it was then\n", len(used), strings.Join(used, ", "))
 	for _, m := range analysis.DefaultMetrics {
 		xs := est[m]
 		if len(xs) == 0 || m == analysis.ErrorRate || m == analysis.Throughput {
