@@ -271,15 +271,20 @@ services:
 	}
 }
 
-// TestIngressGatewayIsOneHop: under envoy-sidecar the ingress path crosses the mesh's
-// own gateway, as with Istio's ingress gateway: one Envoy in the gateway pod and no
-// sidecar beside it, answering plaintext from outside and reaching an entry service
-// under strict mTLS, which only the gateway originating mTLS itself can do. Without a
-// mesh it is the plain gateway. Either way the path has one gateway hop: the response
-// names the gateway pod, and its trace starts at the entry service.
+// TestIngressGatewayIsOneHop: under envoy-sidecar and istio-ambient the ingress path
+// crosses the mesh's own gateway, as with Istio's ingress gateway: one Envoy in the
+// gateway pod, with no sidecar beside it and outside ambient capture, answering
+// plaintext from outside and reaching an entry service under strict mTLS, which only
+// the gateway originating mTLS (HBONE for ambient) itself can do. Without a mesh it is
+// the plain gateway. Either way the path has one gateway hop: the response names the
+// gateway pod, and its trace starts at the entry service.
 func TestIngressGatewayIsOneHop(t *testing.T) {
 	needRoot(t)
-	st := parseStudy(t, ingressStudy)
+	st := parseStudy(t, strings.Replace(ingressStudy, "    - {name: sidecar, profile: envoy-sidecar, options: {mtls: strict}}\n",
+		"    - {name: sidecar, profile: envoy-sidecar, options: {mtls: strict}}\n    - {name: ambient, profile: istio-ambient, options: {mtls: strict}}\n", 1))
+	if len(st.Spec.Meshes) != 3 {
+		t.Fatalf("study has %d meshes, want 3", len(st.Spec.Meshes))
+	}
 	r := &runner{study: st, opts: Options{ServiceBinary: meshmarkBin, Progress: testWriter{t}}, capacities: map[string]map[string][]float64{}}
 	if err := r.prepare(); err != nil {
 		t.Fatal(err)
@@ -303,10 +308,11 @@ func TestIngressGatewayIsOneHop(t *testing.T) {
 					procs = append(procs, p.Spec().Name+"/"+string(p.Spec().Role))
 				}
 			}
+			t.Logf("%s: enrollment %s; the gateway pod runs %v", m.Name, d.enrollment.Summary(), procs)
 			if len(procs) != 1 || procs[0] != "gateway/"+string(substrate.RoleGateway) {
 				t.Errorf("%s: the gateway pod runs %v, want its gateway alone", m.Name, procs)
 			}
-			if m.Profile == "envoy-sidecar" {
+			if m.Profile != "none" {
 				if !d.enrollment.Pass || d.enrollment.PlaintextRefused == nil || !*d.enrollment.PlaintextRefused {
 					t.Errorf("%s: enrollment %v, plaintext refused %v: want strict mTLS proven", m.Name, d.enrollment.Failures, d.enrollment.PlaintextRefused)
 				}

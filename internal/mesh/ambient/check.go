@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
@@ -99,6 +100,10 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 
 	for _, pod := range app.Pods() {
 		pe := mesh.PodEnrollment{Pod: pod.Name, Service: pod.Service, Meshed: meshed[pod.Name]}
+		if pod.Service == gateway.Service {
+			e.Pods = append(e.Pods, p.checkGateway(ctx, sub, app, &e, pod))
+			continue
+		}
 		if !pe.Meshed {
 			e.Pods = append(e.Pods, pe)
 			continue
@@ -187,6 +192,9 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 	if outsider, what, ok := p.outsider(sub, app); ok {
 		refusedAll := true
 		for _, s := range app.Services {
+			if s.Name == gateway.Service {
+				continue // it faces the outside by design (checkGateway)
+			}
 			for _, v := range s.Versions {
 				for _, to := range v.Endpoints {
 					r, err := mesh.ProbeHTTP(ctx, sub, outsider, fmt.Sprintf("%s:%d", to.IP, to.Port), "", "/")
@@ -323,4 +331,30 @@ func hbonePeers(ctx context.Context, sub substrate.Substrate, in topology.Pod) [
 		}
 	}
 	return peers
+}
+
+// checkGateway checks the mesh's ingress gateway in pod: its Envoy is live and, asked
+// in plaintext from outside the mesh as an ingress is, answers through the entry
+// service, which ambient pods under strict mTLS take only over HBONE.
+func (p *Profile) checkGateway(ctx context.Context, sub substrate.Substrate, app *topology.App, e *mesh.Enrollment, pod topology.Pod) mesh.PodEnrollment {
+	pe := mesh.PodEnrollment{Pod: pod.Name, Service: pod.Service, Meshed: true}
+	r, err := mesh.ProbeHTTP(ctx, sub, pod, fmt.Sprintf("127.0.0.1:%d", gateway.AdminPort), "", "/ready")
+	if err != nil || r.Status != 200 {
+		e.Fail("pod %s: the mesh's ingress gateway is not live: %v (HTTP %d)", pod.Name, err, r.Status)
+		return pe
+	}
+	pe.Sidecar = true
+	pe.Notes = append(pe.Notes, "the mesh's ingress gateway: Envoy outside ambient capture, taking plaintext from outside and sending on over HBONE")
+	from, what, ok := p.outsider(sub, app)
+	if !ok {
+		pe.Notes = append(pe.Notes, "no pod outside the mesh to probe it from")
+		return pe
+	}
+	r, err = mesh.ProbeHTTP(ctx, sub, from, mesh.Addr(pod.IP, pod.Port), "", "/")
+	if err != nil || r.Status >= 500 {
+		e.Fail("pod %s: the ingress gateway did not answer %s: %v (HTTP %d)", pod.Name, what, err, r.Status)
+		return pe
+	}
+	pe.Answered = true
+	return pe
 }

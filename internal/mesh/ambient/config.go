@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/topology"
 )
 
@@ -159,7 +160,7 @@ func BuildLocalConfig(app *topology.App, meshed map[string]bool, identity func(t
 		}
 		host := serviceHost(s.Name, ns)
 		svc := Service{Name: s.Name, Namespace: ns, Hostname: host, VIPs: []string{"/" + s.VIP.String()}, Ports: map[int]int{s.Port: 0}}
-		if wp != nil {
+		if wp != nil && s.Name != gateway.Service {
 			svc.Waypoint = &GatewayAddress{Destination: "/" + wp.IP.String(), HBONEMTLSPort: HBONEPort}
 		}
 		// As envoy-sidecar: weights only split a service with several versions; a

@@ -24,7 +24,9 @@
 // go-control-plane, waypoint.go) terminates HBONE, routes each request with the
 // version split and re-originates HBONE to the chosen pod, as Istio's waypoint does;
 // it runs in the first node's namespace under the gateway role, and its request
-// counts are the per-trial counters.
+// counts are the per-trial counters. A study's ingress gateway is Istio's kind too
+// (gateway.go): an Envoy outside capture that carries requests to the entry service's
+// pods over HBONE with a certificate of its own.
 package ambient
 
 import (
@@ -41,6 +43,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/ambient/zdsapi"
 	"github.com/meshmark/meshmark/internal/mesh/istiohelm"
@@ -97,10 +100,20 @@ type Profile struct {
 	enrolled map[string]topology.Pod
 	rules    map[string]topology.Pod // pods whose rules are in place
 	waypoint *waypointProxy
+	// ca is where the mesh's proxies outside ztunnel (waypoint, ingress gateway) get
+	// their certificates, as Istio's agents do from istiod.
+	ca caAccess
 	// policyFile is where Authorize writes the policies the control plane pushes over
 	// xDS; policyVersion is the last version written.
 	policyFile    string
 	policyVersion int64
+}
+
+// caAccess is the control plane's CA as a proxy reaches it.
+type caAccess struct {
+	addr  string
+	root  []byte
+	token string
 }
 
 type waypointProxy struct {
@@ -153,6 +166,9 @@ func (p *Profile) Configs() map[string][]byte {
 func (p *Profile) MeshedPods(app *topology.App) []topology.Pod {
 	var out []topology.Pod
 	for _, s := range app.Services {
+		if s.Name == gateway.Service {
+			continue // the mesh's ingress gateway is outside ambient capture, as Istio's gateways are
+		}
 		for _, v := range s.Versions {
 			out = append(out, v.Endpoints...)
 		}
@@ -269,6 +285,13 @@ func (p *Profile) install(ctx context.Context, sub substrate.Substrate, app *top
 	if p.withWaypoint {
 		ids = append(ids, topology.SPIFFEID(p.opts.TrustDomain, app.Namespace, WaypointServiceAccount))
 	}
+	if gw := app.Service(gateway.Service); gw != nil {
+		for _, v := range gw.Versions {
+			for _, pod := range v.Endpoints {
+				ids = append(ids, p.Identity(app, pod))
+			}
+		}
+	}
 	for _, pod := range pods {
 		if id := p.Identity(app, pod); !contains(ids, id) {
 			ids = append(ids, id)
@@ -302,6 +325,7 @@ func (p *Profile) install(ctx context.Context, sub substrate.Substrate, app *top
 	}
 	p.mu.Lock()
 	p.cp, p.cpDir = cp, cpDir
+	p.ca = caAccess{addr: caAddr, root: root, token: hex.EncodeToString(token)}
 	p.policyFile, p.policyVersion = filepath.Join(cpDir, PolicyFile), 0
 	p.configs["root-cert.pem"] = root
 	p.mu.Unlock()
@@ -459,6 +483,7 @@ func (p *Profile) Uninstall(ctx context.Context, sub substrate.Substrate) error 
 	cp := p.cp
 	wp := p.waypoint
 	p.rules, p.nodes, p.cp, p.enrolled, p.waypoint = nil, nil, nil, nil, nil
+	p.ca = caAccess{}
 	p.mu.Unlock()
 	var errs []error
 	for _, pod := range rules {
