@@ -448,3 +448,53 @@ func TestCapacityOnKubernetesFeedsARelativeRate(t *testing.T) {
 		t.Errorf("progress does not report the capacity:\n%s", errOut)
 	}
 }
+
+// TestPrecisionOnKubernetesAddsRounds: a precision target on Kubernetes adds rounds of
+// the last stage through the generator pods, as on the local substrate, until the
+// budget would be exceeded, and says so.
+func TestPrecisionOnKubernetesAddsRounds(t *testing.T) {
+	c := startTestCluster(t)
+	entry := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	defer entry.Close()
+	standInGenerators(t, c, "front", entry.Listener.Addr().String())
+	path := kubeStudy(t, c, "    - {name: base-a, profile: none}\n    - {name: base-b, profile: none}")
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc = []byte(strings.Replace(string(doc), "    - {name: latency, kind: fixed-rate, rate: 100, duration: 30s}",
+		"    - {name: latency, kind: fixed-rate, rate: 100, duration: 1s, warmup: 200ms}\n  repeats: 2\n  precision: {p50: 0.001%, budget: 25s}", 1))
+	if err := os.WriteFile(path, doc, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, err := execCLI("validate", path); err != nil {
+		t.Fatalf("validate refuses precision on Kubernetes: %v\n%s", err, errOut)
+	}
+	db := filepath.Join(t.TempDir(), "results.db")
+	out, errOut, err := execCLI("run", "--db", db, "--no-report", path)
+	if err != nil {
+		t.Fatalf("run: %v\n%s\n%s", err, out, errOut)
+	}
+	s, err := store.Open(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	run, err := s.LoadRun(context.Background(), "last")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repeats := map[string]int{}
+	for _, tr := range run.Trials {
+		repeats[tr.Mesh] = max(repeats[tr.Mesh], tr.Repeat+1)
+	}
+	t.Logf("repeats per mesh %v", repeats)
+	if repeats["base-a"] < 3 || repeats["base-a"] != repeats["base-b"] {
+		t.Errorf("repeats per mesh %v: want more than the 2 planned, the same for both\n%s", repeats, errOut)
+	}
+	for _, want := range []string{"precision not met at 2 repeats", "adding repeat 3", "would not fit the 25s budget"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("progress lacks %q:\n%s", want, errOut)
+		}
+	}
+}

@@ -122,9 +122,6 @@ func (r *runner) checkKubernetes(measure bool) error {
 			return st.ErrorAt(p+".path", errors.New("no ingress gateway is deployed on Kubernetes yet"))
 		}
 	}
-	if st.Spec.Precision != nil {
-		return st.ErrorAt("spec.precision", errors.New("adding repeats until a precision is met is not done on Kubernetes yet"))
-	}
 	return nil
 }
 
@@ -171,7 +168,9 @@ func (r *runner) executeKubernetes(ctx context.Context, c *kube.Cluster) error {
 	run := testbed.NewRunID()
 	var cur *kubeDeployment
 	defer func() { r.tearDownKube(c, cur) }()
-	for i := range r.plan {
+	var precisionStart time.Time
+	// The plan may grow while it runs: a precision target adds rounds at its end.
+	for i := 0; i < len(r.plan); i++ {
 		t := &r.plan[i]
 		if err := ctx.Err(); err != nil {
 			return err
@@ -190,6 +189,12 @@ func (r *runner) executeKubernetes(ctx context.Context, c *kube.Cluster) error {
 		}
 		if err := r.runKubeExperiment(ctx, cur, t); err != nil {
 			return err
+		}
+		if i == len(r.plan)-1 && r.study.Spec.Precision != nil {
+			if precisionStart.IsZero() {
+				precisionStart = time.Now()
+			}
+			r.plan = append(r.plan, r.precisionRound(precisionStart)...)
 		}
 	}
 	r.progress.done()
