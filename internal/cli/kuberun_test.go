@@ -395,11 +395,18 @@ func TestAmbientThatEnrollsNothingIsRefused(t *testing.T) {
 
 // TestCapacityOnKubernetesFeedsARelativeRate: a capacity search through the generator
 // pods sets the rate of a later experiment given as a share of it, as on the local
-// substrate.
+// substrate; and users, shared out among the generator pods, run their tasks by weight.
 func TestCapacityOnKubernetesFeedsARelativeRate(t *testing.T) {
 	c := startTestCluster(t)
+	var home, cart atomic.Int64
 	entry := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(200 * time.Microsecond)
+		switch {
+		case r.URL.Path == "/home":
+			home.Add(1)
+		case r.URL.Path == "/cart" && r.Method == "POST":
+			cart.Add(1)
+		}
 		_, _ = w.Write([]byte("ok"))
 	}))
 	defer entry.Close()
@@ -411,7 +418,9 @@ func TestCapacityOnKubernetesFeedsARelativeRate(t *testing.T) {
 	}
 	doc = []byte(strings.Replace(string(doc), "    - {name: latency, kind: fixed-rate, rate: 100, duration: 30s}",
 		"    - {name: cap, kind: capacity, connections: [2, 4], duration: 2s, warmup: 500ms}\n"+
-			"    - {name: half, kind: fixed-rate, rate: 50% of lowest capacity, capacityFrom: cap, duration: 2s, warmup: 500ms}", 1))
+			"    - {name: half, kind: fixed-rate, rate: 50% of lowest capacity, capacityFrom: cap, duration: 2s, warmup: 500ms}\n"+
+			"    - {name: shoppers, kind: users, users: 4, spawnRate: 100, thinkTime: 5ms-15ms, duration: 2s, warmup: 200ms,\n"+
+			"       tasks: [{name: home, path: /home, weight: 3}, {name: 'buy: cart', method: POST, path: /cart}]}", 1))
 	doc = []byte(strings.Replace(string(doc), "      namespacePrefix: mmtest\n", "      namespacePrefix: mmtest\n      generators: 2\n", 1))
 	if err := os.WriteFile(path, doc, 0o644); err != nil {
 		t.Fatal(err)
@@ -433,13 +442,22 @@ func TestCapacityOnKubernetesFeedsARelativeRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	best, half := 0.0, 0.0
-	for _, tr := range run.Trials {
+	var users *results.Trial
+	for i, tr := range run.Trials {
 		switch tr.Experiment {
 		case "cap":
 			best = max(best, float64(tr.Result.Requests)/tr.Duration().Seconds())
 		case "half":
 			half = tr.Params.RequestedRate
+		case "shoppers":
+			users = &run.Trials[i]
 		}
+	}
+	t.Logf("users: /home %d, POST /cart %d", home.Load(), cart.Load())
+	if users == nil || users.Params.Users != 4 || users.Result.Requests < 50 || users.Result.Errors != 0 {
+		t.Errorf("users trial %+v\n%s", users, errOut)
+	} else if h, c := home.Load(), cart.Load(); h+c < users.Result.Requests || float64(h)/float64(h+c) < 0.6 || float64(h)/float64(h+c) > 0.9 {
+		t.Errorf("the users' tasks reached /home %d and POST /cart %d times (%d requests stored), want 3:1", h, c, users.Result.Requests)
 	}
 	if best == 0 || half < 0.45*best || half > 0.55*best {
 		t.Errorf("capacity about %.0f req/s; the relative experiment ran at %.0f req/s, want half of it\n%s", best, half, errOut)

@@ -34,6 +34,7 @@ type loadFlags struct {
 	spawnRate          float64
 	think              string
 	iterations         int
+	tasks              []string
 	noKeepAlive        bool
 	method             string
 	headers            []string
@@ -156,6 +157,7 @@ func (f *loadFlags) addFlags(c *cobra.Command) {
 	fl.Float64Var(&f.spawnRate, "spawn-rate", 0, "user model: users started per second (0: all at once)")
 	fl.StringVar(&f.think, "think", "0s", "user model: think time, 2s, 1s-10s or exp:1s-10s")
 	fl.IntVar(&f.iterations, "iterations", 0, "user model: requests per user (0: until the end)")
+	fl.StringArrayVar(&f.tasks, "task", nil, "user model: a task NAME:WEIGHT:/PATH or NAME:WEIGHT:METHOD:/PATH on the URL's host, drawn by weight (repeatable; default: the URL itself)")
 	fl.BoolVar(&f.noKeepAlive, "no-keepalive", false, "a new connection per request")
 	fl.StringVarP(&f.method, "method", "m", "GET", "HTTP method")
 	fl.StringArrayVarP(&f.headers, "header", "H", nil, "request header 'Name: value' (repeatable)")
@@ -277,6 +279,9 @@ func (f *loadFlags) config(cmd *cobra.Command, url string) (load.Config, error) 
 	if len(open) == 0 && (fl.Changed("spin") || fl.Changed("max-inflight")) {
 		return cfg, errors.New("--spin and --max-inflight are for the open model (--rate, --poisson, --steps or --ramp)")
 	}
+	if len(f.tasks) > 0 && f.users == 0 {
+		return cfg, errors.New("--task is for the user model (--users)")
+	}
 	switch {
 	case f.users > 0:
 		if len(open) > 0 || fl.Changed("limit") {
@@ -287,6 +292,13 @@ func (f *loadFlags) config(cmd *cobra.Command, url string) (load.Config, error) 
 			return cfg, err
 		}
 		cfg.Users = &load.UsersModel{Users: f.users, SpawnRate: f.spawnRate, Think: think, Iterations: f.iterations, Seed: f.seed}
+		for _, spec := range f.tasks {
+			task, err := load.ParseTask(spec, cfg.Request)
+			if err != nil {
+				return cfg, err
+			}
+			cfg.Users.Tasks = append(cfg.Users.Tasks, task)
+		}
 	case len(open) == 1:
 		if fl.Changed("limit") {
 			return cfg, errors.New("--limit is for the closed model; the open model's rate is --rate")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -82,6 +83,61 @@ func ParseThink(s string) (Think, error) {
 		return Think{}, fmt.Errorf("--think %q: want 0 <= min <= max", s)
 	}
 	return t, nil
+}
+
+// ParseTask parses a user model's task, "NAME:WEIGHT:/PATH" or "NAME:WEIGHT:METHOD:/PATH":
+// a request like base (its headers and body) with its own method and path on base's
+// scheme and host, drawn with a positive weight. NAME is URL-escaped (a colon in it is
+// %3A; FormatTask writes it so).
+func ParseTask(s string, base Request) (Task, error) {
+	bad := func(why string) (Task, error) {
+		return Task{}, fmt.Errorf("--task %q: %s (want NAME:WEIGHT:/PATH or NAME:WEIGHT:METHOD:/PATH)", s, why)
+	}
+	escaped, rest, ok := strings.Cut(s, ":")
+	name, err := url.PathUnescape(escaped)
+	if !ok || err != nil || strings.TrimSpace(name) == "" {
+		return bad("no name")
+	}
+	weight, rest, ok := strings.Cut(rest, ":")
+	if !ok {
+		return bad("no weight")
+	}
+	w, err := strconv.Atoi(weight)
+	if err != nil || w <= 0 {
+		return bad(fmt.Sprintf("weight %q is not a positive whole number", weight))
+	}
+	method := base.Method
+	if !strings.HasPrefix(rest, "/") {
+		m, path, ok := strings.Cut(rest, ":")
+		if !ok || !validToken(m) {
+			return bad(fmt.Sprintf("%q is neither a path nor METHOD:/PATH", rest))
+		}
+		method, rest = m, path
+	}
+	if !strings.HasPrefix(rest, "/") || strings.ContainsAny(rest, " \r\n\x00#") {
+		return bad(fmt.Sprintf("path %q must start with / and hold no space, CR, LF, NUL or fragment", rest))
+	}
+	u, err := url.Parse(base.URL)
+	if err != nil || u.Host == "" {
+		return bad(fmt.Sprintf("the target %q has no host to put the path on", base.URL))
+	}
+	ref, err := url.Parse(rest)
+	if err != nil {
+		return bad(err.Error())
+	}
+	u.Path, u.RawPath, u.RawQuery = ref.Path, ref.RawPath, ref.RawQuery
+	req := base
+	req.Method, req.URL = method, u.String()
+	return Task{Name: name, Weight: w, Request: req}, nil
+}
+
+// taskNameEscaper escapes what would end a task's name early, for url.PathUnescape.
+var taskNameEscaper = strings.NewReplacer("%", "%25", ":", "%3A")
+
+// FormatTask writes a task for ParseTask: its name, weight, method and the path (with
+// query) of its URL.
+func FormatTask(name string, weight int, method, path string) string {
+	return taskNameEscaper.Replace(name) + ":" + strconv.Itoa(weight) + ":" + method + ":" + path
 }
 
 // ParseHeader parses "Name: value" into h.

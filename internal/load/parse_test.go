@@ -64,7 +64,7 @@ func TestCheckTarget(t *testing.T) {
 }
 
 func FuzzParseFlags(f *testing.F) {
-	for _, s := range []string{"100:1000:100:10s", "1:2", "1s-10s", "exp:1s-2s", "X-A: b", "http://127.0.0.1:80/"} {
+	for _, s := range []string{"100:1000:100:10s", "1:2", "1s-10s", "exp:1s-2s", "X-A: b", "http://127.0.0.1:80/", "home:3:/", "buy:1:POST:/cart?id=2"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -78,6 +78,16 @@ func FuzzParseFlags(f *testing.F) {
 		}
 		if th, err := ParseThink(s); err == nil && (th.Min < 0 || th.Max < th.Min) {
 			t.Fatalf("ParseThink(%q) = %+v", s, th)
+		}
+		if task, err := ParseTask(s, Request{Method: "GET", URL: "http://127.0.0.1:8080/base"}); err == nil {
+			// what the parser accepts the engine must take and the client send
+			cfg := Config{Request: Request{URL: "http://127.0.0.1:8080/base"}, Users: &UsersModel{Users: 1, Tasks: []Task{task}}, Duration: time.Second}
+			if err := cfg.Validate(); err != nil {
+				t.Fatalf("ParseTask(%q) = %+v, which the engine refuses: %v", s, task, err)
+			}
+			if _, err := NewHTTP1Client(ClientOptions{}).Prepare(task.Request); err != nil {
+				t.Fatalf("ParseTask(%q) = %+v, not sendable: %v", s, task, err)
+			}
 		}
 		h := http.Header{}
 		if ParseHeader(h, s) == nil {
@@ -94,4 +104,36 @@ func FuzzParseFlags(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestParseTask(t *testing.T) {
+	base := Request{Method: "GET", URL: "http://127.0.0.1:8080/start?x=1", Header: http.Header{"X-A": {"b"}}, Body: []byte("hi")}
+	for _, c := range []struct {
+		in, method, url string
+		weight          int
+	}{
+		{"home:3:/", "GET", "http://127.0.0.1:8080/", 3},
+		{"buy:1:POST:/cart?id=2", "POST", "http://127.0.0.1:8080/cart?id=2", 1},
+		{"a b:10:/x:y", "GET", "http://127.0.0.1:8080/x:y", 10},
+		{FormatTask("main: page", 2, "PUT", "/p?q=1"), "PUT", "http://127.0.0.1:8080/p?q=1", 2},
+	} {
+		task, err := ParseTask(c.in, base)
+		if err != nil {
+			t.Errorf("ParseTask(%q): %v", c.in, err)
+			continue
+		}
+		if c.weight == 2 && task.Name != "main: page" {
+			t.Errorf("FormatTask/ParseTask lost the name: %q", task.Name)
+		}
+		if task.Request.Method != c.method || task.Request.URL != c.url || task.Weight != c.weight || task.Request.Header.Get("X-A") != "b" || string(task.Request.Body) != "hi" {
+			t.Errorf("ParseTask(%q) = %+v", c.in, task)
+		}
+	}
+	for _, bad := range []string{"", "home", "home:3", "home:0:/", "home:-1:/", "home:x:/", ":1:/", "home:1:path", "home:1:GET:path", "home:1:BAD METHOD:/", "home:1:/a b", "home:1:/a#frag"} {
+		if task, err := ParseTask(bad, base); err == nil {
+			t.Errorf("ParseTask(%q) accepted: %+v", bad, task)
+		} else if !strings.Contains(err.Error(), "--task") {
+			t.Errorf("ParseTask(%q): %v does not name the flag", bad, err)
+		}
+	}
 }

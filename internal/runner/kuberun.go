@@ -28,10 +28,11 @@ import (
 )
 
 // kubernetesKinds are the experiment kinds a run on Kubernetes measures so far: load at
-// rates and connection counts, and capacity searches. Users and security probes run on
-// the local substrate only.
+// rates and connection counts, capacity searches and users. Security probes run on the
+// local substrate only.
 var kubernetesKinds = map[study.ExperimentKind]bool{
 	study.KindFixedRate: true, study.KindSoak: true, study.KindSteps: true, study.KindConnections: true, study.KindCapacity: true,
+	study.KindUsers: true,
 }
 
 // generatorDialLimit is how long a freshly ready generator pod may take to accept its
@@ -117,7 +118,7 @@ func (r *runner) checkKubernetes(measure bool) error {
 		p := fmt.Sprintf("spec.experiments[%d]", i)
 		switch {
 		case !kubernetesKinds[e.Kind]:
-			return st.ErrorAt(p+".kind", fmt.Errorf("kind %s is not measured on Kubernetes yet (fixed-rate, soak, steps, connections and capacity are; the local substrate runs every kind)", e.Kind))
+			return st.ErrorAt(p+".kind", fmt.Errorf("kind %s is not measured on Kubernetes yet (fixed-rate, soak, steps, connections, capacity and users are; the local substrate runs every kind)", e.Kind))
 		case e.Path == study.PathIngress:
 			return st.ErrorAt(p+".path", errors.New("no ingress gateway is deployed on Kubernetes yet"))
 		}
@@ -478,6 +479,21 @@ func (r *runner) runKubeExperiment(ctx context.Context, d *kubeDeployment, t *st
 			}
 		}
 		return nil
+	case study.KindUsers:
+		// Users are shared out among the generators, each drawing its own choices.
+		args := r.kubeLoadArgs(d, e, 0, 0, e.Duration.D(), e.Warmup.D())
+		for i := range args {
+			if args[i] == "--seed" && i+1 < len(args) {
+				args[i+1] = strconv.FormatUint(r.study.Spec.Seed+uint64(t.Seq), 10) // each trial's users choose anew, as locally
+			}
+		}
+		args = append(args, "--users", strconv.Itoa(e.Users), "--spawn-rate", strconv.FormatFloat(e.SpawnRate, 'f', -1, 64),
+			"--think", e.ThinkTime.Min.String()+"-"+e.ThinkTime.Max.String(), "--iterations", strconv.Itoa(e.RequestsPerUser))
+		for _, task := range e.Tasks {
+			args = append(args, "--task", load.FormatTask(task.Name, task.Weight, task.Method, task.Path))
+		}
+		_, err := r.measureRemote(ctx, d, t, args, e.Warmup.D(), results.TrialParams{Users: e.Users})
+		return err
 	case study.KindConnections:
 		for i, conns := range e.Connections {
 			params := results.TrialParams{Connections: conns, Step: i}
