@@ -162,18 +162,11 @@ func TestDeployRefusesBeforeCreatingAnything(t *testing.T) {
 		})
 	}
 	probes := kubeStudy(t, c, "    - {name: baseline, profile: none}")
-	doc, err := os.ReadFile(probes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc = []byte(strings.Replace(string(doc), "{name: latency, kind: fixed-rate, rate: 100, duration: 30s}", "{name: probes, kind: security}", 1))
-	if err := os.WriteFile(probes, doc, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	rewriteStudy(t, probes, "{name: latency, kind: fixed-rate, rate: 100, duration: 30s}", "{name: probes, kind: security}")
 	if _, errOut, err := execCLI("validate", probes); err == nil || !regexp.MustCompile(`study.yaml:\d+:\d+: spec.experiments\[0\].kind: kind security is not measured on Kubernetes yet`).MatchString(errOut) {
 		t.Errorf("validate of a security experiment on kubernetes: %v\n%s", err, errOut)
 	}
-	_, _, err = execCLI("run", "--db", filepath.Join(t.TempDir(), "r.db"), probes)
+	_, _, err := execCLI("run", "--db", filepath.Join(t.TempDir(), "r.db"), probes)
 	if err == nil || !strings.Contains(err.Error(), "spec.experiments[0].kind: kind security is not measured on Kubernetes yet") {
 		t.Errorf("run of a security experiment on kubernetes: %v", err)
 	}

@@ -412,35 +412,13 @@ func TestCapacityOnKubernetesFeedsARelativeRate(t *testing.T) {
 	defer entry.Close()
 	standInGenerators(t, c, "front", entry.Listener.Addr().String())
 	path := kubeStudy(t, c, "    - {name: baseline, profile: none}")
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc = []byte(strings.Replace(string(doc), "    - {name: latency, kind: fixed-rate, rate: 100, duration: 30s}",
+	rewriteStudy(t, path, "    - {name: latency, kind: fixed-rate, rate: 100, duration: 30s}",
 		"    - {name: cap, kind: capacity, connections: [2, 4], duration: 2s, warmup: 500ms}\n"+
 			"    - {name: half, kind: fixed-rate, rate: 50% of lowest capacity, capacityFrom: cap, duration: 2s, warmup: 500ms}\n"+
 			"    - {name: shoppers, kind: users, users: 4, spawnRate: 100, thinkTime: 5ms-15ms, duration: 2s, warmup: 200ms,\n"+
-			"       tasks: [{name: home, path: /home, weight: 3}, {name: 'buy: cart', method: POST, path: /cart}]}", 1))
-	doc = []byte(strings.Replace(string(doc), "      namespacePrefix: mmtest\n", "      namespacePrefix: mmtest\n      generators: 2\n", 1))
-	if err := os.WriteFile(path, doc, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	db := filepath.Join(t.TempDir(), "results.db")
-
-	out, errOut, err := execCLI("run", "--db", db, "--no-report", path)
-
-	if err != nil {
-		t.Fatalf("run: %v\n%s\n%s", err, out, errOut)
-	}
-	s, err := store.Open(context.Background(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	run, err := s.LoadRun(context.Background(), "last")
-	if err != nil {
-		t.Fatal(err)
-	}
+			"       tasks: [{name: home, path: /home, weight: 3}, {name: 'buy: cart', method: POST, path: /cart}]}",
+		"      namespacePrefix: mmtest\n", "      namespacePrefix: mmtest\n      generators: 2\n")
+	run, errOut := runOnCluster(t, path)
 	best, half := 0.0, 0.0
 	var users *results.Trial
 	for i, tr := range run.Trials {
@@ -476,18 +454,51 @@ func TestPrecisionOnKubernetesAddsRounds(t *testing.T) {
 	defer entry.Close()
 	standInGenerators(t, c, "front", entry.Listener.Addr().String())
 	path := kubeStudy(t, c, "    - {name: base-a, profile: none}\n    - {name: base-b, profile: none}")
+	rewriteStudy(t, path, "    - {name: latency, kind: fixed-rate, rate: 100, duration: 30s}",
+		"    - {name: latency, kind: fixed-rate, rate: 100, duration: 1s, warmup: 200ms}\n  repeats: 2\n  precision: {p50: 0.001%, budget: 25s}")
+	if _, errOut, err := execCLI("validate", path); err != nil {
+		t.Fatalf("validate refuses precision on Kubernetes: %v\n%s", err, errOut)
+	}
+	run, errOut := runOnCluster(t, path)
+	repeats := map[string]int{}
+	for _, tr := range run.Trials {
+		repeats[tr.Mesh] = max(repeats[tr.Mesh], tr.Repeat+1)
+	}
+	t.Logf("repeats per mesh %v", repeats)
+	if repeats["base-a"] < 3 || repeats["base-a"] != repeats["base-b"] {
+		t.Errorf("repeats per mesh %v: want more than the 2 planned, the same for both\n%s", repeats, errOut)
+	}
+	for _, want := range []string{"precision not met at 2 repeats", "adding repeat 3", "would not fit the 25s budget"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("progress lacks %q:\n%s", want, errOut)
+		}
+	}
+}
+
+// rewriteStudy replaces, in the study file at path, each old text (given in pairs old,
+// new) once.
+func rewriteStudy(t *testing.T, path string, oldNew ...string) {
+	t.Helper()
 	doc, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc = []byte(strings.Replace(string(doc), "    - {name: latency, kind: fixed-rate, rate: 100, duration: 30s}",
-		"    - {name: latency, kind: fixed-rate, rate: 100, duration: 1s, warmup: 200ms}\n  repeats: 2\n  precision: {p50: 0.001%, budget: 25s}", 1))
-	if err := os.WriteFile(path, doc, 0o644); err != nil {
+	text := string(doc)
+	for i := 0; i+1 < len(oldNew); i += 2 {
+		if !strings.Contains(text, oldNew[i]) {
+			t.Fatalf("study %s has no %q to replace", path, oldNew[i])
+		}
+		text = strings.Replace(text, oldNew[i], oldNew[i+1], 1)
+	}
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, errOut, err := execCLI("validate", path); err != nil {
-		t.Fatalf("validate refuses precision on Kubernetes: %v\n%s", err, errOut)
-	}
+}
+
+// runOnCluster runs the study at path with `meshmark run` into a fresh database and
+// returns the stored run and the progress output.
+func runOnCluster(t *testing.T, path string) (*results.Run, string) {
+	t.Helper()
 	db := filepath.Join(t.TempDir(), "results.db")
 	out, errOut, err := execCLI("run", "--db", db, "--no-report", path)
 	if err != nil {
@@ -502,17 +513,5 @@ func TestPrecisionOnKubernetesAddsRounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	repeats := map[string]int{}
-	for _, tr := range run.Trials {
-		repeats[tr.Mesh] = max(repeats[tr.Mesh], tr.Repeat+1)
-	}
-	t.Logf("repeats per mesh %v", repeats)
-	if repeats["base-a"] < 3 || repeats["base-a"] != repeats["base-b"] {
-		t.Errorf("repeats per mesh %v: want more than the 2 planned, the same for both\n%s", repeats, errOut)
-	}
-	for _, want := range []string{"precision not met at 2 repeats", "adding repeat 3", "would not fit the 25s budget"} {
-		if !strings.Contains(errOut, want) {
-			t.Errorf("progress lacks %q:\n%s", want, errOut)
-		}
-	}
+	return run, errOut
 }

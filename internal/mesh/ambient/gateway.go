@@ -22,23 +22,9 @@ func (p *Profile) IngressGatewayConfig(ctx context.Context, sub substrate.Substr
 	if ca.addr == "" {
 		return nil, errors.New("istio-ambient ingress gateway: the mesh is not installed")
 	}
-	id := p.Identity(app, pod)
-	certPEM, keyPEM, err := requestCertificate(ctx, sub, pod, ca.addr, ca.root, ca.token, id)
+	files, err := proxyCertificate(ctx, sub, pod, "gateway", ca, p.Identity(app, pod))
 	if err != nil {
 		return nil, fmt.Errorf("%s ingress gateway: %w", Name, err)
-	}
-	var files WaypointFiles
-	for _, f := range []struct {
-		name string
-		data []byte
-		mode uint32
-		dst  *string
-	}{{"gateway/root-cert.pem", ca.root, 0o644, &files.CA}, {"gateway/cert-chain.pem", certPEM, 0o644, &files.Cert}, {"gateway/key.pem", keyPEM, 0o600, &files.Key}} {
-		path, err := sub.WriteFile(pod, f.name, f.data, f.mode)
-		if err != nil {
-			return nil, err
-		}
-		*f.dst = path
 	}
 	b, err := BuildIngressGateway(app, entry, pod, func(to topology.Pod) string { return p.Identity(app, to) }, files)
 	if err != nil {

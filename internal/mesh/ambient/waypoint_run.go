@@ -72,6 +72,29 @@ func requestCertificate(ctx context.Context, sub substrate.Substrate, from topol
 	return []byte(strings.Join(resp.CertChain, "")), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
 }
 
+// proxyCertificate asks the CA for id's certificate from pod, as a proxy's agent does,
+// and writes it, its key (for the proxy uid alone) and the root under dir in the pod.
+func proxyCertificate(ctx context.Context, sub substrate.Substrate, pod topology.Pod, dir string, ca caAccess, id string) (WaypointFiles, error) {
+	var files WaypointFiles
+	certPEM, keyPEM, err := requestCertificate(ctx, sub, pod, ca.addr, ca.root, ca.token, id)
+	if err != nil {
+		return files, err
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+		mode uint32
+		dst  *string
+	}{{"root-cert.pem", ca.root, 0o644, &files.CA}, {"cert-chain.pem", certPEM, 0o644, &files.Cert}, {"key.pem", keyPEM, 0o600, &files.Key}} {
+		path, err := sub.WriteFile(pod, dir+"/"+f.name, f.data, f.mode)
+		if err != nil {
+			return files, err
+		}
+		*f.dst = path
+	}
+	return files, nil
+}
+
 // startWaypoint runs the namespace's waypoint Envoy in the given node's namespace, with
 // a certificate for the waypoint identity from the control plane.
 func (p *Profile) startWaypoint(ctx context.Context, sub substrate.Substrate, app *topology.App, at topology.Pod, caAddr string, root []byte, token string) error {
@@ -80,22 +103,9 @@ func (p *Profile) startWaypoint(ctx context.Context, sub substrate.Substrate, ap
 		return err
 	}
 	id := topology.SPIFFEID(p.opts.TrustDomain, app.Namespace, WaypointServiceAccount)
-	certPEM, keyPEM, err := requestCertificate(ctx, sub, at, caAddr, root, token, id)
+	files, err := proxyCertificate(ctx, sub, at, "waypoint", caAccess{addr: caAddr, root: root, token: token}, id)
 	if err != nil {
 		return err
-	}
-	var files WaypointFiles
-	for _, f := range []struct {
-		name string
-		data []byte
-		mode uint32
-		dst  *string
-	}{{"waypoint/root-cert.pem", root, 0o644, &files.CA}, {"waypoint/cert-chain.pem", certPEM, 0o644, &files.Cert}, {"waypoint/key.pem", keyPEM, 0o600, &files.Key}} {
-		path, err := sub.WriteFile(at, f.name, f.data, f.mode)
-		if err != nil {
-			return err
-		}
-		*f.dst = path
 	}
 	b, err := BuildWaypoint(app, p.opts.TrustDomain, at.IP, func(pod topology.Pod) string { return p.Identity(app, pod) }, files)
 	if err != nil {
