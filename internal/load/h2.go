@@ -535,6 +535,10 @@ func (l *h2Link) handle(f http2.Frame) error {
 
 // start sends p's headers (and body) on a new stream st.
 func (l *h2Link) start(p *Prepared, hr *h2Request, st *h2Stream, deadline time.Time) error {
+	if !time.Now().Before(deadline) {
+		// A write deadline in the past fails the write, and with it the shared connection.
+		return context.DeadlineExceeded
+	}
 	l.smu.Lock()
 	// The server's concurrency limit: wait for a stream to end.
 	if !l.await(deadline, func() bool {
@@ -644,6 +648,10 @@ func (l *h2Link) sendBody(st *h2Stream, body []byte, deadline time.Time) error {
 			l.smu.Unlock()
 			return nil // the server answered (or reset) before taking the whole body
 		case l.sendWin <= 0 || st.sendWin <= 0:
+			l.smu.Unlock()
+			return context.DeadlineExceeded
+		}
+		if !time.Now().Before(deadline) {
 			l.smu.Unlock()
 			return context.DeadlineExceeded
 		}
