@@ -27,8 +27,9 @@ demo: setup
 vet:
 	$(GO) vet ./...
 
+# The staticcheck setup found: .tools/bin first, then PATH, as setup looks.
 staticcheck: setup
-	.tools/bin/staticcheck ./...
+	PATH="$(CURDIR)/.tools/bin:$$PATH" staticcheck ./...
 
 lint: vet staticcheck
 	@test -z "$$(gofmt -l cmd internal)" || { echo "gofmt needed:"; gofmt -l cmd internal; exit 1; }
