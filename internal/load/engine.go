@@ -538,7 +538,9 @@ func (e *engine) startIntervals() func() []Interval {
 			case now := <-tick.C:
 				begin = close1(now, begin)
 			case <-stop:
-				if off := time.Since(e.start); off-begin > every/100 || len(ivs) == 0 {
+				// A sliver after the last tick is dropped only when nothing completed in
+				// it: the intervals must add up to every request of the run.
+				if off := time.Since(e.start); off-begin > every/100 || len(ivs) == 0 || e.rec.pending() {
 					close1(time.Now(), begin)
 				}
 				return

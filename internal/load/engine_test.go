@@ -465,3 +465,27 @@ func TestRefusesOtherTargetsAndCancels(t *testing.T) {
 		t.Errorf("requests cut off by cancellation not counted as aborted: %+v", res.Health)
 	}
 }
+
+// TestIntervalsHoldEveryRequest: the interval series must add up to every request of
+// the run, also when the last responses arrive a moment after the last tick (a sliver
+// shorter than 1% of an interval used to be dropped with what completed in it; seen as
+// 1199 of 1200 requests in a merge of four generators). Each run ends with responses
+// 1 ms late at the 200 ms tick, so most runs put requests in such a sliver.
+func TestIntervalsHoldEveryRequest(t *testing.T) {
+	url := startDelayServer(t, time.Millisecond)
+	for i := 0; i < 12; i++ {
+		res := run(t, Config{
+			Request:  Request{URL: url},
+			Open:     &OpenModel{Schedule: ScheduleSpec{Arrival: Constant, Rate: 1000}},
+			Duration: 400 * time.Millisecond,
+			Interval: 200 * time.Millisecond,
+		})
+		var sum int64
+		for _, iv := range res.Intervals {
+			sum += iv.Completed
+		}
+		if sum != res.Completed || res.Completed != 400 {
+			t.Fatalf("run %d: %d intervals hold %d requests; the run completed %d of 400", i+1, len(res.Intervals), sum, res.Completed)
+		}
+	}
+}

@@ -183,6 +183,13 @@ func (r *recorder) add(s *stats, t *timing, kind ErrorKind, lag time.Duration, t
 	}
 }
 
+// pending says whether the current interval holds any request.
+func (r *recorder) pending() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cur.completed > 0
+}
+
 // rotate closes the current interval, which began at offset start from runStart.
 func (r *recorder) rotate(start, length time.Duration, requestedRate float64) Interval {
 	r.mu.Lock()
