@@ -12,6 +12,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"time"
 
 	"github.com/meshmark/meshmark/internal/results"
 )
@@ -111,6 +112,10 @@ type Options struct {
 	// Margins override DefaultMargins per metric (see Equal); a metric not named
 	// keeps its default.
 	Margins map[Metric]float64
+	// Unpaired resamples the two groups of a comparison independently even when their
+	// repeats ran interleaved in blocks (see pairedByRepeat); for measuring what the
+	// pairing gains.
+	Unpaired bool
 }
 
 // Margin is the practical-equivalence margin of a metric under these options.
@@ -276,9 +281,12 @@ type Comparison struct {
 	Margin  float64 `json:"margin"`
 	Verdict Verdict `json:"verdict"`
 	// Unit is what the bootstrap resampled: "repeats" or "intervals".
-	Unit        string `json:"unit"`
-	Repeats     int    `json:"repeats"`
-	BaseRepeats int    `json:"base_repeats"`
+	Unit string `json:"unit"`
+	// Paired says the repeats were resampled in pairs, one repeat's trial of each
+	// group together, because they ran in the same interleaved block.
+	Paired      bool `json:"paired,omitempty"`
+	Repeats     int  `json:"repeats"`
+	BaseRepeats int  `json:"base_repeats"`
 }
 
 // Report is everything Analyze finds in one run.
@@ -515,9 +523,41 @@ func statOf(p pooled, qs []float64, m Metric) float64 {
 	return math.NaN()
 }
 
+// pairedByRepeat says whether the repeats of a and b can be resampled in pairs: both
+// hold the same repeats, and each repeat's trials of both ran in one block, before any
+// trial of the next repeat, as interleaved order runs them. Drift of the machine over
+// the run (minutes of other work, thermal or frequency changes) then moves both trials
+// of a pair alike, and resampling pairs takes it out of the difference instead of
+// counting it as noise twice. Sequential order, or a repeat measured again after later
+// ones, is resampled unpaired.
+func pairedByRepeat(a, b *Group) bool {
+	if len(a.Trials) != len(b.Trials) || len(a.Trials) < 2 {
+		return false
+	}
+	type span struct{ first, last time.Time }
+	blocks := make([]span, len(a.Trials))
+	for i := range a.Trials {
+		ta, tb := a.Trials[i], b.Trials[i]
+		if ta.Repeat != tb.Repeat || ta.Start.IsZero() || tb.Start.IsZero() {
+			return false
+		}
+		blocks[i] = span{ta.Start, ta.Start}
+		if tb.Start.Before(ta.Start) {
+			blocks[i].first = tb.Start
+		} else {
+			blocks[i].last = tb.Start
+		}
+		if i > 0 && !blocks[i-1].last.Before(blocks[i].first) {
+			return false
+		}
+	}
+	return true
+}
+
 // bootstrap draws resamples of both samples and returns, per metric, the resampled
-// values of the reference and of the other group.
-func bootstrap(ref, other *sample, ms []Metric, resamples int, rng *rand.Rand) (refVals, otherVals map[Metric][]float64) {
+// values of the reference and of the other group. Paired samples (unit i of one goes
+// with unit i of the other) are drawn with the same indices.
+func bootstrap(ref, other *sample, ms []Metric, resamples int, rng *rand.Rand, paired bool) (refVals, otherVals map[Metric][]float64) {
 	qs := percentilesOf(ms)
 	refVals, otherVals = map[Metric][]float64{}, map[Metric][]float64{}
 	draw := func(s *sample, idx []int, into map[Metric][]float64) {
@@ -532,6 +572,14 @@ func bootstrap(ref, other *sample, ms []Metric, resamples int, rng *rand.Rand) (
 	ri, oi := make([]int, len(ref.units)), make([]int, len(other.units))
 	for i := 0; i < resamples; i++ {
 		draw(ref, ri, refVals)
+		if paired {
+			copy(oi, ri)
+			p := other.pool(oi, qs)
+			for _, m := range ms {
+				otherVals[m] = append(otherVals[m], statOf(p, qs, m))
+			}
+			continue
+		}
 		draw(other, oi, otherVals)
 	}
 	return refVals, otherVals
@@ -541,8 +589,9 @@ func bootstrap(ref, other *sample, ms []Metric, resamples int, rng *rand.Rand) (
 func compareGroups(ref, other *Group, opts Options, floors map[Metric]Floor) []Comparison {
 	opts = opts.withDefaults()
 	sr, so, unitName := resamplingSamples(ref, other, opts)
+	paired := unitName == "repeats" && !opts.Unpaired && pairedByRepeat(ref, other)
 	rng := opts.rng(fmt.Sprintf("%s|%s|%s|%d", ref.Mesh, other.Mesh, ref.Experiment, ref.Step))
-	rv, ov := bootstrap(sr, so, opts.Metrics, opts.Resamples, rng)
+	rv, ov := bootstrap(sr, so, opts.Metrics, opts.Resamples, rng, paired)
 	alpha := (1 - opts.Confidence) / 2
 	var out []Comparison
 	for _, m := range opts.Metrics {
@@ -560,7 +609,7 @@ func compareGroups(ref, other *Group, opts Options, floors map[Metric]Floor) []C
 			}
 		}
 		c := Comparison{Point: Point{other.Experiment, other.Step}, Label: other.Label, Mesh: other.Mesh, Reference: ref.Mesh,
-			Metric: m, Base: base, Value: val, Unit: unitName, Repeats: len(other.Trials), BaseRepeats: len(ref.Trials)}
+			Metric: m, Base: base, Value: val, Unit: unitName, Paired: paired, Repeats: len(other.Trials), BaseRepeats: len(ref.Trials)}
 		c.Delta = Estimate{Value: val - base, Lo: quantile(deltas, alpha), Hi: quantile(deltas, 1-alpha)}
 		c.Pct = Estimate{Value: math.NaN(), Lo: math.NaN(), Hi: math.NaN()}
 		if base != 0 && len(pcts) == len(deltas) {
@@ -670,7 +719,7 @@ func NoiseFloor(run *results.Run, groups []*Group, pt Point, opts Options) map[M
 	}
 	sa, sb, unitName := resamplingSamples(base, base, opts)
 	rng := opts.rng("noise|" + base.Mesh + "|" + pt.Experiment + fmt.Sprint(pt.Step))
-	av, bv := bootstrap(sa, sb, opts.Metrics, opts.Resamples, rng)
+	av, bv := bootstrap(sa, sb, opts.Metrics, opts.Resamples, rng, false)
 	for _, m := range opts.Metrics {
 		ref := base.Value(m)
 		if ref == 0 {

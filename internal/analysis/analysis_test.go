@@ -412,3 +412,75 @@ func TestAAPairNeverJudgedAgainstItsOwnFloor(t *testing.T) {
 		}
 	}
 }
+
+// TestPairedRepeatsTakeDriftOut: when the machine drifts from one interleaved block to
+// the next (both meshes' trials of a block moved alike), resampling the blocks' pairs
+// gives intervals that still cover the true difference but are narrower than
+// resampling each mesh's repeats on its own, which counts the drift as noise twice.
+// Sequential order (all of one mesh, then the other) is never paired.
+func TestPairedRepeatsTakeDriftOut(t *testing.T) {
+	const reps, shift = 40, 60
+	covered, narrower := 0, 0
+	var pairedWidth, unpairedWidth float64
+	for i := 0; i < reps; i++ {
+		run := bringUpRun(uint64(300+i), 6, 15, 150)
+		for j := range run.Trials {
+			if run.Trials[j].Mesh == "sidecar" {
+				shiftTrial(&run.Trials[j], shift)
+			}
+		}
+		opts := Options{Seed: uint64(i), Resamples: 2000, Metrics: []Metric{P50}}
+		paired := find(Analyze(run, opts, nil).Comparisons, "sidecar", P50)
+		opts.Unpaired = true
+		unpaired := find(Analyze(run, opts, nil).Comparisons, "sidecar", P50)
+		if !paired.Paired || unpaired.Paired {
+			t.Fatalf("interleaved blocks: paired %v, with Unpaired %v", paired.Paired, unpaired.Paired)
+		}
+		if paired.Delta.Contains(shift) {
+			covered++
+		}
+		pw, uw := paired.Delta.Hi-paired.Delta.Lo, unpaired.Delta.Hi-unpaired.Delta.Lo
+		if pw < uw {
+			narrower++
+		}
+		pairedWidth += pw / reps
+		unpairedWidth += uw / reps
+	}
+	t.Logf("paired intervals: cover %d/%d, narrower %d/%d, mean width %.0f µs against %.0f unpaired", covered, reps, narrower, reps, pairedWidth, unpairedWidth)
+	if frac := float64(covered) / reps; frac < 0.8 {
+		t.Errorf("paired 95%% intervals covered the true shift in %.0f%% of %d runs", 100*frac, reps)
+	}
+	if narrower < reps*9/10 || pairedWidth > unpairedWidth/2 {
+		t.Errorf("paired intervals narrower in %d of %d runs, mean width %.0f against %.0f: the drift was not taken out", narrower, reps, pairedWidth, unpairedWidth)
+	}
+
+	// Sequential: mesh B's repeats all after mesh A's. Same repeats, but no blocks.
+	run := bringUpRun(7, 6, 15, 150)
+	for j := range run.Trials {
+		if run.Trials[j].Mesh == "sidecar" {
+			run.Trials[j].Start = run.Trials[j].Start.Add(time.Hour)
+			run.Trials[j].End = run.Trials[j].End.Add(time.Hour)
+		}
+	}
+	if c := find(Analyze(run, Options{Seed: 1, Metrics: []Metric{P50}}, nil).Comparisons, "sidecar", P50); c.Paired {
+		t.Error("sequential order was resampled in pairs")
+	}
+	// A repeat missing on one side (a failed trial): unpaired.
+	run = bringUpRun(8, 6, 15, 150)
+	run.Trials = run.Trials[:len(run.Trials)-1]
+	if c := find(Analyze(run, Options{Seed: 1, Metrics: []Metric{P50}}, nil).Comparisons, "sidecar", P50); c.Paired {
+		t.Error("groups with different repeats were resampled in pairs")
+	}
+}
+
+// shiftTrial moves every latency of a trial up by d µs.
+func shiftTrial(t *results.Trial, d int64) {
+	moved := results.NewLatencyHistogram()
+	for _, b := range t.Result.Latency.Distribution() {
+		if b.Count > 0 {
+			_ = moved.RecordValues(b.To+d, b.Count)
+		}
+	}
+	t.Result.Latency = moved
+	t.Result.Intervals = nil
+}

@@ -11,27 +11,35 @@ import (
 
 // bringUpRun is synthRun where every trial also carries an offset of its own (a
 // bring-up's luck, drawn with sd spread µs), the variance that dominates between
-// repeats on the testbed.
-func bringUpRun(seed uint64, repeats int, spread float64) *results.Run {
+// repeats on the testbed, and every repeat a drift of the machine that moves both of
+// its trials alike (sd drift µs), as this VM's load moves over minutes.
+func bringUpRun(seed uint64, repeats int, spread, drift float64) *results.Run {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	run := &results.Run{ID: "synthetic", Meshes: []results.Mesh{{Label: "none", Profile: "none"}, {Label: "sidecar", Profile: "envoy-sidecar"}}}
 	p := results.TrialParams{RequestedRate: 100}
 	for r := 0; r < repeats; r++ {
+		d := rng.NormFloat64() * drift
 		for _, m := range []string{"none", "sidecar"} {
-			run.Trials = append(run.Trials, synthTrial(rng, m, r, 1000, int64(rng.NormFloat64()*spread)+300, "fixed", p))
+			run.Trials = append(run.Trials, synthTrial(rng, m, r, 1000, int64(rng.NormFloat64()*spread+d)+300, "fixed", p))
 		}
 	}
 	return run
 }
 
 // The plan's rule: a sensitivity measured with few repeats, scaled to more, predicts
-// the sensitivity a run with that many achieves, within a factor of 2 — over ten
-// independent pairs of runs (4 repeats planning 16), the median within a third.
+// the sensitivity a run with that many achieves, within a factor of 2 — over twenty
+// independent pairs of runs (4 repeats planning 16), the median within a third. The
+// repeats are resampled in pairs (one interleaved block each), so a 4-repeat pilot
+// knows the spread from 3 differences only: one time in six or seven it misjudges it
+// by more than 2 (40 pairs of runs: 6 outside); the test allows a fifth.
 func TestSensitivityScalesWithRepeats(t *testing.T) {
 	var ratios []float64
-	for seed := uint64(1); seed <= 10; seed++ {
-		pilot := SensitivityOf(Analyze(bringUpRun(seed, 4, 60), Options{Seed: 1}, nil).Comparisons)
-		real := SensitivityOf(Analyze(bringUpRun(seed+100, 16, 60), Options{Seed: 1}, nil).Comparisons)
+	outside := 0
+	const pairs = 20
+	for seed := uint64(1); seed <= pairs; seed++ {
+		pilotRun, realRun := bringUpRun(seed, 4, 60, 60), bringUpRun(seed+100, 16, 60, 60)
+		pilot := SensitivityOf(Analyze(pilotRun, Options{Seed: 1}, nil).Comparisons)
+		real := SensitivityOf(Analyze(realRun, Options{Seed: 1}, nil).Comparisons)
 		var planned, achieved float64
 		for _, s := range pilot {
 			if s.Metric == P50 {
@@ -48,13 +56,19 @@ func TestSensitivityScalesWithRepeats(t *testing.T) {
 		}
 		r := planned / achieved
 		t.Logf("seed %d: planned ±%.2f%%, achieved ±%.2f%% (ratio %.2f)", seed, planned, achieved, r)
-		if math.IsNaN(r) || r < 0.5 || r > 2 {
-			t.Errorf("seed %d: planned ±%.2f%% for 16 repeats, achieved ±%.2f%%", seed, planned, achieved)
+		if math.IsNaN(r) {
+			t.Fatalf("seed %d: planned ±%.2f%% for 16 repeats, achieved ±%.2f%%", seed, planned, achieved)
+		}
+		if r < 0.5 || r > 2 {
+			outside++
 		}
 		ratios = append(ratios, r)
 	}
+	if outside > pairs/5 {
+		t.Errorf("%d of %d plans missed the achieved sensitivity by more than a factor of 2", outside, pairs)
+	}
 	slices.Sort(ratios)
-	if m := (ratios[4] + ratios[5]) / 2; m < 0.67 || m > 1.5 {
+	if m := (ratios[pairs/2-1] + ratios[pairs/2]) / 2; m < 0.67 || m > 1.5 {
 		t.Errorf("median ratio planned/achieved %.2f", m)
 	}
 }

@@ -180,8 +180,12 @@ func renderMarkdown(w io.Writer, s *Summary) error {
 	if !s.Ended.IsZero() {
 		m.printf(", took %s", s.Ended.Sub(s.Started).Round(time.Second))
 	}
-	m.printf(". Baseline: **%s**. Intervals are %g%% bootstrap intervals (%d resamples); latencies are pooled over repeats by merging histograms.\n\n",
+	m.printf(". Baseline: **%s**. Intervals are %g%% bootstrap intervals (%d resamples); latencies are pooled over repeats by merging histograms.",
 		s.Baseline, 100*s.Confidence, s.Resamples)
+	if note := s.PairingNote(); note != "" {
+		m.printf(" %s", note)
+	}
+	m.printf("\n\n")
 	if s.StatusReason != "" {
 		m.printf("> Status: %s\n\n", mdCell(s.StatusReason))
 	}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -293,6 +294,10 @@ func TestMarkdownTables(t *testing.T) {
 		if len(ts[0]) < 2 {
 			t.Errorf("section %q table has no rows", title)
 		}
+	}
+	// The synthetic run's repeats ran interleaved, so the comparisons resampled pairs.
+	if !regexp.MustCompile(`resampled in pairs \(\d+ of \d+ comparisons\)`).Match(buf.Bytes()) {
+		t.Error("the report does not say its repeats were resampled in pairs")
 	}
 	// 3 meshes × 8 points pooled; 2 meshes × 8 points × 6 metrics against the baseline.
 	if n := len(tables[titleResults][0]) - 1; n != 24 {

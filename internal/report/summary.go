@@ -169,7 +169,25 @@ type ComparisonRow struct {
 	NoiseSource   string `json:"noise_source"`
 	Verdict       string `json:"verdict"`
 	Resampled     string `json:"resampled"`
-	Repeats       int    `json:"repeats"`
+	// Paired: the repeats were resampled in pairs of one interleaved block.
+	Paired  bool `json:"paired,omitempty"`
+	Repeats int  `json:"repeats"`
+}
+
+// PairingNote says how many comparisons resampled their repeats in pairs of one
+// interleaved block; empty when none did.
+func (s *Summary) PairingNote() string {
+	paired := 0
+	for _, c := range s.Comparisons {
+		if c.Paired {
+			paired++
+		}
+	}
+	if paired == 0 {
+		return ""
+	}
+	return fmt.Sprintf("Repeats that ran in one interleaved block are resampled in pairs (%d of %d comparisons), so drift of the machine from block to block is not counted as noise.",
+		paired, len(s.Comparisons))
 }
 
 // SLOInfo is the SLO capacity was judged against.
@@ -479,7 +497,7 @@ func comparisonRows(cs []analysis.Comparison) []ComparisonRow {
 			Metric: string(c.Metric), Unit: unit, Base: Num(c.Base * f), Value: Num(c.Value * f),
 			Delta: Num(c.Delta.Value * f), DeltaLo: Num(c.Delta.Lo * f), DeltaHi: Num(c.Delta.Hi * f),
 			Pct: Num(c.Pct.Value), PctLo: Num(c.Pct.Lo), PctHi: Num(c.Pct.Hi), NoiseFloorPct: Num(c.NoiseFloorPct),
-			NoiseSource: c.NoiseSource, Verdict: string(c.Verdict), Resampled: c.Unit, Repeats: c.Repeats})
+			NoiseSource: c.NoiseSource, Verdict: string(c.Verdict), Resampled: c.Unit, Paired: c.Paired, Repeats: c.Repeats})
 	}
 	return out
 }

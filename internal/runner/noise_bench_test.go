@@ -2,8 +2,10 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/analysis"
@@ -75,11 +77,27 @@ func BenchmarkAANoiseFloor(b *testing.B) {
 					}
 				}
 			}
-			for _, c := range aaComparisons(run, pair.a, pair.b) {
-				if c.Metric == analysis.P50 || c.Metric == analysis.P99 {
-					b.Logf("%s A/A %s: Δ%% %+.1f [%+.1f, %+.1f], noise floor %.1f%%, %s", pair.name, c.Metric, c.Pct.Value, c.Pct.Lo, c.Pct.Hi, c.NoiseFloorPct, c.Verdict)
-					b.ReportMetric(c.NoiseFloorPct, string(c.Metric)+"-floor-%-"+pair.name)
+			// The same trials resampled both ways: independently (before pairing) and
+			// in pairs of one interleaved block (analysis.Comparison.Paired).
+			for _, how := range []struct {
+				name     string
+				unpaired bool
+			}{{"unpaired", true}, {"paired", false}} {
+				for _, c := range aaComparisons(run, pair.a, pair.b, analysis.Options{Seed: 1, Unpaired: how.unpaired}) {
+					if c.Metric == analysis.P50 || c.Metric == analysis.P99 {
+						b.Logf("%s %s A/A %s: Δ%% %+.1f [%+.1f, %+.1f], noise floor %.1f%%, %s", pair.name, how.name, c.Metric, c.Pct.Value, c.Pct.Lo, c.Pct.Hi, c.NoiseFloorPct, c.Verdict)
+						b.ReportMetric(c.NoiseFloorPct, string(c.Metric)+"-floor-%-"+pair.name+"-"+how.name)
+					}
 				}
+			}
+			for _, m := range []string{pair.a, pair.b} {
+				var p50s []string
+				for _, tr := range run.Trials {
+					if tr.Mesh == m && tr.Result.Latency != nil {
+						p50s = append(p50s, fmt.Sprint(tr.Result.Latency.ValueAtQuantile(50)))
+					}
+				}
+				b.Logf("%s: trial p50s by repeat (µs): %s", m, strings.Join(p50s, " "))
 			}
 			b.ReportMetric(float64(skewed), "mix-skewed-trials-"+pair.name)
 			b.Logf("%s: %d of %d trials had a skewed request mix", pair.name, skewed, trials)
@@ -88,7 +106,7 @@ func BenchmarkAANoiseFloor(b *testing.B) {
 }
 
 // aaComparisons analyses the pair a, b alone (b against a), as an A/A pair.
-func aaComparisons(run *results.Run, a, b string) []analysis.Comparison {
+func aaComparisons(run *results.Run, a, b string, opts analysis.Options) []analysis.Comparison {
 	sub := *run
 	sub.Meshes, sub.Trials, sub.Baseline = nil, nil, a
 	for _, m := range run.Meshes {
@@ -102,7 +120,7 @@ func aaComparisons(run *results.Run, a, b string) []analysis.Comparison {
 		}
 	}
 	var out []analysis.Comparison
-	for _, c := range analysis.Analyze(&sub, analysis.Options{Seed: 1}, nil).Comparisons {
+	for _, c := range analysis.Analyze(&sub, opts, nil).Comparisons {
 		if c.Mesh == b {
 			out = append(out, c)
 		}
