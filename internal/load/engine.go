@@ -105,7 +105,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			e.runOpen(ctx, prepared[0])
 		}
 	case c.Closed != nil:
-		if !e.runClosedEpoll(soft, prepared[0]) {
+		if !e.runClosedEpoll(soft, prepared[0]) && !e.runClosedH2Epoll(soft, prepared[0]) {
 			e.runClosed(soft, prepared[0])
 		}
 	default:

@@ -93,20 +93,36 @@ type epollLoop struct {
 
 func (l *epollLoop) connect(c *epollConn) error {
 	ctx, cancel := context.WithTimeout(l.e.hard, l.e.cfg.Timeout)
-	conn, err := l.dial(ctx, "tcp", l.hr.addr)
+	fd, err := dialFD(ctx, l.dial, l.hr.addr)
 	cancel()
 	if err != nil {
 		return err
 	}
+	if err := l.set.add(fd, int32(c.idx)); err != nil {
+		unix.Close(fd)
+		return err
+	}
+	c.open, c.fd, c.n, c.used = true, fd, 0, false
+	c.out.Dialed = true
+	return nil
+}
+
+// dialFD dials addr and returns a non-blocking descriptor of the socket for an epoll
+// loop; errNoFD if the connection has none.
+func dialFD(ctx context.Context, dial DialFunc, addr string) (int, error) {
+	conn, err := dial(ctx, "tcp", addr)
+	if err != nil {
+		return -1, err
+	}
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
 		conn.Close()
-		return errNoFD
+		return -1, errNoFD
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
 		conn.Close()
-		return errNoFD
+		return -1, errNoFD
 	}
 	// Take the socket out of the runtime's poller (closing the Conn deregisters it;
 	// the duplicate keeps the socket open): otherwise every packet would also wake the
@@ -115,16 +131,10 @@ func (l *epollLoop) connect(c *epollConn) error {
 	raw.Control(func(f uintptr) { fd, dupErr = unix.Dup(int(f)) })
 	conn.Close()
 	if dupErr != nil {
-		return dupErr
+		return -1, dupErr
 	}
 	unix.CloseOnExec(fd)
-	if err := l.set.add(fd, int32(c.idx)); err != nil {
-		unix.Close(fd)
-		return err
-	}
-	c.open, c.fd, c.n, c.used = true, fd, 0, false
-	c.out.Dialed = true
-	return nil
+	return fd, nil
 }
 
 func (l *epollLoop) disconnect(c *epollConn) {

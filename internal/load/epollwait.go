@@ -73,6 +73,16 @@ func (s *epollSet) add(fd int, tag int32) error {
 	return unix.EpollCtl(s.fd, unix.EPOLL_CTL_ADD, fd, &ev)
 }
 
+// watchWrite adds (or removes) writability to what fd reports, for a loop whose output
+// the socket could not take at once.
+func (s *epollSet) watchWrite(fd int, tag int32, on bool) error {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: tag}
+	if on {
+		ev.Events |= unix.EPOLLOUT
+	}
+	return unix.EpollCtl(s.fd, unix.EPOLL_CTL_MOD, fd, &ev)
+}
+
 func (s *epollSet) del(fd int) {
 	unix.EpollCtl(s.fd, unix.EPOLL_CTL_DEL, fd, nil)
 }

@@ -34,7 +34,9 @@ import (
 // does over nghttp2: a request is one buffered write of its frames and one wake-up of
 // its session when the connection's reader sees the stream end. net/http's
 // general-purpose transport took 2.7 times h2load's CPU per request here; this client
-// takes 1.6 times (scripts/bench-load.sh, 4 connections of 8 streams).
+// takes 1.3 to 1.6 times (scripts/bench-load.sh, 4 connections of 8 streams). Those
+// wake-ups are most of it, so closed runs in cleartext with keep-alive do not come here:
+// runClosedH2Epoll (epollh2.go) drives all their connections from one event loop.
 func NewH2Client(o ClientOptions, tlsConfig *tls.Config) Client {
 	c := &h2Client{opts: o, dial: o.dial(), tls: tlsConfig}
 	c.conns = connGroup[*h2Conn]{size: o.streams(), newConn: func() *h2Conn { return &h2Conn{c: c} }}

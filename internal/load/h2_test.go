@@ -77,7 +77,7 @@ func TestH2CClosedAndOpen(t *testing.T) {
 	payload := strings.Repeat("x", 1000)
 	s := startH2C(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, payload) })
 	c := NewH2Client(ClientOptions{}, nil)
-	res := run(t, Config{Request: Request{URL: s.url}, Closed: &ClosedModel{Connections: 2}, Count: 400, Client: c})
+	res := runH2Epoll(t, Config{Request: Request{URL: s.url}, Closed: &ClosedModel{Connections: 2}, Count: 400, Client: c})
 	if res.Succeeded != 400 || s.served.Load() != 400 || res.StatusCodes[200] != 400 || res.BytesIn != 400*1000 {
 		t.Fatalf("closed: ok %d, served %d, codes %v, bytes %d; errors %+v %v", res.Succeeded, s.served.Load(), res.StatusCodes, res.BytesIn, res.Errors, res.ErrorSamples)
 	}
@@ -237,7 +237,7 @@ func TestH2CStreamsShareConnections(t *testing.T) {
 	var f inflightByConn
 	s := startH2C(t, f.handler(20*time.Millisecond))
 	c := NewH2Client(ClientOptions{Streams: 4}, nil)
-	res := run(t, Config{Request: Request{URL: s.url}, Closed: &ClosedModel{Connections: 8}, Count: 200, Client: c})
+	res := runH2Epoll(t, Config{Request: Request{URL: s.url}, Closed: &ClosedModel{Connections: 8}, Count: 200, Client: c})
 	if res.Succeeded != 200 || s.h1.Load() != 0 {
 		t.Fatalf("ok %d, HTTP/1.x %d, errors %+v %v", res.Succeeded, s.h1.Load(), res.Errors, res.ErrorSamples)
 	}
@@ -273,13 +273,13 @@ func TestH2CProtocolLimits(t *testing.T) {
 	}, &http.HTTP2Config{MaxConcurrentStreams: 2, MaxReceiveBufferPerStream: 64 << 10, MaxReceiveBufferPerConnection: 64 << 10})
 
 	body := []byte(strings.Repeat("b", 3<<20))
-	res := run(t, Config{Request: Request{Method: "POST", URL: s.url, Body: body}, Closed: &ClosedModel{Connections: 2}, Count: 4,
+	res := runH2Epoll(t, Config{Request: Request{Method: "POST", URL: s.url, Body: body}, Closed: &ClosedModel{Connections: 2}, Count: 4,
 		Client: NewH2Client(ClientOptions{Streams: 2}, nil), Timeout: 20 * time.Second})
 	if res.Succeeded != 4 || s.bodies.Load() != 4*int64(len(body)) {
 		t.Fatalf("3 MiB bodies through 64 KiB windows: ok %d, body bytes %d of %d; errors %+v %v", res.Succeeded, s.bodies.Load(), 4*len(body), res.Errors, res.ErrorSamples)
 	}
 
-	res = run(t, Config{Request: Request{URL: s.url}, Closed: &ClosedModel{Connections: 4}, Count: 200, Client: NewH2Client(ClientOptions{Streams: 4}, nil)})
+	res = runH2Epoll(t, Config{Request: Request{URL: s.url}, Closed: &ClosedModel{Connections: 4}, Count: 200, Client: NewH2Client(ClientOptions{Streams: 4}, nil)})
 	if res.Succeeded != 200 {
 		t.Fatalf("4 streams against a limit of 2: ok %d, errors %+v %v", res.Succeeded, res.Errors, res.ErrorSamples)
 	}
