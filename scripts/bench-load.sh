@@ -43,7 +43,10 @@ trap cleanup EXIT INT TERM
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 port=$(freeport)
 port2=$(freeport)
+# The two bodies the engine is measured on: nginx's 612-byte welcome page, and a 3-byte
+# body where the per-request cost of the generator is all there is.
 head -c 612 /dev/zero | tr '\0' 'x' > "$work/index.html"
+printf 'ok\n' > "$work/small.txt"
 mkdir -p "$work/tmp"
 cat > "$work/nginx.conf" <<CONF
 worker_processes 1;
@@ -80,16 +83,19 @@ run() {
 
 # The machine may be shared: the tools take turns (A B C A B C ...) and the table shows
 # each one's median round, so that a burst of someone else's work hits all alike.
-echo "target $url (nginx 1 worker on core 0); generators on core 1; $conns connections, ${secs}s closed loop, $rounds interleaved rounds"
-: > "$work/rounds"
-for r in $(seq "$rounds"); do
-  run meshmark "$mm" load "$url" -c "$conns" -d "${secs}s" --format json -o "$work/meshmark.json"
-  echo "meshmark $(jq '.completed' "$work/meshmark.json") $(cat "$work/meshmark.cpu")" >> "$work/rounds"
-  run wrk wrk -t1 -c "$conns" -d "${secs}s" "$url"
-  echo "wrk $(awk '/requests in/ {print $1}' "$work/wrk.out") $(cat "$work/wrk.cpu")" >> "$work/rounds"
-  run fortio fortio load -quiet -qps 0 -c "$conns" -t "${secs}s" "$url"
-  echo "fortio $(sed -n 's/.*All done \([0-9]*\) calls.*/\1/p' "$work/fortio.out") $(cat "$work/fortio.cpu")" >> "$work/rounds"
-done
+# rounds1 FILE URL: the HTTP/1.1 rounds of meshmark, wrk and fortio on URL into FILE.
+rounds1() {
+  local out=$1 target=$2
+  : > "$out"
+  for r in $(seq "$rounds"); do
+    run meshmark "$mm" load "$target" -c "$conns" -d "${secs}s" --format json -o "$work/meshmark.json"
+    echo "meshmark $(jq '.completed' "$work/meshmark.json") $(cat "$work/meshmark.cpu")" >> "$out"
+    run wrk wrk -t1 -c "$conns" -d "${secs}s" "$target"
+    echo "wrk $(awk '/requests in/ {print $1}' "$work/wrk.out") $(cat "$work/wrk.cpu")" >> "$out"
+    run fortio fortio load -quiet -qps 0 -c "$conns" -t "${secs}s" "$target"
+    echo "fortio $(sed -n 's/.*All done \([0-9]*\) calls.*/\1/p' "$work/fortio.out") $(cat "$work/fortio.cpu")" >> "$out"
+  done
+}
 # table ROUNDS TOOL...: the median round of each tool, and meshmark's requests per CPU
 # second relative to each other tool.
 table() {
@@ -115,7 +121,14 @@ if all(t in med for t in tools) and "meshmark" in med:
     print("meshmark requests per CPU second: " + ", ".join(f"{med[t] / med['meshmark']:.2f}x {t}" for t in tools if t != "meshmark"))
 PY
 }
-table "$work/rounds" meshmark wrk fortio
+for body in 612 3; do
+  target=$url
+  [ "$body" = 3 ] && target="http://127.0.0.1:$port/small.txt"
+  echo
+  echo "HTTP/1.1 $target ($body-byte body)"
+  rounds1 "$work/rounds-$body" "$target"
+  table "$work/rounds-$body" meshmark wrk fortio
+done
 
 # HTTP/2 in cleartext, multiplexed: the same requests in flight over the same
 # connections (meshmark -c C*M --streams M is h2load -c C -m M), one nginx worker.
