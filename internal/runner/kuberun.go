@@ -21,6 +21,7 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh/envoysidecar"
 	"github.com/meshmark/meshmark/internal/mesh/none"
 	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/sampler"
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/testbed"
@@ -75,11 +76,14 @@ func helmCharts(in *mesh.KubernetesInstall) []kube.Chart {
 // for load.
 type kubeDeployment struct {
 	mesh     *study.Mesh
+	cluster  *kube.Cluster
 	install  *kube.MeshInstall
 	app      *kube.App
 	forwards *kube.Forwards
 	pool     *loadgen.Pool
 	took     time.Duration
+	// resources is which containers the trials' resources cover and what each is for.
+	resources kube.ResourceScope
 }
 
 // CheckKubernetes says what a run of st on its Kubernetes cluster would refuse, at the
@@ -208,7 +212,7 @@ func (r *runner) executeKubernetes(ctx context.Context, c *kube.Cluster) error {
 // when it fails, for teardown.
 func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m *study.Mesh, connect bool) (*kubeDeployment, error) {
 	start := time.Now()
-	d := &kubeDeployment{mesh: m}
+	d := &kubeDeployment{mesh: m, cluster: c}
 	plan, err := kubernetesInstall(*m)
 	if err != nil {
 		return nil, err
@@ -233,6 +237,11 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 	if err != nil {
 		return d, fmt.Errorf("mesh %s: %w", m.Name, err)
 	}
+	d.resources = kube.ResourceScope{Mesh: m.Name, App: d.app.Namespace}
+	if plan != nil {
+		d.resources.Sidecar = plan.Sidecar
+	}
+	d.resources.AddMesh(d.install)
 	last := time.Time{}
 	err = c.WaitReady(ctx, d.app, func(ready, total int) {
 		if time.Since(last) > 2*time.Second || ready == total {
@@ -567,9 +576,16 @@ func (r *runner) kubeLoadArgs(d *kubeDeployment, e *study.Experiment, rate float
 	return args
 }
 
+// flagResourcesIncomplete marks a trial on a cluster some of whose containers' resources
+// could not be read (a node's kubelet did not answer): its resource figures leave those
+// out rather than count them as zero. The trial's params say which, under
+// "resource_warning".
+const flagResourcesIncomplete = "resources-incomplete"
+
 // measureRemote drives one load run through every generator of the deployment, merges
-// their results exactly and stores the trial. Resources are not sampled on a cluster
-// yet; the generators' own health is, as locally.
+// their results exactly and stores the trial, with the CPU and memory of every container
+// of the mesh's and the app's namespaces, read from the kubelets over the run at the
+// local sampler's cadence. The generators' own health is kept, as locally.
 func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.Trial, args []string, warmup time.Duration, params results.TrialParams) (*load.Result, error) {
 	e := t.Experiment
 	params.KeepAlive = e.KeepAlive
@@ -587,12 +603,14 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 		length = e.Each.D()
 	}
 	r.progress.begin(t, label, length+warmup)
+	resources := d.cluster.SampleResources(ctx, d.resources, sampler.DefaultInterval)
 	res, _, err := d.pool.Run(ctx, args, func(p load.Progress) {
 		r.progress.update(p)
 		if r.opts.Observe != nil {
 			r.opts.Observe.Interval(t.Mesh.Name, e.Name, t.Repeat, p.Interval)
 		}
 	})
+	readings := resources.Stop()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -609,6 +627,12 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 		Result: convert(res, warmup),
 	}
 	trial.End = trial.Start.Add(res.Elapsed)
+	trial.Result.Resources = containerResources(readings.Samples, t.Mesh.Name, trial.Start, trial.End)
+	if msg := resourceWarning(readings, len(trial.Result.Resources)); msg != "" {
+		trial.Params.Extra["resource_warning"] = msg
+		trial.Result.Flags = append(trial.Result.Flags, flagResourcesIncomplete)
+		r.progress.note(fmt.Sprintf("warning: %s in %s on %s; this trial is flagged", msg, label, t.Mesh.Name))
+	}
 	if res.Health.Bottleneck {
 		trial.Result.Generator.Behind = true
 		trial.Result.Flags = append(trial.Result.Flags, results.FlagGeneratorBehind)
@@ -628,4 +652,64 @@ func describeGenerators(gs []kube.Generator) string {
 		out = append(out, g.Pod+" on "+g.Node)
 	}
 	return strings.Join(out, ", ")
+}
+
+// containerResources keeps, of each container's kubelet readings, those that bracket the
+// measured window (the last at or before its start through the first at or after its
+// end), as steadyRounds does for the local sampler's rounds, and stores them as the local
+// substrate stores a process's: the container's name is the component, the kubelet's
+// CPU time all user time (it does not split it), its working set the memory.
+func containerResources(samples []kube.ContainerSample, meshName string, start, end time.Time) []results.ResourceSample {
+	type key struct{ namespace, pod, container string }
+	series := map[key][]kube.ContainerSample{}
+	var order []key
+	for _, s := range samples {
+		k := key{s.Namespace, s.Pod, s.Container}
+		if series[k] == nil {
+			order = append(order, k)
+		}
+		series[k] = append(series[k], s)
+	}
+	var out []results.ResourceSample
+	for _, k := range order {
+		ss := series[k]
+		slices.SortFunc(ss, func(a, b kube.ContainerSample) int { return a.T.Compare(b.T) })
+		first, last := 0, len(ss)-1
+		for i, s := range ss {
+			if !s.T.After(start) {
+				first = i
+			}
+		}
+		for i := len(ss) - 1; i >= first; i-- {
+			if !ss[i].T.Before(end) {
+				last = i
+			}
+		}
+		for _, s := range ss[first : last+1] {
+			out = append(out, results.ResourceSample{
+				Component: s.Container, Role: string(s.Role), Pod: s.Pod, Node: s.Node, Mesh: meshName, T: s.T,
+				CPUUserSeconds: s.CPUSeconds, RSSBytes: int64(s.WorkingSetBytes),
+			})
+		}
+	}
+	return out
+}
+
+// resourceWarning says what the trial's resources lack: nodes whose kubelet could not be
+// read, rounds in which the pods could not be listed, or nothing read at all.
+func resourceWarning(rd kube.ResourceReadings, stored int) string {
+	var why []string
+	for _, u := range rd.Unread {
+		why = append(why, u.String())
+	}
+	if rd.ListErr != "" {
+		why = append(why, rd.ListErr)
+	}
+	if stored == 0 && len(why) == 0 {
+		why = append(why, "no container's resources were read")
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	return "resources incomplete: " + strings.Join(why, "; ")
 }

@@ -64,9 +64,13 @@ type Round struct {
 	Nets  []NetSample
 }
 
+// DefaultInterval is the time between two rounds unless a Config says otherwise: the
+// cadence every resource figure of a run is sampled at, on a cluster too.
+const DefaultInterval = time.Second
+
 // Config configures a Sampler.
 type Config struct {
-	// Interval between rounds; 1 s when zero.
+	// Interval between rounds; DefaultInterval when zero.
 	Interval time.Duration
 	// Targets returns the processes to sample now; it is called every round so
 	// processes started later are picked up.
@@ -96,7 +100,7 @@ type Sampler struct {
 // New returns a Sampler for cfg.
 func New(cfg Config) *Sampler {
 	if cfg.Interval <= 0 {
-		cfg.Interval = time.Second
+		cfg.Interval = DefaultInterval
 	}
 	return &Sampler{cfg: cfg, reader: newProcReader(), names: map[string]string{}}
 }

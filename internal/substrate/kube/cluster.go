@@ -165,7 +165,8 @@ func (c *Cluster) reach(ctx context.Context) error {
 }
 
 // neededRights is what a run does on the cluster: create and delete its namespaces and
-// the workload's objects in them, watch the pods, and reach the load generators.
+// the workload's objects in them, watch the pods, reach the load generators, and read
+// every node's kubelet resource metrics through the API server (SampleResources).
 var neededRights = []authv1.ResourceAttributes{
 	{Verb: "create", Resource: "namespaces"},
 	{Verb: "delete", Resource: "namespaces"},
@@ -175,6 +176,7 @@ var neededRights = []authv1.ResourceAttributes{
 	{Verb: "create", Resource: "configmaps"},
 	{Verb: "list", Resource: "pods"},
 	{Verb: "create", Resource: "pods", Subresource: "portforward"},
+	{Verb: "get", Resource: "nodes", Subresource: "proxy"},
 }
 
 // checkRights asks the API server, before anything is created, whether the caller may

@@ -5,7 +5,15 @@
 // deletion are the real ones; pods run only on paper: kwok marks them running and ready,
 // but no container starts, so nothing can be measured on this cluster. A port-forward to
 // a pod's port is real as far as the API server and kwok's kubelet endpoint; kwok then
-// dials the address a test names with ForwardPodPort.
+// dials the address a test names with ForwardPodPort. Each node's kubelet resource
+// metrics (/metrics/resource) are kwok's too: real as far as the API server's node proxy
+// and the kubelet's format, with each container's usage what the test stated
+// (UsageAnnotations).
+//
+// Everything listens on loopback only. Nodes have addresses of 198.18.0.0/15 that
+// nothing dials, since the API server's node proxy refuses loopback ones; the API server
+// reaches them through the cluster's own egress proxy (egressProxy), which maps each to
+// its kwok on loopback.
 package kubetest
 
 import (
@@ -26,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,10 +72,11 @@ type Cluster struct {
 	// Nodes are the names of the kwok nodes.
 	Nodes []string
 
-	dir   string
-	procs []*process
-	logs  []string
-	once  sync.Once
+	dir    string
+	procs  []*process
+	logs   []string
+	egress *egressProxy
+	once   sync.Once
 }
 
 // process is a started control-plane program and its end.
@@ -82,6 +92,10 @@ type Options struct {
 	Nodes int // kwok nodes, default 2
 	// NodeLabels are put on every node, and node i also gets meshmark.dev/test-node=i.
 	NodeLabels map[string]string
+	// NoResourceMetrics are nodes (by index) whose kubelet endpoint serves no
+	// /metrics/resource, as a kubelet that cannot be read. Every other node's serves
+	// kwok's emulation of it, with each container's usage as UsageAnnotations set it.
+	NoResourceMetrics []int
 }
 
 // Missing returns the binaries of Binaries that cannot be found, with the command that
@@ -110,6 +124,9 @@ func Start(ctx context.Context, dir string, opts Options) (c *Cluster, err error
 	if opts.Nodes == 0 {
 		opts.Nodes = 2
 	}
+	if opts.Nodes > 16 {
+		return nil, fmt.Errorf("test cluster: %d nodes; at most 16 (each gets a /22 of 198.19.0.0/18 for its pods)", opts.Nodes)
+	}
 	if missing, how := Missing(); len(missing) > 0 {
 		return nil, fmt.Errorf("test cluster needs %s: %s", strings.Join(missing, ", "), how)
 	}
@@ -121,11 +138,19 @@ func Start(ctx context.Context, dir string, opts Options) (c *Cluster, err error
 			c = nil
 		}
 	}()
-	pki, err := newPKI(dir)
+	nodeIPs := make([]net.IP, opts.Nodes)
+	for i := range nodeIPs {
+		nodeIPs[i] = nodeAddress(i)
+	}
+	pki, err := newPKI(dir, nodeIPs)
 	if err != nil {
 		return c, err
 	}
-	ports, err := freePorts(4)
+	ports, err := freePorts(3 + opts.Nodes)
+	if err != nil {
+		return c, err
+	}
+	egressConfig, err := c.startEgress(dir, pki, nodeIPs, ports[3:])
 	if err != nil {
 		return c, err
 	}
@@ -161,8 +186,10 @@ func Start(ctx context.Context, dir string, opts Options) (c *Cluster, err error
 		// scheduling, namespaces over a minute to go, growing with the cluster's age).
 		// Without the cache, watches read etcd directly: 0.5 s and 6 s, steadily.
 		"--watch-cache=false",
-		// Port-forwards go to kwok's kubelet endpoint on the node's InternalIP.
+		// Port-forwards and the node proxy go to kwok's kubelet endpoint on the node's
+		// InternalIP, through the egress proxy, the only one that knows where that is.
 		"--kubelet-preferred-address-types", "InternalIP",
+		"--egress-selector-config-file", egressConfig,
 		"--kubelet-certificate-authority", pki.caCert,
 		"--kubelet-client-certificate", pki.kubeletClientCert, "--kubelet-client-key", pki.kubeletClientKey,
 		"--cert-dir", filepath.Join(dir, "apiserver-certs")); err != nil {
@@ -205,29 +232,44 @@ func Start(ctx context.Context, dir string, opts Options) (c *Cluster, err error
 	}
 	// kwok's own default stages: nodes become Ready and keep a heartbeat; pods are
 	// scheduled, become Ready, and go when deleted.
-	stages := filepath.Join(dir, "kwok-stages.yaml")
-	docs := []string{nodefast.DefaultNodeInit, nodeheartbeat.DefaultNodeHeartbeat,
-		podfast.DefaultPodReady, podfast.DefaultPodComplete, podfast.DefaultPodDelete}
-	if err := os.WriteFile(stages, []byte(strings.Join(docs, "\n---\n")), 0o600); err != nil {
-		return c, err
-	}
+	stages := strings.Join([]string{nodefast.DefaultNodeInit, nodeheartbeat.DefaultNodeHeartbeat,
+		podfast.DefaultPodReady, podfast.DefaultPodComplete, podfast.DefaultPodDelete}, "\n---\n")
 	// kwok's PortForward objects say where a pod's ports really lead, so that a
 	// port-forward through the API server reaches a process of the test.
 	if err := c.createCRD(ctx, kwokcrd.PortForward); err != nil {
 		return c, err
 	}
-	kubeletPort := strconv.Itoa(ports[3])
-	if err := c.start(ctx, "kwok", nil,
-		"--config", stages,
-		"--kubeconfig", c.Kubeconfig,
-		"--manage-all-nodes=false",
-		"--manage-nodes-with-annotation-selector", "kwok.x-k8s.io/node=fake",
-		// Every node's kubelet endpoint is kwok's server on loopback.
-		"--cidr", "198.19.0.0/18", "--node-ip", "127.0.0.1", "--node-port", kubeletPort,
-		"--server-address", "127.0.0.1:"+kubeletPort,
-		"--tls-cert-file", pki.kubeletCert, "--tls-private-key-file", pki.kubeletKey,
-		"--enable-crds", "PortForward"); err != nil {
-		return c, err
+	// One kwok per node, each serving that node's kubelet endpoint on a loopback port of
+	// its own, as every node has its own kubelet: the API server reaches a node's
+	// /metrics/resource at the node's address and port (which the egress proxy maps to
+	// that loopback port), and a single kwok could serve only one node there.
+	for i := 0; i < opts.Nodes; i++ {
+		name := fmt.Sprintf("kwok-node-%d", i)
+		config := stages
+		if !slices.Contains(opts.NoResourceMetrics, i) {
+			metric, err := resourceMetric(name)
+			if err != nil {
+				return c, err
+			}
+			config += "\n---\n" + metric + "\n---\n" + containerUsage
+		}
+		path := filepath.Join(dir, name+".yaml")
+		if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+			return c, err
+		}
+		kubeletPort := strconv.Itoa(ports[3+i])
+		if err := c.startAs(ctx, name, "kwok", nil,
+			"--config", path,
+			"--kubeconfig", c.Kubeconfig,
+			"--manage-single-node", name,
+			// Pods of different nodes get addresses of different ranges.
+			"--cidr", fmt.Sprintf("198.19.%d.0/22", 4*i),
+			"--node-ip", nodeIPs[i].String(), "--node-port", kubeletPort,
+			"--server-address", "127.0.0.1:"+kubeletPort,
+			"--tls-cert-file", pki.kubeletCert, "--tls-private-key-file", pki.kubeletKey,
+			"--enable-crds", "PortForward"); err != nil {
+			return c, err
+		}
 	}
 	for i := 0; i < opts.Nodes; i++ {
 		name := fmt.Sprintf("kwok-node-%d", i)
@@ -360,11 +402,19 @@ func (c *Cluster) Stop() {
 				<-p.done
 			}
 		}
+		if c.egress != nil {
+			c.egress.close()
+		}
 	})
 }
 
 func (c *Cluster) start(ctx context.Context, name string, env []string, args ...string) error {
-	bin, err := find(name)
+	return c.startAs(ctx, name, name, env, args...)
+}
+
+// startAs starts program bin under name, which names its log and its errors.
+func (c *Cluster) startAs(ctx context.Context, name, bin string, env []string, args ...string) error {
+	bin, err := find(bin)
 	if err != nil {
 		return err
 	}
@@ -462,13 +512,15 @@ func freePorts(n int) ([]int, error) {
 type testPKI struct {
 	caCert, serverCert, serverKey, saKey string
 	// kwok's kubelet endpoint serves kubeletCert; the API server reaches it as
-	// kubeletClient (port-forward, exec and logs go that way).
+	// kubeletClient (port-forward, exec and logs go that way), through the egress proxy,
+	// which serves egressCert and takes kubeletClient too.
 	kubeletCert, kubeletKey, kubeletClientCert, kubeletClientKey string
+	egressCert, egressKey                                        string
 	caPEM                                                        []byte
 	admin, viewer                                                [2][]byte // cert, key PEM
 }
 
-func newPKI(dir string) (*testPKI, error) {
+func newPKI(dir string, nodeIPs []net.IP) (*testPKI, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -523,7 +575,13 @@ func newPKI(dir string) (*testPKI, error) {
 	if p.viewer, err = issue(4, pkix.Name{CommonName: "meshmark-nobody"}, x509.ExtKeyUsageClientAuth, nil, nil); err != nil {
 		return nil, err
 	}
-	kubelet, err := issue(5, pkix.Name{CommonName: "kwok-kubelet"}, x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)}, []string{"localhost"})
+	// The API server checks a kubelet's certificate against the node address it dialed
+	// (--kubelet-certificate-authority), the egress proxy's mapping being unseen by TLS.
+	kubelet, err := issue(5, pkix.Name{CommonName: "kwok-kubelet"}, x509.ExtKeyUsageServerAuth, nodeIPs, nil)
+	if err != nil {
+		return nil, err
+	}
+	egress, err := issue(7, pkix.Name{CommonName: "kubetest-egress-proxy"}, x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -549,6 +607,8 @@ func newPKI(dir string) (*testPKI, error) {
 		{&p.kubeletKey, "kubelet.key", kubelet[1]},
 		{&p.kubeletClientCert, "kubelet-client.crt", kubeletClient[0]},
 		{&p.kubeletClientKey, "kubelet-client.key", kubeletClient[1]},
+		{&p.egressCert, "egress-proxy.crt", egress[0]},
+		{&p.egressKey, "egress-proxy.key", egress[1]},
 	}
 	for _, f := range files {
 		*f.path = filepath.Join(dir, f.name)
