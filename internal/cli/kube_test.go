@@ -146,8 +146,8 @@ func TestDeployRefusesBeforeCreatingAnything(t *testing.T) {
 	for _, tc := range []struct {
 		name, meshes, want string
 	}{
-		{"profile not on Kubernetes yet", "    - {name: baseline, profile: none}\n    - {name: linkerd, profile: linkerd}",
-			"spec.meshes[1].profile: profile linkerd cannot be installed on Kubernetes yet"},
+		{"profile not on Kubernetes yet", "    - {name: baseline, profile: none}\n    - {name: traefik, profile: traefik-mesh}",
+			"spec.meshes[1].profile: profile traefik-mesh cannot be installed on Kubernetes yet"},
 		{"option not carried to the mesh", "    - {name: baseline, profile: none}\n    - {name: sidecar, profile: envoy-sidecar, options: {telemetry: off}}",
 			"spec.meshes[1].options.telemetry: not carried over to Istio yet on Kubernetes"},
 	} {

@@ -22,8 +22,8 @@ type KubernetesInstall struct {
 	// Manifests are applied after the charts are ready, each into the namespace it
 	// names: the mesh's configuration, such as a mesh-wide PeerAuthentication.
 	Manifests []string
-	// NamespaceLabels and PodAnnotations enroll the workload.
-	NamespaceLabels, PodAnnotations map[string]string
+	// NamespaceLabels, NamespaceAnnotations and PodAnnotations enroll the workload.
+	NamespaceLabels, NamespaceAnnotations, PodAnnotations map[string]string
 	// Sidecar is the container the mesh adds to every enrolled pod (as a container or
 	// as a native sidecar, an init container that keeps running); a pod without it is
 	// not in the mesh. Empty for meshes without sidecars.

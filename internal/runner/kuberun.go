@@ -19,6 +19,7 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/ambient"
 	"github.com/meshmark/meshmark/internal/mesh/envoysidecar"
+	"github.com/meshmark/meshmark/internal/mesh/linkerd"
 	"github.com/meshmark/meshmark/internal/mesh/none"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/sampler"
@@ -53,8 +54,8 @@ func kubernetesInstall(m study.Mesh) (*mesh.KubernetesInstall, error) {
 	}
 	ki, ok := p.(mesh.KubernetesInstaller)
 	if !ok {
-		return nil, fmt.Errorf("profile %s cannot be installed on Kubernetes yet (the local substrate runs it); profiles on Kubernetes: none, %s (Istio in sidecar mode), %s (Istio in ambient mode)",
-			m.Profile, envoysidecar.Name, ambient.Name)
+		return nil, fmt.Errorf("profile %s cannot be installed on Kubernetes yet (the local substrate runs it); profiles on Kubernetes: none, %s (Istio in sidecar mode), %s (Istio in ambient mode), %s",
+			m.Profile, envoysidecar.Name, ambient.Name, linkerd.Name)
 	}
 	install, err := ki.Kubernetes()
 	if err != nil {
@@ -231,7 +232,7 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 		if err := r.recordEffort(ctx, m, plan, e); err != nil {
 			return d, err
 		}
-		spec.NamespaceLabels, spec.PodAnnotations = plan.NamespaceLabels, plan.PodAnnotations
+		spec.NamespaceLabels, spec.NamespaceAnnotations, spec.PodAnnotations = plan.NamespaceLabels, plan.NamespaceAnnotations, plan.PodAnnotations
 	}
 	d.app, err = c.Deploy(ctx, spec)
 	if err != nil {

@@ -1,12 +1,14 @@
-// Package linkerd is the linkerd mesh profile: Linkerd's data plane without Kubernetes.
-// Every enrolled pod gets the real linkerd2-proxy, running as uid 2102 beside its
+// Package linkerd is the linkerd mesh profile. Locally it is Linkerd's data plane alone:
+// every enrolled pod gets the real linkerd2-proxy, running as uid 2102 beside its
 // workload with the environment Linkerd's proxy injector gives it, an identity
 // directory (key.p8, csr.der) and linkerd2-proxy-init's iptables rules (inbound to 4143,
 // outbound to 4140, the proxy's uid and its ports 4190/4191 skipped). The proxies talk
 // to meshmark's own minimal control plane (package controlplane), run as
 // `meshmark linkerd-controlplane` in a node namespace under the control-plane role:
 // it certifies each proxy's identity with meshmark's CA and serves destinations, service
-// profiles (the version split) and inbound policy.
+// profiles (the version split) and inbound policy. On Kubernetes the profile is Linkerd
+// itself instead: its own Helm charts, with certificates from meshmark's PKI
+// (kubernetes.go).
 package linkerd
 
 import (
@@ -68,11 +70,11 @@ var ControlPlaneBinary = os.Executable
 func init() {
 	mesh.RegisterProfile(mesh.Registration{
 		Name:    Name,
-		Summary: "Linkerd's data plane: the real linkerd2-proxy in every pod, proxy-init iptables, mTLS by default, meshmark's minimal control plane",
+		Summary: "Linkerd's data plane: the real linkerd2-proxy in every pod, proxy-init iptables, mTLS by default, meshmark's minimal control plane; on Kubernetes, Linkerd itself from its Helm charts",
 		New:     New,
-		Own: map[string]string{
+		Own: withKubeOptions(map[string]string{
 			"authz": "service accounts or identity names allowed to call meshed pods (default: everyone, Linkerd's all-unauthenticated)",
-		},
+		}),
 		Unsupported: map[string]string{
 			"request_id":       "linkerd2-proxy does not generate x-request-id",
 			"retries":          "Linkerd retries only routes its policy marks retryable; meshmark configures none, like a stock install",

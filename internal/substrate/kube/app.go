@@ -31,9 +31,9 @@ type AppSpec struct {
 	Args func(d workload.Deployment) []string
 	// Files go into one ConfigMap mounted at FilesDir in every pod (a graph file).
 	Files map[string][]byte
-	// NamespaceLabels and PodAnnotations are how a mesh enrolls the workload, for
-	// example istio-injection=enabled or linkerd.io/inject=enabled.
-	NamespaceLabels, PodAnnotations map[string]string
+	// NamespaceLabels, NamespaceAnnotations and PodAnnotations are how a mesh enrolls
+	// the workload, for example istio-injection=enabled or linkerd.io/inject=enabled.
+	NamespaceLabels, NamespaceAnnotations, PodAnnotations map[string]string
 	// Generators is how many load-generator pods to run beside the workload (see
 	// ForwardGenerators); 0 runs none.
 	Generators int
@@ -102,7 +102,7 @@ func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
 	nsLabels := merge(labels, spec.NamespaceLabels)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name: app.Namespace, Labels: nsLabels,
-		Annotations: map[string]string{OwnerAnnotation: ownerRecord()},
+		Annotations: merge(spec.NamespaceAnnotations, map[string]string{OwnerAnnotation: ownerRecord()}),
 	}}
 	if _, err := c.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("create namespace %s: %w", app.Namespace, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -135,6 +136,9 @@ func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer) (inst *
 	if err != nil {
 		return inst, fmt.Errorf("chart %s: %w", ch.Ref, err)
 	}
+	if err := loadLocalDependencies(loaded, path); err != nil {
+		return inst, fmt.Errorf("chart %s: %w", ch.Ref, err)
+	}
 	start := time.Now()
 	// The chart's crds/ are applied here rather than by Helm, labelled with their owner,
 	// so that `meshmark clean --kubernetes` can remove them after a killed run: Helm
@@ -168,6 +172,36 @@ func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer) (inst *
 	}
 	inst.Effort.Values = countLeaves(ch.Values)
 	return inst, nil
+}
+
+// loadLocalDependencies adds the dependencies a chart directory names as file://
+// paths and does not hold in its charts/ (Linkerd's charts depend on ../partials
+// that way in their source), as `helm install --dependency-update` would, without
+// writing into the chart's directory.
+func loadLocalDependencies(ch *chart.Chart, path string) error {
+	have := map[string]bool{}
+	for _, d := range ch.Dependencies() {
+		have[d.Name()] = true
+	}
+	for _, dep := range ch.Metadata.Dependencies {
+		rel, ok := strings.CutPrefix(dep.Repository, "file://")
+		if !ok || have[dep.Name] {
+			continue
+		}
+		if !filepath.IsAbs(rel) {
+			rel = filepath.Join(path, rel)
+		}
+		sub, err := loader.Load(rel)
+		if err != nil {
+			return fmt.Errorf("dependency %s (%s): %w", dep.Name, dep.Repository, err)
+		}
+		if sub.Name() != dep.Name {
+			return fmt.Errorf("dependency %s (%s) is chart %s", dep.Name, dep.Repository, sub.Name())
+		}
+		ch.AddDependency(sub)
+		have[dep.Name] = true
+	}
+	return nil
 }
 
 // ReleaseAnnotation names the Helm release (namespace/name) a CRD was installed for.

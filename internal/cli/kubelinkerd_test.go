@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/meshmark/meshmark/internal/substrate/kube"
+	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
+	corev1 "k8s.io/api/core/v1"
+	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// TestLinkerdThatInjectsNothingIsRefused installs Linkerd's own charts (linkerd-crds and
+// linkerd-control-plane, vendored, with certificates from meshmark's PKI and strict
+// mTLS as Linkerd's all-authenticated default policy) through `meshmark deploy`.
+// Linkerd's proxy injector is a webhook served by Linkerd's controller, which cannot
+// run on this cluster (no container runs, and its image is in no registry reachable
+// here); Linkerd registers the webhook with failurePolicy Ignore, so the API server
+// admits the workload's pods without linkerd-proxy. The enrollment check must find
+// every pod outside the mesh and refuse, and the deploy must leave nothing behind: no
+// namespace, no Linkerd CRD or webhook.
+func TestLinkerdThatInjectsNothingIsRefused(t *testing.T) {
+	c := startTestCluster(t)
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// Kubelets label their node kubernetes.io/os; kwok's nodes lack it, and Linkerd's
+	// charts select nodes by it.
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if _, err := client.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType,
+			[]byte(`{"metadata":{"labels":{"kubernetes.io/os":"linux"}}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := kubeStudy(t, c, `    - {name: baseline, profile: none}
+    - name: linkerd
+      profile: linkerd
+      options: {mtls: strict}`)
+
+	// The mesh's namespace lives only during the deploy: watch it to see how the run
+	// enrolled it (Linkerd's docs annotate the namespace, linkerd.io/inject: enabled).
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watch, err := client.CoreV1().Namespaces().Watch(wctx, metav1.ListOptions{LabelSelector: kube.MeshLabel + "=linkerd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	injected := make(chan string, 1)
+	go func() {
+		defer close(injected)
+		for ev := range watch.ResultChan() {
+			if ns, ok := ev.Object.(*corev1.Namespace); ok && ns.Annotations["linkerd.io/inject"] != "" {
+				injected <- ns.Name + ": linkerd.io/inject=" + ns.Annotations["linkerd.io/inject"]
+				return
+			}
+		}
+	}()
+
+	out, errOut, err := execCLI("deploy", path)
+	stopWatch()
+	if got := <-injected; !strings.HasSuffix(got, "linkerd.io/inject=enabled") {
+		t.Errorf("the mesh's namespace was not annotated for Linkerd's injector: %q", got)
+	}
+
+	if err == nil || !strings.Contains(err.Error(), "mesh linkerd is not set up as claimed, refusing to measure it") ||
+		!strings.Contains(err.Error(), "no linkerd-proxy container") {
+		t.Fatalf("deploy of Linkerd whose injector cannot run: %v\n%s\n%s", err, out, errOut)
+	}
+	t.Logf("refused: %v", err)
+	if !regexp.MustCompile(`linkerd: installed in \S+: \d+ objects, 14 CRDs added, 6 values set`).MatchString(errOut) {
+		t.Errorf("progress does not report the install's effort:\n%s", errOut)
+	}
+	if left := meshmarkNamespaces(t, c); len(left) > 0 {
+		t.Errorf("deploy left namespaces %v", left)
+	}
+	if left := linkerdLeftovers(t, c); len(left) > 0 {
+		t.Errorf("deploy left Linkerd's %v", left)
+	}
+}
+
+func linkerdLeftovers(t *testing.T, c *kubetest.Cluster) []string {
+	t.Helper()
+	ctx := context.Background()
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	if _, err := client.CoreV1().Namespaces().Get(ctx, "linkerd", metav1.GetOptions{}); err == nil {
+		left = append(left, "namespace/linkerd")
+	}
+	mw, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range mw.Items {
+		left = append(left, "mutatingwebhookconfiguration/"+w.Name)
+	}
+	vw, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range vw.Items {
+		left = append(left, "validatingwebhookconfiguration/"+w.Name)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, err := apiextensions.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds, err := ext.ApiextensionsV1().CustomResourceDefinitions().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, crd := range crds.Items {
+		if strings.HasSuffix(crd.Spec.Group, "linkerd.io") || crd.Spec.Group == "gateway.networking.k8s.io" {
+			left = append(left, "crd/"+crd.Name)
+		}
+	}
+	return left
+}
