@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -32,18 +31,6 @@ func TestLinkerdThatInjectsNothingIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	// Kubelets label their node kubernetes.io/os; kwok's nodes lack it, and Linkerd's
-	// charts select nodes by it.
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nodes.Items {
-		if _, err := client.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType,
-			[]byte(`{"metadata":{"labels":{"kubernetes.io/os":"linux"}}}`), metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	path := kubeStudy(t, c, `    - {name: baseline, profile: none}
     - name: linkerd
       profile: linkerd

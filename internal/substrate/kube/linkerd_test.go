@@ -11,7 +11,6 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh/linkerd"
 	linkerdcharts "github.com/meshmark/meshmark/third_party/linkerd-charts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // TestLinkerdInstallsWithMeshmarksCertificates installs Linkerd's own charts
@@ -44,7 +43,6 @@ func TestLinkerdInstallsWithMeshmarksCertificates(t *testing.T) {
 		charts = append(charts, Chart{Release: ch.Release, Namespace: ch.Namespace, Ref: ch.Chart, Repo: ch.Repo, Version: ch.Version, Values: ch.Values})
 	}
 	c := connect(t, Config{Timeout: 2 * time.Minute})
-	labelNodesAsKubelets(t, c)
 	var log bytes.Buffer
 	crdsBefore, err := c.crdNames(ctx)
 	if err != nil {
@@ -204,23 +202,5 @@ func TestLinkerdInstallsWithMeshmarksCertificates(t *testing.T) {
 	}
 	if crs, err := c.Client().RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{LabelSelector: "linkerd.io/control-plane-ns"}); err != nil || len(crs.Items) > 0 {
 		t.Errorf("Linkerd's cluster roles after uninstall: %d %v", len(crs.Items), err)
-	}
-}
-
-// labelNodesAsKubelets gives every node the kubernetes.io/os label a kubelet puts on its
-// node, which kwok's nodes lack: Linkerd's charts schedule every pod with a
-// nodeSelector on it.
-func labelNodesAsKubelets(t *testing.T, c *Cluster) {
-	t.Helper()
-	ctx := context.Background()
-	nodes, err := c.Client().CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	patch := []byte(`{"metadata":{"labels":{"kubernetes.io/os":"linux"}}}`)
-	for _, n := range nodes.Items {
-		if _, err := c.Client().CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
 	}
 }

@@ -273,7 +273,10 @@ func Start(ctx context.Context, dir string, opts Options) (c *Cluster, err error
 	}
 	for i := 0; i < opts.Nodes; i++ {
 		name := fmt.Sprintf("kwok-node-%d", i)
-		labels := map[string]string{"kubernetes.io/hostname": name, "meshmark.dev/test-node": strconv.Itoa(i), "type": "kwok"}
+		// The labels a kubelet puts on its node, which charts select on (Linkerd's
+		// schedule every pod by kubernetes.io/os).
+		labels := map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+			"meshmark.dev/test-node": strconv.Itoa(i), "type": "kwok"}
 		for k, v := range opts.NodeLabels {
 			labels[k] = v
 		}
