@@ -9,9 +9,7 @@ import (
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
 	corev1 "k8s.io/api/core/v1"
-	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // TestLinkerdThatInjectsNothingIsRefused installs Linkerd's own charts (linkerd-crds and
@@ -77,47 +75,9 @@ func TestLinkerdThatInjectsNothingIsRefused(t *testing.T) {
 	}
 }
 
+// linkerdLeftovers is what a Linkerd install leaves: its namespace, Linkerd's CRDs and
+// the Gateway API routes linkerd-crds adds.
 func linkerdLeftovers(t *testing.T, c *kubetest.Cluster) []string {
 	t.Helper()
-	ctx := context.Background()
-	client, err := c.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var left []string
-	if _, err := client.CoreV1().Namespaces().Get(ctx, "linkerd", metav1.GetOptions{}); err == nil {
-		left = append(left, "namespace/linkerd")
-	}
-	mw, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range mw.Items {
-		left = append(left, "mutatingwebhookconfiguration/"+w.Name)
-	}
-	vw, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range vw.Items {
-		left = append(left, "validatingwebhookconfiguration/"+w.Name)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ext, err := apiextensions.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crds, err := ext.ApiextensionsV1().CustomResourceDefinitions().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, crd := range crds.Items {
-		if strings.HasSuffix(crd.Spec.Group, "linkerd.io") || crd.Spec.Group == "gateway.networking.k8s.io" {
-			left = append(left, "crd/"+crd.Name)
-		}
-	}
-	return left
+	return meshLeftovers(t, c, "linkerd", "linkerd.io", "gateway.networking.k8s.io")
 }

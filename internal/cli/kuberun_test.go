@@ -301,9 +301,10 @@ func standInIstiod(t *testing.T, c *kubetest.Cluster) string {
 	return kubetest.WebhookURL(port)
 }
 
-// istioLeftovers lists what an Istio install leaves cluster-wide if it is not removed:
-// its namespace, CRDs and webhook configurations.
-func istioLeftovers(t *testing.T, c *kubetest.Cluster) []string {
+// meshLeftovers lists what a mesh install leaves cluster-wide if it is not removed: its
+// namespace, the webhook configurations (none of the tests' own) and the CRDs of the
+// API groups it adds (a group, or any group ending in "."+group).
+func meshLeftovers(t *testing.T, c *kubetest.Cluster, namespace string, groups ...string) []string {
 	t.Helper()
 	ctx := context.Background()
 	client, err := c.Client()
@@ -311,8 +312,8 @@ func istioLeftovers(t *testing.T, c *kubetest.Cluster) []string {
 		t.Fatal(err)
 	}
 	var left []string
-	if _, err := client.CoreV1().Namespaces().Get(ctx, "istio-system", metav1.GetOptions{}); err == nil {
-		left = append(left, "namespace/istio-system")
+	if _, err := client.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{}); err == nil {
+		left = append(left, "namespace/"+namespace)
 	}
 	mwcs, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -341,11 +342,20 @@ func istioLeftovers(t *testing.T, c *kubetest.Cluster) []string {
 		t.Fatal(err)
 	}
 	for _, crd := range crds.Items {
-		if strings.HasSuffix(crd.Spec.Group, "istio.io") {
-			left = append(left, "crd/"+crd.Name)
+		for _, g := range groups {
+			if crd.Spec.Group == g || strings.HasSuffix(crd.Spec.Group, "."+g) {
+				left = append(left, "crd/"+crd.Name)
+				break
+			}
 		}
 	}
 	return left
+}
+
+// istioLeftovers is what an Istio install leaves: istio-system and Istio's CRDs.
+func istioLeftovers(t *testing.T, c *kubetest.Cluster) []string {
+	t.Helper()
+	return meshLeftovers(t, c, "istio-system", "istio.io")
 }
 
 // TestAmbientThatEnrollsNothingIsRefused installs Istio ambient's own four charts (base,
