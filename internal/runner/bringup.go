@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -128,6 +129,13 @@ func (r *runner) startWorkload(ctx context.Context, d *deployment) error {
 	if err != nil {
 		return err
 	}
+	// A service is pinned to the system-under-test CPUs once it is up. Sized for every
+	// CPU at its start, the Go runtime would shrink itself a second or so later, in
+	// the middle of the warm-up or the trial; sized for the placement, it never changes.
+	var env []string
+	if _, sut := placement(r.study.Spec.Substrate.Local); len(sut) > 0 {
+		env = []string{"GOMAXPROCS=" + strconv.Itoa(len(sut))}
+	}
 	byKey := map[string]workload.Deployment{}
 	for _, w := range r.graph.Deployments() {
 		byKey[w.Service+"/"+w.Version] = w
@@ -169,6 +177,7 @@ func (r *runner) startWorkload(ctx context.Context, d *deployment) error {
 				Name:  "app",
 				Role:  substrate.RoleWorkload,
 				Argv:  argv,
+				Env:   env,
 				UID:   substrate.WorkloadUID,
 				Ready: healthy(d.tb, pod),
 			})

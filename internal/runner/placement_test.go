@@ -2,15 +2,22 @@ package runner
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/meshmark/meshmark/internal/store"
+	"github.com/meshmark/meshmark/internal/study"
+	"github.com/meshmark/meshmark/internal/substrate"
 )
 
 // TestOwnCPUs: the open model may spin only where the load generator has CPUs the
@@ -56,6 +63,8 @@ type maskWriter struct {
 	t    *testing.T
 	mu   sync.Mutex
 	seen map[string][]int
+	// qos lists the CPU-latency bound in force at each "run  " line (each trial).
+	qos []int32
 }
 
 func (w *maskWriter) Write(p []byte) (int, error) {
@@ -69,6 +78,11 @@ func (w *maskWriter) Write(p []byte) (int, error) {
 			}
 			w.mu.Lock()
 			w.seen[key] = append(w.seen[key], set.Count())
+			if key == "run  " {
+				if us, err := cpuLatencyInForce(); err == nil {
+					w.qos = append(w.qos, us)
+				}
+			}
 			w.mu.Unlock()
 		}
 	}
@@ -78,7 +92,8 @@ func (w *maskWriter) Write(p []byte) (int, error) {
 // With a placement, meshmark measures from the load generator's CPU only, but brings
 // deployments up and down on every CPU it started with (a bring-up confined to the load
 // generator's one CPU took twice as long for 100 pods), and gives them all back when
-// the run ends.
+// the run ends. Idle CPUs poll while trials run (cpuIdle defaults to poll) and are
+// left to the kernel again once the run is over.
 func TestPlacementPinsTrialsNotBringUps(t *testing.T) {
 	needRoot(t)
 	if runtime.NumCPU() < 2 {
@@ -96,6 +111,7 @@ func TestPlacementPinsTrialsNotBringUps(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	qosBefore, qosErr := cpuLatencyInForce()
 	w := &maskWriter{t: t, seen: map[string][]int{}}
 	run, err := Run(context.Background(), parseStudy(t, placementStudy), Options{Store: db, ServiceBinary: meshmarkBin, Progress: w})
 	if err != nil {
@@ -121,5 +137,124 @@ func TestPlacementPinsTrialsNotBringUps(t *testing.T) {
 	}
 	if after != before {
 		t.Errorf("after the run meshmark may use %d CPUs, before it %d", after.Count(), before.Count())
+	}
+
+	if qosErr != nil {
+		t.Logf("cpu idle not checked: %v", qosErr)
+		return
+	}
+	if got := run.Provenance.Placement["cpu-idle"]; !strings.HasPrefix(got, "poll") {
+		t.Errorf("provenance cpu-idle = %q, want poll", got)
+	}
+	if len(w.qos) != 4 {
+		t.Errorf("CPU-latency bound read at %d trials, want 4", len(w.qos))
+	}
+	for i, us := range w.qos {
+		if us != 0 {
+			t.Errorf("trial %d ran with a CPU-latency bound of %d µs, want 0 (idle CPUs polling)", i, us)
+		}
+	}
+	if us, err := cpuLatencyInForce(); err != nil || us != qosBefore {
+		t.Errorf("after the run the CPU-latency bound is %d µs (%v), before it %d µs", us, err, qosBefore)
+	}
+}
+
+// While meshmark holds the poll request, no CPU enters an idle state deeper than
+// polling: the kernel's own per-state counters do not move. cpuIdle: os holds nothing.
+func TestCPUIdlePollKeepsCPUsOutOfSleep(t *testing.T) {
+	needRoot(t)
+	before, err := cpuLatencyInForce()
+	if err != nil {
+		t.Skipf("no CPU-latency PM QoS here: %v", err)
+	}
+	applied, release := holdCPUIdle(study.CPUIdleOS)
+	if us, _ := cpuLatencyInForce(); us != before || !strings.HasPrefix(applied, "os") {
+		t.Errorf("cpuIdle os: bound %d µs (before %d), applied %q", us, before, applied)
+	}
+	release()
+
+	applied, release = holdCPUIdle(study.CPUIdlePoll)
+	if !strings.HasPrefix(applied, "poll") {
+		t.Fatalf("applied %q, want poll", applied)
+	}
+	if us, _ := cpuLatencyInForce(); us != 0 {
+		t.Errorf("held: CPU-latency bound %d µs, want 0", us)
+	}
+	sleeps := deepIdleEntries(t)
+	time.Sleep(300 * time.Millisecond)
+	if more := deepIdleEntries(t) - sleeps; sleeps >= 0 && more != 0 {
+		t.Errorf("held: CPUs entered an idle state deeper than polling %d times in 300 ms", more)
+	}
+	release()
+	if us, _ := cpuLatencyInForce(); us != before {
+		t.Errorf("released: CPU-latency bound %d µs, want %d as before", us, before)
+	}
+}
+
+// deepIdleEntries sums, over every CPU, how often it entered a cpuidle state other
+// than POLL; -1 when the kernel exposes no cpuidle states.
+func deepIdleEntries(t *testing.T) int64 {
+	names, _ := filepath.Glob("/sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*/name")
+	if len(names) == 0 {
+		return -1
+	}
+	var sum int64
+	for _, n := range names {
+		name, err := os.ReadFile(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(string(name)) == "POLL" {
+			continue
+		}
+		usage, err := os.ReadFile(filepath.Join(filepath.Dir(n), "usage"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := strconv.ParseInt(strings.TrimSpace(string(usage)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum += v
+	}
+	return sum
+}
+
+// A service pinned to the system-under-test CPUs starts with its Go runtime sized for
+// them, not for the machine.
+func TestPinnedServicesSizedForTheirCPUs(t *testing.T) {
+	needRoot(t)
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs two CPUs")
+	}
+	r := &runner{study: parseStudy(t, placementStudy), opts: Options{ServiceBinary: meshmarkBin}, capacities: map[string]map[string][]float64{}}
+	if err := r.prepare(); err != nil {
+		t.Fatal(err)
+	}
+	r.saveCPUs()
+	defer func() { _ = r.unpin() }()
+	d, err := r.bringUp(context.Background(), &r.study.Spec.Meshes[0])
+	if d != nil {
+		defer d.close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	apps := 0
+	for _, p := range d.tb.Processes() {
+		if p.Spec().Role != substrate.RoleWorkload {
+			continue
+		}
+		apps++
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.PID()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(strings.Split(string(env), "\x00"), "GOMAXPROCS=1") {
+			t.Errorf("%s/%s pinned to CPU 0 runs without GOMAXPROCS=1: %q", p.Pod(), p.Spec().Name, env)
+		}
+	}
+	if apps != 2 {
+		t.Errorf("%d workload processes, want 2 (chain-2)", apps)
 	}
 }

@@ -64,6 +64,8 @@ type runner struct {
 	substrate string
 	// startCPUs is the CPU mask meshmark had before the placement pinned it.
 	startCPUs *unix.CPUSet
+	// cpuIdle says how idle CPUs waited during the run (holdCPUIdle), for provenance.
+	cpuIdle string
 }
 
 // Run executes the study and returns the stored run. On cancellation it returns the run
@@ -93,6 +95,9 @@ func Run(ctx context.Context, st *study.Study, opts Options) (*results.Run, erro
 	} else {
 		r.saveCPUs()
 		defer func() { _ = r.unpin() }()
+		var release func()
+		r.cpuIdle, release = holdCPUIdle(st.Spec.Substrate.Local.CPUIdle)
+		defer release()
 	}
 	if err := r.createRun(ctx); err != nil {
 		return nil, err
@@ -161,6 +166,9 @@ func (r *runner) createRun(ctx context.Context) error {
 		run.Baseline = b.Name
 	}
 	run.OwnerHost = run.Provenance.Hostname
+	if r.cpuIdle != "" {
+		run.Provenance.Placement["cpu-idle"] = r.cpuIdle
+	}
 	for _, m := range r.study.Spec.Meshes {
 		opts := stringOptions(m.Options)
 		// How a baseline balanced is part of what its numbers mean; the default is

@@ -133,6 +133,13 @@ func (c *checker) substrate() {
 	} else if l.LoadgenNode < 0 || l.LoadgenNode >= l.Nodes {
 		c.errAt(p+".loadgenNode", "%d: expected a node index from 0 to %d (nodes: %d)", l.LoadgenNode, l.Nodes-1, l.Nodes)
 	}
+	switch l.CPUIdle {
+	case "":
+		l.CPUIdle = CPUIdlePoll
+	case CPUIdlePoll, CPUIdleOS:
+	default:
+		c.errAt(p+".cpuIdle", "%q: expected %q (idle CPUs poll while the run lasts) or %q (the kernel's idle governor decides)", l.CPUIdle, CPUIdlePoll, CPUIdleOS)
+	}
 	if cp := l.CPUPlacement; cp != nil {
 		if cp.Loadgen == "" {
 			c.errAt(p+".cpuPlacement.loadgen", "missing: the CPUs the load generator runs on, like \"1\"")

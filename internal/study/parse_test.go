@@ -67,7 +67,7 @@ func TestDefaultsFilledIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	sp := s.Spec
-	if sp.Substrate.Local == nil || sp.Substrate.Local.Nodes != 2 || sp.Substrate.Local.LoadgenNode != 1 {
+	if sp.Substrate.Local == nil || sp.Substrate.Local.Nodes != 2 || sp.Substrate.Local.LoadgenNode != 1 || sp.Substrate.Local.CPUIdle != CPUIdlePoll {
 		t.Errorf("local substrate defaults: %+v", sp.Substrate.Local)
 	}
 	if sp.Repeats != 3 || sp.Order != Interleaved || sp.Seed != defaultSeed("mini") || sp.Warmup.D() != 10*time.Second {
@@ -88,7 +88,7 @@ func TestDefaultsFilledIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"capacityFrom: cap", "arrival: constant", "seed: ", "repeats: 3", "keepAlive: true", "baseline: base"} {
+	for _, want := range []string{"capacityFrom: cap", "arrival: constant", "seed: ", "repeats: 3", "keepAlive: true", "baseline: base", "cpuIdle: poll"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("printed study lacks %q:\n%s", want, out)
 		}
@@ -237,6 +237,8 @@ func TestInvalid(t *testing.T) {
 			[]string{`f.yaml:6:14: spec.substrate: give either local or kubernetes, not both`}},
 		{"loadgen node out of range", "  workload:\n", "  substrate: {local: {nodes: 2, loadgenNode: 2}}\n  workload:\n",
 			[]string{`f.yaml:6:46: spec.substrate.local.loadgenNode: 2: expected a node index from 0 to 1 (nodes: 2)`}},
+		{"unknown cpu idle", "  workload:\n", "  substrate: {local: {cpuIdle: halt}}\n  workload:\n",
+			[]string{`f.yaml:6:32: spec.substrate.local.cpuIdle: "halt": expected "poll" (idle CPUs poll while the run lasts) or "os" (the kernel's idle governor decides)`}},
 		{"bad cpu list", "  workload:\n", "  substrate: {local: {cpuPlacement: {loadgen: 1-, sut: 0}}}\n  workload:\n",
 			[]string{`f.yaml:6:47: spec.substrate.local.cpuPlacement.loadgen: "1-": expected a CPU list like "0", "1-3" or "0,2"`}},
 		{"steps incomplete and reversed", "      kind: fixed-rate\n      rate: 75% of lowest capacity\n", "      kind: steps\n      from: 100\n      to: 50\n",

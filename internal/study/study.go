@@ -138,7 +138,27 @@ type LocalSubstrate struct {
 	// LoadgenNode is the 0-based index of the node that hosts the load generator.
 	LoadgenNode  int           `yaml:"loadgenNode"`
 	CPUPlacement *CPUPlacement `yaml:"cpuPlacement,omitempty"`
+	// CPUIdle is how idle CPUs wait while the run lasts: CPUIdlePoll (the default) or
+	// CPUIdleOS.
+	CPUIdle CPUIdle `yaml:"cpuIdle,omitempty"`
 }
+
+// CPUIdle says how the machine's idle CPUs wait during a run.
+type CPUIdle string
+
+const (
+	// CPUIdlePoll keeps idle CPUs polling instead of entering a sleep state (a PM QoS
+	// request of 0 µs on /dev/cpu_dma_latency, as cyclictest and tuned's
+	// latency-performance profile make), for as long as meshmark holds it open. A
+	// sleeping CPU, and in a virtual machine a halted vCPU the hypervisor must schedule
+	// again, wakes for each request tens of microseconds late, by an amount that changes
+	// from second to second: on this project's KVM guest a one-hop p50 jumped from 80 to
+	// 165 µs mid-trial and stayed there. The kernel drops the request when the descriptor
+	// closes, so nothing outlives the run, however it ends.
+	CPUIdlePoll CPUIdle = "poll"
+	// CPUIdleOS leaves idle CPUs to the kernel's idle governor.
+	CPUIdleOS CPUIdle = "os"
+)
 
 // CPUPlacement pins the load generator and the system under test to CPU lists in
 // cpuset syntax ("0", "1-3", "0,2").
