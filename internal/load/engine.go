@@ -191,7 +191,12 @@ func (e *engine) beginAt(intended, sent time.Time) timing {
 }
 
 func (e *engine) finish(t *timing, out *Outcome, err error) {
-	t.done = time.Now()
+	e.finishAt(t, out, err, time.Now())
+}
+
+// finishAt is finish for a caller that read the clock when the response had come.
+func (e *engine) finishAt(t *timing, out *Outcome, err error, done time.Time) {
+	t.done = done
 	e.inflight.Add(-1)
 	if out.Dialed {
 		e.dialed.Add(1)

@@ -303,18 +303,38 @@ func (l *epollLoop) readable(c *epollConn) {
 		l.next(c)
 		return
 	}
+	// One clock read serves both stamps: when the first bytes of the response came,
+	// and (if these complete it) when the whole of it had come.
+	now := time.Now()
 	if c.n == 0 {
-		c.out.FirstByte = time.Now()
+		c.out.FirstByte = now
 	}
 	c.n += m
-	l.parse(c, false)
+	l.parseAt(c, false, now)
 }
 
 // parse completes the request on c if its whole response is in the buffer.
 func (l *epollLoop) parse(c *epollConn, atEOF bool) bool {
+	return l.parseAt(c, atEOF, time.Now())
+}
+
+// parseAt is parse for a caller that read the clock when the bytes came.
+func (l *epollLoop) parseAt(c *epollConn, atEOF bool, now time.Time) bool {
+	resp, used, st, err := parseBuffered(c.buf[:c.n], l.hr.noBody)
+	switch {
+	case st == bufferedIncomplete && !atEOF:
+		return false
+	case st == bufferedError:
+		l.fail(c, err)
+		l.next(c)
+		return true
+	case st == bufferedComplete:
+		l.complete(c, resp, c.n-used, now)
+		return true
+	}
 	c.rd.Reset(c.buf[:c.n])
 	c.br.Reset(&c.rd)
-	resp, err := ReadResponse(c.br, l.hr.noBody)
+	resp, err = ReadResponse(c.br, l.hr.noBody)
 	if err == io.ErrUnexpectedEOF || err == io.EOF || (err == nil && resp.UntilClose && !atEOF) {
 		return false // not all here yet
 	}
@@ -323,13 +343,19 @@ func (l *epollLoop) parse(c *epollConn, atEOF bool) bool {
 		l.next(c)
 		return true
 	}
+	l.complete(c, resp, c.rd.Len()+c.br.Buffered(), now)
+	return true
+}
+
+// complete records the response on c, whole in its buffer with rest bytes after it,
+// and goes on with c.
+func (l *epollLoop) complete(c *epollConn, resp ResponseInfo, rest int, done time.Time) {
 	c.out.Status, c.out.BytesIn = resp.Status, resp.BodyBytes
 	c.used, c.busy = true, false
-	l.e.finish(&c.t, &c.out, nil)
-	if rest := c.rd.Len() + c.br.Buffered(); rest > 0 || resp.Close {
+	l.e.finishAt(&c.t, &c.out, nil, done)
+	if rest > 0 || resp.Close {
 		l.disconnect(c) // extra bytes we did not ask for, or the server is closing
 	}
 	c.n = 0
 	l.next(c)
-	return true
 }

@@ -383,7 +383,7 @@ func ReadResponse(br *bufio.Reader, noBody bool) (ResponseInfo, error) {
 			return r, fmt.Errorf("%w: bad status line %.40q", ErrMalformedResponse, line)
 		}
 		r.Status = status
-		contentLength, chunked, closeConn, keepAlive := int64(-1), false, false, false
+		h := respHeader{contentLength: -1}
 		for n := 0; ; n++ {
 			if n == maxHeaderLines {
 				return r, fmt.Errorf("%w: more than %d header lines", ErrMalformedResponse, maxHeaderLines)
@@ -395,41 +395,23 @@ func ReadResponse(br *bufio.Reader, noBody bool) (ResponseInfo, error) {
 			if len(line) == 0 {
 				break
 			}
-			colon := bytes.IndexByte(line, ':')
-			if colon <= 0 {
-				return r, fmt.Errorf("%w: header line without name %.40q", ErrMalformedResponse, line)
-			}
-			// the length first: most headers are none of the three, and comparing
-			// names case-insensitively is the parser's largest cost
-			name, value := line[:colon], line[colon+1:]
-			switch {
-			case len(name) == len("Content-Length") && bytes.EqualFold(name, []byte("Content-Length")):
-				value = bytes.TrimSpace(value)
-				n, ok := parseDecimal(value)
-				if !ok || (contentLength >= 0 && contentLength != n) {
-					return r, fmt.Errorf("%w: bad Content-Length %.40q", ErrMalformedResponse, value)
-				}
-				contentLength = n
-			case len(name) == len("Transfer-Encoding") && bytes.EqualFold(name, []byte("Transfer-Encoding")):
-				chunked = hasTokenFold(value, "chunked")
-			case len(name) == len("Connection") && bytes.EqualFold(name, []byte("Connection")):
-				closeConn = closeConn || hasTokenFold(value, "close")
-				keepAlive = keepAlive || hasTokenFold(value, "keep-alive")
+			if err := h.field(line); err != nil {
+				return r, err
 			}
 		}
 		if status >= 100 && status < 200 && status != 101 {
 			continue // interim response; the real one follows
 		}
-		r.Close = closeConn || (http10 && !keepAlive)
+		r.Close = h.closeConn || (http10 && !h.keepAlive)
 		switch {
 		case noBody || status == 204 || status == 304 || status == 101:
 			return r, nil
-		case chunked:
+		case h.chunked:
 			n, err := discardChunked(br)
 			r.BodyBytes = n
 			return r, err
-		case contentLength >= 0:
-			n, err := br.Discard(int(contentLength))
+		case h.contentLength >= 0:
+			n, err := br.Discard(int(h.contentLength))
 			r.BodyBytes = int64(n)
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
@@ -449,6 +431,107 @@ func ReadResponse(br *bufio.Reader, noBody bool) (ResponseInfo, error) {
 			}
 		}
 	}
+}
+
+// respHeader is what a response's header fields say about its body and connection.
+type respHeader struct {
+	contentLength                 int64 // -1: none given
+	chunked, closeConn, keepAlive bool
+}
+
+// field takes one header line (without its line end) into h.
+func (h *respHeader) field(line []byte) error {
+	colon := bytes.IndexByte(line, ':')
+	if colon <= 0 {
+		return fmt.Errorf("%w: header line without name %.40q", ErrMalformedResponse, line)
+	}
+	// the length first: most headers are none of the three, and comparing names
+	// case-insensitively is the parser's largest cost
+	name, value := line[:colon], line[colon+1:]
+	switch {
+	case len(name) == len("Content-Length") && bytes.EqualFold(name, []byte("Content-Length")):
+		value = bytes.TrimSpace(value)
+		n, ok := parseDecimal(value)
+		if !ok || (h.contentLength >= 0 && h.contentLength != n) {
+			return fmt.Errorf("%w: bad Content-Length %.40q", ErrMalformedResponse, value)
+		}
+		h.contentLength = n
+	case len(name) == len("Transfer-Encoding") && bytes.EqualFold(name, []byte("Transfer-Encoding")):
+		h.chunked = hasTokenFold(value, "chunked")
+	case len(name) == len("Connection") && bytes.EqualFold(name, []byte("Connection")):
+		h.closeConn = h.closeConn || hasTokenFold(value, "close")
+		h.keepAlive = h.keepAlive || hasTokenFold(value, "keep-alive")
+	}
+	return nil
+}
+
+// bufferedState says how far parseBuffered got.
+type bufferedState int
+
+const (
+	bufferedIncomplete bufferedState = iota // more bytes are needed
+	bufferedComplete                        // the response is whole in the buffer
+	bufferedOther                           // not the common shape: ReadResponse must parse it
+	bufferedError                           // malformed
+)
+
+// parseBuffered parses the common response, whole in buf, in place: a final status
+// and a body with a Content-Length (or none). It saves the epoll loop the copy into a
+// bufio.Reader and a scan per line; anything else (interim 1xx, chunked, a body that
+// runs to the end of the connection, a line end other than CRLF) is bufferedOther and
+// goes to ReadResponse, which parses every shape. used is how many bytes the response
+// took.
+func parseBuffered(buf []byte, noBody bool) (r ResponseInfo, used int, st bufferedState, err error) {
+	// nextLine returns the line at used without its CRLF and moves used past it; ok
+	// is false at the end of buf or at a line not ended by CRLF.
+	nextLine := func() (line []byte, ok bool) {
+		nl := bytes.IndexByte(buf[used:], '\n')
+		if nl < 1 || buf[used+nl-1] != '\r' {
+			return nil, false // headers still arriving, or bare LFs: ReadResponse tells
+		}
+		line = buf[used : used+nl-1]
+		used += nl + 1
+		return line, true
+	}
+	line, ok := nextLine()
+	if !ok {
+		return r, 0, bufferedOther, nil
+	}
+	status, http10, ok := parseStatusLine(line)
+	if !ok {
+		return r, 0, bufferedError, fmt.Errorf("%w: bad status line %.40q", ErrMalformedResponse, line)
+	}
+	if status < 200 && status != 101 {
+		return r, 0, bufferedOther, nil
+	}
+	r.Status = status
+	h := respHeader{contentLength: -1}
+	for n := 0; ; n++ {
+		if n == maxHeaderLines {
+			return r, 0, bufferedError, fmt.Errorf("%w: more than %d header lines", ErrMalformedResponse, maxHeaderLines)
+		}
+		line, ok := nextLine()
+		if !ok {
+			return r, 0, bufferedOther, nil
+		}
+		if len(line) == 0 {
+			break
+		}
+		if err := h.field(line); err != nil {
+			return r, 0, bufferedError, err
+		}
+	}
+	r.Close = h.closeConn || (http10 && !h.keepAlive)
+	switch {
+	case noBody || status == 204 || status == 304 || status == 101:
+		return r, used, bufferedComplete, nil
+	case h.chunked || h.contentLength < 0:
+		return r, 0, bufferedOther, nil
+	case int64(len(buf)-used) < h.contentLength:
+		return r, 0, bufferedIncomplete, nil
+	}
+	r.BodyBytes = h.contentLength
+	return r, used + int(h.contentLength), bufferedComplete, nil
 }
 
 // readLine returns one line without its CRLF (or LF), valid until the next read.

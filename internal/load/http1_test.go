@@ -87,3 +87,72 @@ func FuzzReadResponse(f *testing.F) {
 		}
 	})
 }
+
+// The epoll loop's in-place parser must read every response it takes exactly as
+// ReadResponse does, and hand every other shape over to it.
+func TestParseBufferedAgreesWithReadResponse(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		head bool
+		want bufferedState
+	}{
+		{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloNEXT", false, bufferedComplete},
+		{"HTTP/1.1 200 OK\r\nServer: nginx\r\ncontent-length: 3\r\nConnection: keep-alive\r\n\r\nok\n", false, bufferedComplete},
+		{"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nNEXT", true, bufferedComplete},
+		{"HTTP/1.1 204 No Content\r\n\r\nNEXT", false, bufferedComplete},
+		{"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\nx", false, bufferedComplete},
+		{"HTTP/1.1 503 Busy\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", false, bufferedComplete},
+		{"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", false, bufferedIncomplete},
+		{"HTTP/1.1 200 OK\r\nContent-Len", false, bufferedOther},
+		{"HTTP/1.1 404 Not Found\nContent-Length: 2\n\nhi", false, bufferedOther},
+		{"HTTP/1.1 200 OK\r\nX: a\nContent-Length: 2\r\n\r\nhi", false, bufferedOther},
+		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n", false, bufferedOther},
+		{"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\nContent-Length: 1\r\n\r\nx", false, bufferedOther},
+		{"HTTP/1.0 200 OK\r\n\r\nuntil close", false, bufferedOther},
+		{"HTTP/2 200 OK\r\n\r\n", false, bufferedError},
+		{"HTTP/1.1 200 OK\r\nbogus\r\n\r\n", false, bufferedError},
+		{"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxx", false, bufferedError},
+	} {
+		_, _, st, _ := parseBuffered([]byte(c.in), c.head)
+		if st != c.want {
+			t.Errorf("%q: state %d, want %d", c.in, st, c.want)
+		}
+		checkParseBuffered(t, []byte(c.in), c.head)
+	}
+}
+
+// FuzzParseBuffered: on any input, what the in-place parser concludes ReadResponse
+// concludes too.
+func FuzzParseBuffered(f *testing.F) {
+	for _, s := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+		"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\nrest",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+		"HTTP/1.0 200 OK\r\n\r\nbody",
+		"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n",
+	} {
+		f.Add([]byte(s), false)
+	}
+	f.Fuzz(func(t *testing.T, in []byte, head bool) { checkParseBuffered(t, in, head) })
+}
+
+func checkParseBuffered(t *testing.T, in []byte, head bool) {
+	t.Helper()
+	got, used, st, perr := parseBuffered(in, head)
+	br := bufio.NewReaderSize(strings.NewReader(string(in)), max(len(in), 16))
+	want, err := ReadResponse(br, head)
+	switch st {
+	case bufferedComplete:
+		if err != nil || got != want || used != len(in)-br.Buffered() {
+			t.Fatalf("%q: in place %+v using %d bytes; ReadResponse %+v, %v, using %d", in, got, used, want, err, len(in)-br.Buffered())
+		}
+	case bufferedIncomplete:
+		if !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("%q: in place incomplete; ReadResponse %+v, %v", in, want, err)
+		}
+	case bufferedError:
+		if perr == nil || err == nil || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			t.Fatalf("%q: in place error %v; ReadResponse %+v, %v", in, perr, want, err)
+		}
+	}
+}
