@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,13 @@ func TestRunMeasuresOnKubernetesThroughGeneratorPods(t *testing.T) {
 	defer entry.Close()
 	gens := standInGenerators(t, c, "front", entry.Listener.Addr().String())
 	webhook := standInIstiod(t, c)
+	// The front sidecar counts what the entry service served; back's counts 3 at each
+	// read. The generators' sidecars are served by nothing.
+	var backReads atomic.Int64
+	sidecars := standInSidecarStats(t, c, map[string]func() int64{
+		"front": served.Load,
+		"back":  func() int64 { return 3 * backReads.Add(1) },
+	})
 
 	dir := t.TempDir()
 	graph := "name: two-tier\nservices:\n  - name: front\n    isEntrypoint: true\n    script: [call: back]\n  - name: back\n"
@@ -140,6 +148,12 @@ spec:
 	if plans := gens.plans(); plans != 8 {
 		t.Errorf("the generator processes ran %d plans, want 2 generators × 2 meshes × 2 repeats", plans)
 	}
+	checkSidecarCounters(t, run, sidecars)
+	// The progress says which sidecars could not be read, each with why.
+	warned := regexp.MustCompile(`warning: envoy in meshmark-loadgen-\S+ could not be read \(pod meshmark-loadgen-\S+: GET /api/v1/namespaces/mmrun-\S+-istio/pods/meshmark-loadgen-\S+:15090/proxy/stats/prometheus: [^)]+\); envoy in meshmark-loadgen-`).FindAllString(errOut, -1)
+	if len(warned) != 2 {
+		t.Errorf("%d warnings name both generators' unreadable sidecars, want one per Istio trial:\n%s", len(warned), errOut)
+	}
 	var enr mesh.Enrollment
 	if m := run.Mesh("istio"); m == nil || json.Unmarshal(m.Enrollment, &enr) != nil || !enr.Pass || len(enr.Pods) != 4 {
 		t.Errorf("istio enrollment %+v: want every pod (2 of the app, 2 generators) checked and passing", enr)
@@ -165,11 +179,176 @@ spec:
 	if !regexp.MustCompile(`\| istio \| 2 \| [0-9.]+ \| 3[5-9] \| 15 \| 3 \|`).Match(report) {
 		t.Errorf("the report's install effort table does not show Istio's two installs:\n%s", report)
 	}
+	// The report judges the cluster's trials from the sidecars' counters as a local run's.
+	if !regexp.MustCompile(`istio \| every request crossed the mesh's proxies at the entry service \| PASS \| in 0 of 2 trials`).Match(report) {
+		t.Errorf("the report's checks do not show that Istio's sidecars counted every request in both trials:\n%s", report)
+	}
 	if left := meshmarkNamespaces(t, c); len(left) > 0 {
 		t.Errorf("run left namespaces %v", left)
 	}
 	if left := istioLeftovers(t, c); len(left) > 0 {
 		t.Errorf("run left Istio's %v", left)
+	}
+}
+
+// sidecarStats are the stand-ins for istio-proxy's stats endpoint, one per meshed pod
+// of the app, and what each served.
+type sidecarStats struct {
+	mu sync.Mutex
+	// served is, by pod, its service and the request counts its stand-in served, in
+	// order.
+	served map[string][]int64
+	svc    map[string]string
+}
+
+// standInSidecarStats watches for the app's pods that carry istio-proxy and serves, at
+// each one's address and istio-proxy's stats port (reached through the API server's pod
+// proxy, kubetest.ReachPodPort), Envoy's Prometheus stats as istio-proxy serves them,
+// with the count of the pod's service's function as the requests that arrived at the
+// pod: no sidecar runs on this cluster, so the test says what one counted. Pods of
+// other services (the generators) lead nowhere, as sidecars that cannot be read.
+func standInSidecarStats(t *testing.T, c *kubetest.Cluster, counts map[string]func() int64) *sidecarStats {
+	t.Helper()
+	client, err := c.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &sidecarStats{served: map[string][]int64{}, svc: map[string]string{}}
+	closed, err := kubetest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var servers []*httptest.Server
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		for _, s := range servers {
+			s.Close()
+		}
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		seen := map[string]bool{}
+		for ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+			pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: kube.ManagedByLabel})
+			if err != nil {
+				continue
+			}
+			for _, p := range pods.Items {
+				service, count := p.Labels["app"], counts[p.Labels["app"]]
+				if seen[p.Name] || p.Status.PodIP == "" {
+					continue
+				}
+				meshed := false
+				for _, ctr := range append(p.Spec.Containers, p.Spec.InitContainers...) {
+					meshed = meshed || ctr.Name == "istio-proxy"
+				}
+				if !meshed {
+					continue
+				}
+				if count == nil {
+					// kwok may give the pod the address of a pod of an earlier bring-up,
+					// which the test served: the pod's port must lead where nothing
+					// listens, as a sidecar that does not answer.
+					if err := c.ReachPodPort(p.Status.PodIP, 15090, "127.0.0.1:"+strconv.Itoa(closed)); err != nil {
+						t.Error(err)
+						return
+					}
+					seen[p.Name] = true
+					continue
+				}
+				name, ns := p.Name, p.Namespace
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path != "/stats/prometheus" {
+						http.NotFound(w, r)
+						return
+					}
+					n := count()
+					st.mu.Lock()
+					st.served[name] = append(st.served[name], n)
+					st.mu.Unlock()
+					fmt.Fprintf(w, "# TYPE istio_requests_total counter\n"+
+						"istio_requests_total{reporter=\"destination\",source_workload=\"meshmark-loadgen\",source_workload_namespace=\"%[2]s\",destination_workload=\"%[3]s-v1\",destination_workload_namespace=\"%[2]s\",destination_canonical_service=\"%[3]s\",request_protocol=\"http\",response_code=\"200\",response_flags=\"-\",connection_security_policy=\"mutual_tls\"} %[1]d\n"+
+						"# TYPE envoy_server_live gauge\nenvoy_server_live{} 1\n"+
+						"# TYPE istio_build gauge\nistio_build{component=\"proxy\",tag=\"1.31.1\"} 1\n", n, ns, service)
+				}))
+				servers = append(servers, srv)
+				st.mu.Lock()
+				st.svc[name] = service
+				st.mu.Unlock()
+				if err := c.ReachPodPort(p.Status.PodIP, 15090, srv.Listener.Addr().String()); err != nil {
+					t.Error(err)
+					return
+				}
+				seen[p.Name] = true
+			}
+		}
+	}()
+	return st
+}
+
+// checkSidecarCounters: every Istio trial stores what each sidecar counted over it,
+// exactly what its stand-in served between its reads before and after the trial (front:
+// the requests the entry service answered, warm-up included; back: 3), with the
+// generators' sidecars, which nothing serves, stored with the failure in the API
+// server's words and the trial flagged, not the run failed; the baseline's trials read
+// no proxy.
+func checkSidecarCounters(t *testing.T, run *results.Run, sidecars *sidecarStats) {
+	t.Helper()
+	sidecars.mu.Lock()
+	defer sidecars.mu.Unlock()
+	trialsOn := map[string]int{}
+	for _, tr := range run.Trials {
+		if tr.Mesh == "baseline" {
+			if len(tr.Result.ProxyStats) != 0 || tr.Result.HasFlag(results.FlagProxyUnreadable) {
+				t.Errorf("baseline repeat %d: proxy counters %d, flags %v; the baseline has no proxy", tr.Repeat, len(tr.Result.ProxyStats), tr.Result.Flags)
+			}
+			continue
+		}
+		if tr.Result.HasFlag(results.FlagProxyBypassed) || !tr.Result.HasFlag(results.FlagProxyUnreadable) {
+			t.Errorf("istio repeat %d: flags %v; want proxy-unreadable (the generators' sidecars), not proxy-bypassed", tr.Repeat, tr.Result.Flags)
+		}
+		unread, byService := 0, map[string]uint64{}
+		for _, ps := range tr.Result.ProxyStats {
+			var d mesh.ProxyDelta
+			if err := json.Unmarshal(ps.Stats, &d); err != nil {
+				t.Fatal(err)
+			}
+			if ps.Component != "envoy" || ps.Mesh != "istio" || d.Pod != ps.Pod {
+				t.Errorf("istio repeat %d: stored %s/%s of mesh %s", tr.Repeat, ps.Component, ps.Pod, ps.Mesh)
+			}
+			service, ok := sidecars.svc[ps.Pod]
+			if !ok {
+				if !strings.Contains(d.Err, "GET /api/v1/namespaces/") || !strings.Contains(d.Err, "/pods/"+ps.Pod+":15090/proxy/stats/prometheus") {
+					t.Errorf("istio repeat %d: the unserved sidecar of %s stored %+v; want the failure, naming its path", tr.Repeat, ps.Pod, d)
+				}
+				unread++
+				continue
+			}
+			got := d.Inbound[service]
+			// Each trial on the pod read its stand-in twice, before and after, and
+			// nothing else read it: this trial's reads are the next pair.
+			s, i := sidecars.served[ps.Pod], 2*trialsOn[ps.Pod]
+			trialsOn[ps.Pod]++
+			var want uint64
+			if i+1 < len(s) {
+				want = uint64(s[i+1] - s[i])
+			}
+			if d.Err != "" || i+1 >= len(s) || got != want || d.Version != "1.31.1" {
+				t.Errorf("istio repeat %d: %s (%s) stored %+v; its stand-in served %v, so want inbound %d", tr.Repeat, ps.Pod, service, d, s, want)
+			}
+			byService[service] += got
+		}
+		if unread != 2 || len(tr.Result.ProxyStats) != 4 {
+			t.Errorf("istio repeat %d: %d sidecars stored, %d unread; want the 4 pods' (2 generators' unread)", tr.Repeat, len(tr.Result.ProxyStats), unread)
+		}
+		if byService["front"] < uint64(tr.Result.Requests) || byService["front"] > 805 || byService["back"] != 3 {
+			t.Errorf("istio repeat %d: sidecars counted %v, the trial measured %d requests after a 1 s warm-up", tr.Repeat, byService, tr.Result.Requests)
+		}
 	}
 }
 

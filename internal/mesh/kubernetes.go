@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -31,6 +32,42 @@ type KubernetesInstall struct {
 	// EnrolledAnnotations are what the mesh writes on every pod it enrolled (ambient's
 	// CNI agent marks the pods it redirected); a pod without them is not in the mesh.
 	EnrolledAnnotations map[string]string
+	// Proxies are where the mesh's proxies serve their own counters on the cluster, so
+	// that every trial stores what they carried, as the local profile's Telemetry does.
+	Proxies []ProxyEndpoint
+}
+
+// ProxyEndpoint is a metrics endpoint that a mesh's proxies serve on their pods' own
+// addresses, which the Kubernetes substrate reads through the API server's pod proxy
+// (so that no pod need be reachable from where meshmark runs), and how to turn what it
+// serves into the ProxyCounters the local substrate stores.
+type ProxyEndpoint struct {
+	// Component names the proxy among a trial's counters, as the local profile names it.
+	Component string
+	// Container, for sidecars: every pod of the app's namespace that carries it.
+	Container string
+	// Namespace and Labels, for node proxies: the pods of that namespace with those
+	// labels, on the nodes that host the app's pods. Each is stored under its node's
+	// name, as the local substrate stores a node proxy.
+	Namespace string
+	Labels    map[string]string
+	// Port and Path are where the proxy serves its metrics on its pod's address.
+	Port int
+	Path string
+	// Read parses one answer of the endpoint into the proxy's version, inbound counts,
+	// counters and gauges; the substrate sets the component, pod and time.
+	Read func(body io.Reader, of ProxyScrape) (ProxyCounters, error)
+}
+
+// ProxyScrape is what the substrate tells a ProxyEndpoint's Read about the proxy.
+type ProxyScrape struct {
+	// Service is the app's service whose pod the sidecar is in: empty for a node proxy,
+	// and for a load generator's pod, which serves nothing.
+	Service string
+	// Namespace is the app's namespace and Services its services, for a node proxy,
+	// which counts the traffic of every pod of its node.
+	Namespace string
+	Services  []string
 }
 
 // HelmChart is one chart of a mesh, pinned.

@@ -85,6 +85,19 @@ type kubeDeployment struct {
 	took     time.Duration
 	// resources is which containers the trials' resources cover and what each is for.
 	resources kube.ResourceScope
+	// proxies are where the mesh's proxies serve their own counters, read before and
+	// after every trial; services are the app's, which node proxies count into.
+	proxies  []mesh.ProxyEndpoint
+	services []string
+}
+
+// readProxies reads every proxy of the mesh now, through the API server: none for a
+// mesh without proxies.
+func (d *kubeDeployment) readProxies(ctx context.Context) []mesh.ProxyCounters {
+	if len(d.proxies) == 0 {
+		return nil
+	}
+	return d.cluster.ReadProxyCounters(ctx, d.app, d.proxies, d.services)
 }
 
 // CheckKubernetes says what a run of st on its Kubernetes cluster would refuse, at the
@@ -241,6 +254,10 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 	d.resources = kube.ResourceScope{Mesh: m.Name, App: d.app.Namespace}
 	if plan != nil {
 		d.resources.Sidecar = plan.Sidecar
+		d.proxies = plan.Proxies
+	}
+	for _, s := range r.graph.Services {
+		d.services = append(d.services, s.Name)
 	}
 	d.resources.AddMesh(d.install)
 	last := time.Time{}
@@ -586,7 +603,8 @@ const flagResourcesIncomplete = "resources-incomplete"
 // measureRemote drives one load run through every generator of the deployment, merges
 // their results exactly and stores the trial, with the CPU and memory of every container
 // of the mesh's and the app's namespaces, read from the kubelets over the run at the
-// local sampler's cadence. The generators' own health is kept, as locally.
+// local sampler's cadence, and what each of the mesh's proxies counted, read before and
+// after the run as locally. The generators' own health is kept, as locally.
 func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.Trial, args []string, warmup time.Duration, params results.TrialParams) (*load.Result, error) {
 	e := t.Experiment
 	params.KeepAlive = e.KeepAlive
@@ -604,6 +622,7 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 		length = e.Each.D()
 	}
 	r.progress.begin(t, label, length+warmup)
+	before := d.readProxies(ctx)
 	resources := d.cluster.SampleResources(ctx, d.resources, sampler.DefaultInterval)
 	res, _, err := d.pool.Run(ctx, args, func(p load.Progress) {
 		r.progress.update(p)
@@ -621,6 +640,7 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 		}
 		return nil, fmt.Errorf("%s on %s, repeat %d: %w", label, t.Mesh.Name, t.Repeat+1, err)
 	}
+	after := d.readProxies(ctx)
 	trial := &results.Trial{
 		Repeat: t.Repeat, Mesh: t.Mesh.Name, Experiment: e.Name, Kind: string(e.Kind),
 		Params: params, WarmupTrimmed: warmup,
@@ -633,6 +653,9 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 		trial.Params.Extra["resource_warning"] = msg
 		trial.Result.Flags = append(trial.Result.Flags, flagResourcesIncomplete)
 		r.progress.note(fmt.Sprintf("warning: %s in %s on %s; this trial is flagged", msg, label, t.Mesh.Name))
+	}
+	if len(d.proxies) > 0 {
+		r.proxyEvidence(trial, mesh.DiffCounters(before, after), r.graph.Entrypoint().Service, res, label)
 	}
 	if res.Health.Bottleneck {
 		trial.Result.Generator.Behind = true

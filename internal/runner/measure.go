@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -100,19 +101,7 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 	steady := steadyRounds(smp.Rounds(), trial.Start, trial.End)
 	trial.Result.Resources = resourceSamples(steady)
 	trial.Result.Network = netSamples(steady)
-	deltas := mesh.DiffCounters(before, after)
-	trial.Result.ProxyStats = proxyStats(deltas, t.Mesh.Name)
-	for _, pd := range deltas {
-		if pd.Err != "" {
-			trial.Result.Flags = append(trial.Result.Flags, results.FlagProxyUnreadable)
-			r.progress.note(fmt.Sprintf("warning: %s in %s could not be read (%s) in %s on %s; this trial is flagged", pd.Component, pd.Pod, pd.Err, label, t.Mesh.Name))
-			break
-		}
-	}
-	if msg := bypassed(d, deltas, res); msg != "" {
-		trial.Result.Flags = append(trial.Result.Flags, results.FlagProxyBypassed)
-		r.progress.note(fmt.Sprintf("warning: %s in %s on %s; this trial is flagged", msg, label, t.Mesh.Name))
-	}
+	r.proxyEvidence(trial, mesh.DiffCounters(before, after), d.entry.Service, res, label)
 
 	sum, serr := sampler.Summarize(smp.Rounds(), sampler.SummaryOptions{
 		Start: trial.Start, End: trial.End,
@@ -305,6 +294,27 @@ func readCounters(ctx context.Context, d *deployment) []mesh.ProxyCounters {
 	return tm.ReadCounters(ctx, d.tb, &d.app)
 }
 
+// proxyEvidence stores with the trial what each proxy counted over it, and flags the
+// trial when a proxy could not be read (each named, with why) or when the proxies at
+// the entry service counted less than was answered.
+func (r *runner) proxyEvidence(trial *results.Trial, deltas []mesh.ProxyDelta, entry string, res *load.Result, label string) {
+	trial.Result.ProxyStats = proxyStats(deltas, trial.Mesh)
+	var unread []string
+	for _, pd := range deltas {
+		if pd.Err != "" {
+			unread = append(unread, fmt.Sprintf("%s in %s could not be read (%s)", pd.Component, pd.Pod, pd.Err))
+		}
+	}
+	if len(unread) > 0 {
+		trial.Result.Flags = append(trial.Result.Flags, results.FlagProxyUnreadable)
+		r.progress.note(fmt.Sprintf("warning: %s in %s on %s; this trial is flagged", strings.Join(unread, "; "), label, trial.Mesh))
+	}
+	if msg := bypassed(entry, deltas, res); msg != "" {
+		trial.Result.Flags = append(trial.Result.Flags, results.FlagProxyBypassed)
+		r.progress.note(fmt.Sprintf("warning: %s in %s on %s; this trial is flagged", msg, label, trial.Mesh))
+	}
+}
+
 // bypassed proves, from the proxies' own counters, that every measured request entered
 // the application through the mesh's proxies at the entry service. The counters also
 // include warm-up requests, so they may exceed the measured count, never fall short of
@@ -312,8 +322,8 @@ func readCounters(ctx context.Context, d *deployment) []mesh.ProxyCounters {
 // a connection carries many requests; where a mesh has both (ambient's ztunnels and a
 // waypoint, which a caller from outside the mesh does not pass, as in Istio), the
 // requests must be counted by the L7 proxy or the connections by the L4 one.
-func bypassed(d *deployment, deltas []mesh.ProxyDelta, res *load.Result) string {
-	byUnit := mesh.InboundByUnit(deltas, d.entry.Service)
+func bypassed(entry string, deltas []mesh.ProxyDelta, res *load.Result) string {
+	byUnit := mesh.InboundByUnit(deltas, entry)
 	answered := res.Completed - res.Errors.Total()
 	if len(byUnit) == 0 || answered <= 0 {
 		return ""
@@ -326,9 +336,9 @@ func bypassed(d *deployment, deltas []mesh.ProxyDelta, res *load.Result) string 
 	case haveConns && conns > 0:
 		return ""
 	case haveRequests:
-		return fmt.Sprintf("the %s proxies counted %d inbound %s for %d answered", d.entry.Service, requests, mesh.UnitRequests, answered)
+		return fmt.Sprintf("the %s proxies counted %d inbound %s for %d answered", entry, requests, mesh.UnitRequests, answered)
 	}
-	return fmt.Sprintf("the mesh's proxies counted no connection into %s for %d answered requests", d.entry.Service, answered)
+	return fmt.Sprintf("the mesh's proxies counted no connection into %s for %d answered requests", entry, answered)
 }
 
 // proxyStats stores what each proxy counted over the trial.

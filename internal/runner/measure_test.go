@@ -7,7 +7,6 @@ import (
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/sampler"
-	"github.com/meshmark/meshmark/internal/workload"
 )
 
 func TestSteadyRoundsTrimWarmup(t *testing.T) {
@@ -31,7 +30,6 @@ func TestSteadyRoundsTrimWarmup(t *testing.T) {
 // no request for the entry service (callers from outside the mesh do not pass it) is
 // no bypass when the ztunnels counted connections into it; with neither, it is.
 func TestBypassedByUnit(t *testing.T) {
-	d := &deployment{entry: workload.Entrypoint{Service: "productpage"}}
 	res := &load.Result{Completed: 600}
 	delta := func(unit string, n uint64) mesh.ProxyDelta {
 		return mesh.ProxyDelta{Unit: unit, Inbound: map[string]uint64{"productpage": n}}
@@ -48,7 +46,7 @@ func TestBypassedByUnit(t *testing.T) {
 		{"waypoint none, ztunnels some", []mesh.ProxyDelta{delta(mesh.UnitRequests, 0), delta(mesh.UnitConnections, 8), delta(mesh.UnitConnections, 0)}, false},
 		{"waypoint none, ztunnels none", []mesh.ProxyDelta{delta(mesh.UnitRequests, 0), delta(mesh.UnitConnections, 0)}, true},
 	} {
-		if got := bypassed(d, tc.deltas, res); (got != "") != tc.bypass {
+		if got := bypassed("productpage", tc.deltas, res); (got != "") != tc.bypass {
 			t.Errorf("%s: %q, want bypass %v", tc.name, got, tc.bypass)
 		}
 	}

@@ -42,5 +42,9 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 		Manifests:           manifests,
 		NamespaceLabels:     map[string]string{"istio.io/dataplane-mode": "ambient"},
 		EnrolledAnnotations: map[string]string{RedirectionAnnotation: "enabled"},
+		// Each node's ztunnel (the chart's DaemonSet, its pods labelled app=ztunnel)
+		// serves its metrics on its pod's address.
+		Proxies: []mesh.ProxyEndpoint{{Component: Component, Namespace: istiohelm.Namespace, Labels: map[string]string{"app": "ztunnel"},
+			Port: MetricsPort, Path: "/metrics", Read: readKubeMetrics}},
 	}, nil
 }

@@ -127,25 +127,55 @@ func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, app
 	out := make([]mesh.ProxyCounters, len(nodes))
 	for i, n := range nodes {
 		series, err := ScrapeMetrics(ctx, sub, n.pod)
-		pc := mesh.ProxyCounters{Component: "ztunnel", Pod: n.node, Time: time.Now(), Err: err, Unit: mesh.UnitConnections}
+		pc := mesh.ProxyCounters{Unit: mesh.UnitConnections}
 		if err == nil {
-			pc.Inbound = map[string]uint64{}
-			for _, s := range app.Services {
-				pc.Inbound[s.Name] = uint64(Sum(series, metricOpened, map[string]string{"reporter": "destination", "destination_canonical_service": s.Name}))
+			services := make([]string, len(app.Services))
+			for j, s := range app.Services {
+				services[j] = s.Name
 			}
-			pc.Counters = map[string]uint64{}
-			for _, m := range []string{metricOpened, metricClosed, metricSent, metricReceived} {
-				for _, r := range []string{"source", "destination"} {
-					pc.Counters[strings.TrimPrefix(m, "istio_")+"{reporter="+r+"}"] = uint64(Sum(series, m, map[string]string{"reporter": r}))
-				}
-			}
+			pc = countersOf(series, services, "")
 		}
+		pc.Component, pc.Pod, pc.Time, pc.Err = Component, n.node, time.Now(), err
 		out[i] = pc
 	}
 	if wp != nil {
 		out = append(out, readWaypoint(ctx, sub, app, wp))
 	}
 	return out
+}
+
+// Component names ztunnel among a trial's counters.
+const Component = "ztunnel"
+
+// countersOf is what a trial keeps of one ztunnel's series: inbound connections per
+// service, counted by the destination's ztunnel (of namespace's workloads only, unless
+// namespace is empty: on a shared cluster another namespace may have a service of the
+// same name), and connection and byte totals per reporter.
+func countersOf(series []Series, services []string, namespace string) mesh.ProxyCounters {
+	pc := mesh.ProxyCounters{Unit: mesh.UnitConnections, Inbound: map[string]uint64{}, Counters: map[string]uint64{}}
+	for _, s := range services {
+		match := map[string]string{"reporter": "destination", "destination_canonical_service": s}
+		if namespace != "" {
+			match["destination_workload_namespace"] = namespace
+		}
+		pc.Inbound[s] = uint64(Sum(series, metricOpened, match))
+	}
+	for _, m := range []string{metricOpened, metricClosed, metricSent, metricReceived} {
+		for _, r := range []string{"source", "destination"} {
+			pc.Counters[strings.TrimPrefix(m, "istio_")+"{reporter="+r+"}"] = uint64(Sum(series, m, map[string]string{"reporter": r}))
+		}
+	}
+	return pc
+}
+
+// readKubeMetrics reads one ztunnel's /metrics on a cluster (mesh.ProxyEndpoint) as
+// ReadCounters reads a local one, counting the app's namespace only.
+func readKubeMetrics(body io.Reader, of mesh.ProxyScrape) (mesh.ProxyCounters, error) {
+	series, err := ParseMetrics(body)
+	if err != nil {
+		return mesh.ProxyCounters{}, err
+	}
+	return countersOf(series, of.Services, of.Namespace), nil
 }
 
 // readWaypoint snapshots the waypoint Envoy's admin: requests per service.

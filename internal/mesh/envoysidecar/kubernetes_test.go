@@ -65,3 +65,46 @@ func TestKubernetesInstallIsIstioAsConfigured(t *testing.T) {
 		}
 	}
 }
+
+// ReadIstioStats counts as arrived at the pod's service only what its sidecar reported
+// as the destination (not the requests its app sent, which it reports as the source),
+// keeps every counter and gauge by series, leaves histograms out, and says which line
+// of a garbled answer is wrong.
+func TestReadIstioStatsCountsWhatArrivesAtThePod(t *testing.T) {
+	const stats = `# TYPE istio_requests_total counter
+istio_requests_total{reporter="destination",destination_canonical_service="front",response_code="200"} 40
+istio_requests_total{reporter="destination",destination_canonical_service="front",response_code="503"} 2
+istio_requests_total{reporter="source",destination_canonical_service="back",response_code="200"} 70
+# TYPE envoy_server_live gauge
+envoy_server_live{} 1
+# TYPE istio_build gauge
+istio_build{component="proxy",tag="1.31.1"} 1
+# TYPE istio_request_duration_milliseconds histogram
+istio_request_duration_milliseconds_bucket{reporter="destination",le="+Inf"} 42
+istio_request_duration_milliseconds_sum{reporter="destination"} 84
+istio_request_duration_milliseconds_count{reporter="destination"} 42
+`
+	pc, err := ReadIstioStats(strings.NewReader(stats), mesh.ProxyScrape{Service: "front"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pc.Inbound) != 1 || pc.Inbound["front"] != 42 || pc.Unit != mesh.UnitRequests || pc.Version != "1.31.1" {
+		t.Errorf("inbound %v %s, version %q; want front: 42 requests (both codes, not back's 70), 1.31.1", pc.Inbound, pc.Unit, pc.Version)
+	}
+	if pc.Counters["istio_requests_total{destination_canonical_service=back,reporter=source,response_code=200}"] != 70 || pc.Gauges["envoy_server_live"] != 1 {
+		t.Errorf("counters %v, gauges %v", pc.Counters, pc.Gauges)
+	}
+	for k := range pc.Counters {
+		if strings.HasPrefix(k, "istio_request_duration") {
+			t.Errorf("histogram kept as a counter: %s", k)
+		}
+	}
+	// A load generator's sidecar belongs to no service: nothing arrives for one.
+	if pc, err := ReadIstioStats(strings.NewReader(stats), mesh.ProxyScrape{}); err != nil || pc.Inbound != nil {
+		t.Errorf("no service: inbound %v, %v", pc.Inbound, err)
+	}
+	if _, err := ReadIstioStats(strings.NewReader("envoy_server_live 1\nistio_requests_total{reporter=destination} x\n"), mesh.ProxyScrape{Service: "front"}); err == nil ||
+		!strings.Contains(err.Error(), "istio-proxy stats") || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("garbled stats: %v; want an error naming istio-proxy's stats and line 2", err)
+	}
+}

@@ -394,7 +394,7 @@ func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, _ *
 			sctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
 			defer cancel()
 			snap, err := c.Snapshot(sctx)
-			pc := mesh.ProxyCounters{Component: "envoy", Pod: pod.Name, Time: snap.Time, Err: err, Unit: mesh.UnitRequests}
+			pc := mesh.ProxyCounters{Component: Component, Pod: pod.Name, Time: snap.Time, Err: err, Unit: mesh.UnitRequests}
 			if err == nil {
 				pc.Version, pc.Counters, pc.Gauges = snap.Version, snap.Counters, snap.Gauges
 				if pod.Service != "" {

@@ -103,6 +103,9 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 		// annotation alone reaches only a substrate that sets namespace annotations.
 		PodAnnotations: maps.Clone(enroll),
 		Sidecar:        Sidecar,
+		// The proxy's admin server, which proxy-init leaves out of the redirection
+		// and which serves /metrics on the pod's address, as Prometheus scrapes it.
+		Proxies: []mesh.ProxyEndpoint{{Component: Component, Container: Sidecar, Port: AdminPort, Path: "/metrics", Read: readKubeMetrics}},
 	}, nil
 }
 

@@ -237,14 +237,12 @@ func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, _ *
 		go func() {
 			defer wg.Done()
 			ms, err := scrape(ctx, sub, px.pod)
-			pc := mesh.ProxyCounters{Component: "linkerd2-proxy", Pod: px.pod.Name, Time: ms.Time, Err: err, Unit: mesh.UnitRequests}
+			pc := mesh.ProxyCounters{Unit: mesh.UnitRequests}
 			if err == nil {
-				pc.Version = proxyVersion(ms)
-				pc.Counters, pc.Gauges = flatten(ms)
-				if px.pod.Service != "" {
-					pc.Inbound = map[string]uint64{px.pod.Service: ms.inbound("")}
-				}
-			} else {
+				pc = countersOf(ms, px.pod.Service)
+			}
+			pc.Component, pc.Pod, pc.Time, pc.Err = Component, px.pod.Name, ms.Time, err
+			if err != nil {
 				pc.Time = time.Now()
 			}
 			out[i] = pc
@@ -255,6 +253,30 @@ func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, _ *
 		out = append(out, *cp)
 	}
 	return out
+}
+
+// Component names the proxy among a trial's counters.
+const Component = "linkerd2-proxy"
+
+// countersOf is what a trial keeps of one scrape: inbound HTTP requests for the pod's
+// service (none for a pod of no service), and the kept families.
+func countersOf(ms Metrics, service string) mesh.ProxyCounters {
+	pc := mesh.ProxyCounters{Unit: mesh.UnitRequests, Version: proxyVersion(ms)}
+	pc.Counters, pc.Gauges = flatten(ms)
+	if service != "" {
+		pc.Inbound = map[string]uint64{service: ms.inbound("")}
+	}
+	return pc
+}
+
+// readKubeMetrics reads one linkerd-proxy's /metrics on a cluster (mesh.ProxyEndpoint)
+// as ReadCounters reads a local one.
+func readKubeMetrics(body io.Reader, of mesh.ProxyScrape) (mesh.ProxyCounters, error) {
+	ms, err := ParseMetrics(body)
+	if err != nil {
+		return mesh.ProxyCounters{}, err
+	}
+	return countersOf(ms, of.Service), nil
 }
 
 // ControlPlaneComponent names the control plane's entry among the proxy counters.

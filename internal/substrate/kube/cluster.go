@@ -165,8 +165,9 @@ func (c *Cluster) reach(ctx context.Context) error {
 }
 
 // neededRights is what a run does on the cluster: create and delete its namespaces and
-// the workload's objects in them, watch the pods, reach the load generators, and read
-// every node's kubelet resource metrics through the API server (SampleResources).
+// the workload's objects in them, watch the pods, reach the load generators, read
+// every node's kubelet resource metrics through the API server (SampleResources), and
+// the mesh's proxies' counters the same way (ReadProxyCounters).
 var neededRights = []authv1.ResourceAttributes{
 	{Verb: "create", Resource: "namespaces"},
 	{Verb: "delete", Resource: "namespaces"},
@@ -177,6 +178,7 @@ var neededRights = []authv1.ResourceAttributes{
 	{Verb: "list", Resource: "pods"},
 	{Verb: "create", Resource: "pods", Subresource: "portforward"},
 	{Verb: "get", Resource: "nodes", Subresource: "proxy"},
+	{Verb: "get", Resource: "pods", Subresource: "proxy"},
 }
 
 // checkRights asks the API server, before anything is created, whether the caller may

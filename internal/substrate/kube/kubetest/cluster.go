@@ -8,12 +8,15 @@
 // dials the address a test names with ForwardPodPort. Each node's kubelet resource
 // metrics (/metrics/resource) are kwok's too: real as far as the API server's node proxy
 // and the kubelet's format, with each container's usage what the test stated
-// (UsageAnnotations).
+// (UsageAnnotations). kwok gives pods addresses but nothing listens there: a test puts
+// a server of its own behind a pod's port for the API server's pod proxy with
+// ReachPodPort.
 //
-// Everything listens on loopback only. Nodes have addresses of 198.18.0.0/15 that
-// nothing dials, since the API server's node proxy refuses loopback ones; the API server
-// reaches them through the cluster's own egress proxy (egressProxy), which maps each to
-// its kwok on loopback.
+// Everything listens on loopback only. Nodes and pods have addresses of 198.18.0.0/15
+// that nothing dials, since the API server's node and pod proxies refuse loopback ones;
+// the API server reaches them through the cluster's own egress proxy (egressProxy),
+// which maps each node to its kwok on loopback, and each pod port a test serves to the
+// test's server.
 package kubetest
 
 import (

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -61,33 +62,72 @@ egressSelections:
 	return path, os.WriteFile(path, []byte(config), 0o600)
 }
 
-// egressProxy is the API server's only way to the nodes (its "cluster" egress
-// selection): an HTTP CONNECT proxy that maps each node's address and kubelet port to
-// kwok's server for that node on loopback. It lets the nodes have addresses that the
-// API server's node proxy accepts (it refuses loopback) while nothing of the test
-// listens on, or sends to, any interface but loopback: the node addresses are names this
-// proxy knows, never dialed.
+// egressProxy is the API server's only way to the nodes and the pods (its "cluster"
+// egress selection, which its node proxy, its pod proxy and its port-forwards take): an
+// HTTP CONNECT proxy that maps each node's address and kubelet port to kwok's server for
+// that node on loopback, and each pod port a test serves (ReachPodPort) to the test's
+// server on loopback. It lets nodes and pods have addresses that the API server's
+// proxies accept (they refuse loopback) while nothing of the test listens on, or sends
+// to, any interface but loopback: those addresses are names this proxy knows, never
+// dialed.
 type egressProxy struct {
-	routes map[string]string // node address:port -> loopback address:port
-	srv    *http.Server
-	done   chan struct{}
+	srv  *http.Server
+	done chan struct{}
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	mu     sync.Mutex
+	routes map[string]string   // node or pod address:port -> loopback address:port
+	conns  map[net.Conn]string // both ends of every tunnel, by the address it was for
+}
+
+// podNetwork holds every address kwok gives a pod of the test cluster (a /22 per node).
+var podNetwork = netip.MustParsePrefix("198.19.0.0/18")
+
+// ReachPodPort makes the API server's connections to a pod's address and port (its pod
+// proxy, /api/v1/namespaces/NS/pods/NAME:PORT/proxy/...) reach target (a loopback
+// host:port) instead. kwok gives pods addresses but runs no container behind them, so
+// this is how a test puts a real server, such as a stand-in for a mesh proxy's metrics
+// endpoint, at a pod's address.
+func (c *Cluster) ReachPodPort(podIP string, port int, target string) error {
+	ip, err := netip.ParseAddr(podIP)
+	if err != nil || !podNetwork.Contains(ip) {
+		return fmt.Errorf("reach pod port: %q is not a pod address of the test cluster (%s)", podIP, podNetwork)
+	}
+	host, _, err := net.SplitHostPort(target)
+	if addr, perr := netip.ParseAddr(host); err != nil || perr != nil || !addr.IsLoopback() {
+		return fmt.Errorf("reach pod port: target %q is not a loopback host:port; the test cluster sends nothing elsewhere", target)
+	}
+	if port <= 0 || port > 65535 {
+		return fmt.Errorf("reach pod port: port %d", port)
+	}
+	addr := net.JoinHostPort(podIP, strconv.Itoa(port))
+	c.egress.mu.Lock()
+	defer c.egress.mu.Unlock()
+	c.egress.routes[addr] = target
+	// The API server keeps connections to a pod's port alive: one made for an earlier
+	// pod at this address (kwok hands addresses out again) would still lead to that
+	// pod's server.
+	for conn, to := range c.egress.conns {
+		if to == addr {
+			conn.Close()
+		}
+	}
+	return nil
 }
 
 // serveEgress serves an egressProxy on l until its close.
 func serveEgress(l net.Listener, routes map[string]string) *egressProxy {
-	p := &egressProxy{routes: routes, done: make(chan struct{}), conns: map[net.Conn]struct{}{}}
+	p := &egressProxy{routes: routes, done: make(chan struct{}), conns: map[net.Conn]string{}}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = p.srv.Serve(l); close(p.done) }()
 	return p
 }
 
 func (p *egressProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
 	target, ok := p.routes[r.URL.Host]
+	p.mu.Unlock()
 	if r.Method != http.MethodConnect || !ok {
-		http.Error(w, "not a node's kubelet endpoint", http.StatusForbidden)
+		http.Error(w, "not a node's kubelet endpoint or a pod port the test serves", http.StatusForbidden)
 		return
 	}
 	upstream, err := net.DialTimeout("tcp", target, 10*time.Second)
@@ -100,7 +140,7 @@ func (p *egressProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		upstream.Close()
 		return
 	}
-	if !p.track(conn, upstream) {
+	if !p.track(r.URL.Host, conn, upstream) {
 		return
 	}
 	defer p.untrack(conn, upstream)
@@ -118,7 +158,7 @@ func (p *egressProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // track keeps a tunnel's connections for close, which http.Server.Close leaves alone once
 // hijacked; it closes them at once if the proxy is already closed.
-func (p *egressProxy) track(cs ...net.Conn) bool {
+func (p *egressProxy) track(addr string, cs ...net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conns == nil {
@@ -128,7 +168,7 @@ func (p *egressProxy) track(cs ...net.Conn) bool {
 		return false
 	}
 	for _, c := range cs {
-		p.conns[c] = struct{}{}
+		p.conns[c] = addr
 	}
 	return true
 }

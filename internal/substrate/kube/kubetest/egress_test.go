@@ -2,9 +2,11 @@ package kubetest
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -98,4 +100,66 @@ func connectVia(t *testing.T, proxyAddr, target string) (*bufio.Reader, net.Conn
 		t.Fatalf("CONNECT %s: %v", target, err)
 	}
 	return br, conn, res.StatusCode
+}
+
+// ReachPodPort opens a pod's port to a server of the test, and only a pod address of
+// the cluster to a loopback server; leading the address elsewhere later (kwok hands
+// addresses out again) ends the tunnels made to it before, which the API server would
+// otherwise reuse for the new pod.
+func TestReachPodPortOpensOnePodPort(t *testing.T) {
+	echo := func() *net.TCPListener {
+		l := listen(t)
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go func() { _, _ = io.Copy(c, c); c.Close() }()
+			}
+		}()
+		return l
+	}
+	first, second := echo(), echo()
+	pl := listen(t)
+	c := &Cluster{egress: serveEgress(pl, map[string]string{})}
+	defer c.egress.close()
+	proxy := pl.Addr().String()
+
+	for _, bad := range []struct {
+		ip, target string
+	}{
+		{"198.18.255.1", first.Addr().String()}, // a node's address
+		{"10.0.0.7", first.Addr().String()},     // no pod of this cluster
+		{"198.19.0.7", "192.0.2.1:80"},          // off loopback
+		{"198.19.0.7", "localhost:80"},          // a name, not an address
+	} {
+		if err := c.ReachPodPort(bad.ip, 15090, bad.target); err == nil {
+			t.Errorf("ReachPodPort(%s, %s) accepted", bad.ip, bad.target)
+		}
+	}
+	if err := c.ReachPodPort("198.19.0.7", 15090, first.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, code := connectVia(t, proxy, "198.19.0.7:4191"); code != http.StatusForbidden {
+		t.Errorf("CONNECT to another port of the pod: %d, want 403", code)
+	}
+	br, tunnel, code := connectVia(t, proxy, "198.19.0.7:15090")
+	if code != http.StatusOK {
+		t.Fatalf("CONNECT to the pod's port: %d, want 200", code)
+	}
+	_, _ = io.WriteString(tunnel, "ping\n")
+	if line, err := br.ReadString('\n'); err != nil || line != "ping\n" {
+		t.Fatalf("through the tunnel: %q %v", line, err)
+	}
+	if err := c.ReachPodPort("198.19.0.7", 15090, second.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	_ = tunnel.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := br.ReadString('\n'); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the tunnel to the address's earlier server stayed open (%v)", err)
+	}
+	if _, _, code := connectVia(t, proxy, "198.19.0.7:15090"); code != http.StatusOK {
+		t.Errorf("CONNECT after the address moved: %d", code)
+	}
 }
