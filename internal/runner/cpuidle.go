@@ -14,18 +14,36 @@ import (
 // a process however it ends, withdraws the request.
 const cpuLatencyQoS = "/dev/cpu_dma_latency"
 
-// holdCPUIdle applies the study's cpuIdle for as long as the run lasts and says what
-// was applied, for the run's provenance. A machine that cannot poll (no such device,
-// not root) runs with the kernel's idle governor, and the provenance says why.
-func holdCPUIdle(mode study.CPUIdle) (applied string, release func()) {
+// cpuIdleFor decides how idle CPUs wait during the trials of a local run, and says so
+// for the run's provenance: with the study's cpuIdle poll and a machine that takes the
+// request (root, the device present: tried once here), every trial holds it while its
+// load runs (holdCPUIdle); otherwise the kernel's idle governor decides, and the
+// provenance says why. Polling burns the idle CPUs' time, so it is held only while a
+// trial measures, not while deployments come and go.
+func cpuIdleFor(mode study.CPUIdle) (applied string, poll bool) {
 	if mode == study.CPUIdleOS {
-		return "os (the kernel's idle governor, as the study asks)", func() {}
+		return "os (the kernel's idle governor, as the study asks)", false
 	}
 	f, err := holdCPULatency(0)
 	if err != nil {
-		return fmt.Sprintf("os (polling was asked for, but %v)", err), func() {}
+		return fmt.Sprintf("os (polling was asked for, but %v)", err), false
 	}
-	return "poll (0 µs CPU-latency request held on " + cpuLatencyQoS + ")", func() { f.Close() }
+	f.Close()
+	return "poll while trials measure (0 µs CPU-latency request on " + cpuLatencyQoS + ")", true
+}
+
+// holdCPUIdle makes idle CPUs poll until release is called, when the run decided so
+// (cpuIdleFor); a request the kernel refuses now is noted, and the trial runs anyway.
+func (r *runner) holdCPUIdle() (release func()) {
+	if !r.cpuIdlePoll {
+		return func() {}
+	}
+	f, err := holdCPULatency(0)
+	if err != nil {
+		r.progress.note(fmt.Sprintf("warning: idle CPUs could not be made to poll for this trial: %v", err))
+		return func() {}
+	}
+	return func() { f.Close() }
 }
 
 // holdCPULatency files a CPU-latency request of us microseconds; it stands until the

@@ -41,6 +41,7 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 	}
 	params.Extra["url"], params.Extra["method"], params.Extra["protocol"] = cfg.Request.URL, cfg.Request.Method, protocolLabels[r.clientProtocol(*e)]
 	label := fmt.Sprintf("%s %s", e.Name, describe(params))
+	defer r.holdCPUIdle()()
 	r.progress.begin(t, label, cfg.Duration)
 	cfg.Progress = func(p load.Progress) {
 		r.progress.update(p)

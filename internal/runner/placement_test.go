@@ -63,8 +63,9 @@ type maskWriter struct {
 	t    *testing.T
 	mu   sync.Mutex
 	seen map[string][]int
-	// qos lists the CPU-latency bound in force at each "run  " line (each trial).
-	qos []int32
+	// qos lists the CPU-latency bound in force at each "run  " line (each trial), and
+	// qosUp at each " up in " line (each bring-up done).
+	qos, qosUp []int32
 }
 
 func (w *maskWriter) Write(p []byte) (int, error) {
@@ -78,9 +79,12 @@ func (w *maskWriter) Write(p []byte) (int, error) {
 			}
 			w.mu.Lock()
 			w.seen[key] = append(w.seen[key], set.Count())
-			if key == "run  " {
-				if us, err := cpuLatencyInForce(); err == nil {
+			if us, err := cpuLatencyInForce(); err == nil {
+				switch key {
+				case "run  ":
 					w.qos = append(w.qos, us)
+				case " up in ":
+					w.qosUp = append(w.qosUp, us)
 				}
 			}
 			w.mu.Unlock()
@@ -92,8 +96,8 @@ func (w *maskWriter) Write(p []byte) (int, error) {
 // With a placement, meshmark measures from the load generator's CPU only, but brings
 // deployments up and down on every CPU it started with (a bring-up confined to the load
 // generator's one CPU took twice as long for 100 pods), and gives them all back when
-// the run ends. Idle CPUs poll while trials run (cpuIdle defaults to poll) and are
-// left to the kernel again once the run is over.
+// the run ends. Idle CPUs poll while trials measure (cpuIdle defaults to poll), and
+// are left to the kernel while deployments come and go and once the run is over.
 func TestPlacementPinsTrialsNotBringUps(t *testing.T) {
 	needRoot(t)
 	if runtime.NumCPU() < 2 {
@@ -154,6 +158,14 @@ func TestPlacementPinsTrialsNotBringUps(t *testing.T) {
 			t.Errorf("trial %d ran with a CPU-latency bound of %d µs, want 0 (idle CPUs polling)", i, us)
 		}
 	}
+	if len(w.qosUp) == 0 {
+		t.Error("no bring-up seen")
+	}
+	for i, us := range w.qosUp {
+		if us != qosBefore {
+			t.Errorf("bring-up %d ended with a CPU-latency bound of %d µs, want %d as outside the run", i, us, qosBefore)
+		}
+	}
 	if us, err := cpuLatencyInForce(); err != nil || us != qosBefore {
 		t.Errorf("after the run the CPU-latency bound is %d µs (%v), before it %d µs", us, err, qosBefore)
 	}
@@ -167,16 +179,19 @@ func TestCPUIdlePollKeepsCPUsOutOfSleep(t *testing.T) {
 	if err != nil {
 		t.Skipf("no CPU-latency PM QoS here: %v", err)
 	}
-	applied, release := holdCPUIdle(study.CPUIdleOS)
-	if us, _ := cpuLatencyInForce(); us != before || !strings.HasPrefix(applied, "os") {
-		t.Errorf("cpuIdle os: bound %d µs (before %d), applied %q", us, before, applied)
+	applied, poll := cpuIdleFor(study.CPUIdleOS)
+	if us, _ := cpuLatencyInForce(); us != before || poll || !strings.HasPrefix(applied, "os") {
+		t.Errorf("cpuIdle os: bound %d µs (before %d), poll %v, applied %q", us, before, poll, applied)
 	}
-	release()
-
-	applied, release = holdCPUIdle(study.CPUIdlePoll)
-	if !strings.HasPrefix(applied, "poll") {
-		t.Fatalf("applied %q, want poll", applied)
+	r := &runner{}
+	r.cpuIdle, r.cpuIdlePoll = cpuIdleFor(study.CPUIdlePoll)
+	if !r.cpuIdlePoll || !strings.HasPrefix(r.cpuIdle, "poll") {
+		t.Fatalf("cpuIdle poll: poll %v, applied %q", r.cpuIdlePoll, r.cpuIdle)
 	}
+	if us, _ := cpuLatencyInForce(); us != before {
+		t.Errorf("deciding held a CPU-latency bound of %d µs (before %d)", us, before)
+	}
+	release := r.holdCPUIdle()
 	if us, _ := cpuLatencyInForce(); us != 0 {
 		t.Errorf("held: CPU-latency bound %d µs, want 0", us)
 	}

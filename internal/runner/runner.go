@@ -64,8 +64,10 @@ type runner struct {
 	substrate string
 	// startCPUs is the CPU mask meshmark had before the placement pinned it.
 	startCPUs *unix.CPUSet
-	// cpuIdle says how idle CPUs waited during the run (holdCPUIdle), for provenance.
-	cpuIdle string
+	// cpuIdle says how idle CPUs waited during the trials (cpuIdleFor), for
+	// provenance; cpuIdlePoll is whether trials make them poll.
+	cpuIdle     string
+	cpuIdlePoll bool
 }
 
 // Run executes the study and returns the stored run. On cancellation it returns the run
@@ -95,9 +97,7 @@ func Run(ctx context.Context, st *study.Study, opts Options) (*results.Run, erro
 	} else {
 		r.saveCPUs()
 		defer func() { _ = r.unpin() }()
-		var release func()
-		r.cpuIdle, release = holdCPUIdle(st.Spec.Substrate.Local.CPUIdle)
-		defer release()
+		r.cpuIdle, r.cpuIdlePoll = cpuIdleFor(st.Spec.Substrate.Local.CPUIdle)
 	}
 	if err := r.createRun(ctx); err != nil {
 		return nil, err

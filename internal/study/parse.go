@@ -138,7 +138,7 @@ func (c *checker) substrate() {
 		l.CPUIdle = CPUIdlePoll
 	case CPUIdlePoll, CPUIdleOS:
 	default:
-		c.errAt(p+".cpuIdle", "%q: expected %q (idle CPUs poll while the run lasts) or %q (the kernel's idle governor decides)", l.CPUIdle, CPUIdlePoll, CPUIdleOS)
+		c.errAt(p+".cpuIdle", "%q: expected %q (idle CPUs poll while trials measure) or %q (the kernel's idle governor decides)", l.CPUIdle, CPUIdlePoll, CPUIdleOS)
 	}
 	if cp := l.CPUPlacement; cp != nil {
 		if cp.Loadgen == "" {

@@ -238,7 +238,7 @@ func TestInvalid(t *testing.T) {
 		{"loadgen node out of range", "  workload:\n", "  substrate: {local: {nodes: 2, loadgenNode: 2}}\n  workload:\n",
 			[]string{`f.yaml:6:46: spec.substrate.local.loadgenNode: 2: expected a node index from 0 to 1 (nodes: 2)`}},
 		{"unknown cpu idle", "  workload:\n", "  substrate: {local: {cpuIdle: halt}}\n  workload:\n",
-			[]string{`f.yaml:6:32: spec.substrate.local.cpuIdle: "halt": expected "poll" (idle CPUs poll while the run lasts) or "os" (the kernel's idle governor decides)`}},
+			[]string{`f.yaml:6:32: spec.substrate.local.cpuIdle: "halt": expected "poll" (idle CPUs poll while trials measure) or "os" (the kernel's idle governor decides)`}},
 		{"bad cpu list", "  workload:\n", "  substrate: {local: {cpuPlacement: {loadgen: 1-, sut: 0}}}\n  workload:\n",
 			[]string{`f.yaml:6:47: spec.substrate.local.cpuPlacement.loadgen: "1-": expected a CPU list like "0", "1-3" or "0,2"`}},
 		{"steps incomplete and reversed", "      kind: fixed-rate\n      rate: 75% of lowest capacity\n", "      kind: steps\n      from: 100\n      to: 50\n",

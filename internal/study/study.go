@@ -138,7 +138,7 @@ type LocalSubstrate struct {
 	// LoadgenNode is the 0-based index of the node that hosts the load generator.
 	LoadgenNode  int           `yaml:"loadgenNode"`
 	CPUPlacement *CPUPlacement `yaml:"cpuPlacement,omitempty"`
-	// CPUIdle is how idle CPUs wait while the run lasts: CPUIdlePoll (the default) or
+	// CPUIdle is how idle CPUs wait while trials measure: CPUIdlePoll (the default) or
 	// CPUIdleOS.
 	CPUIdle CPUIdle `yaml:"cpuIdle,omitempty"`
 }
