@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/meshmark/meshmark/internal/substrate"
@@ -150,4 +151,22 @@ func InboundTotal(deltas []ProxyDelta, service string) (n uint64, unit string, o
 		}
 	}
 	return n, unit, ok
+}
+
+// SeriesKey names one Prometheus series as a counter or gauge of ProxyCounters:
+// name{k=v,...}, its labels sorted, or name alone without labels.
+func SeriesKey(name string, labels map[string]string) string {
+	if len(labels) == 0 {
+		return name
+	}
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + labels[k]
+	}
+	return name + "{" + strings.Join(parts, ",") + "}"
 }

@@ -3,8 +3,6 @@ package envoysidecar
 import (
 	"fmt"
 	"io"
-	"sort"
-	"strings"
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/istiohelm"
@@ -125,7 +123,7 @@ func ReadIstioStats(body io.Reader, of mesh.ProxyScrape) (mesh.ProxyCounters, er
 				pc.Version = labels["tag"]
 			}
 			if v > 0 {
-				into[seriesKey(name, labels)] += uint64(v)
+				into[mesh.SeriesKey(name, labels)] += uint64(v)
 			}
 		}
 	}
@@ -133,22 +131,4 @@ func ReadIstioStats(body io.Reader, of mesh.ProxyScrape) (mesh.ProxyCounters, er
 		pc.Inbound = map[string]uint64{of.Service: uint64(inbound)}
 	}
 	return pc, nil
-}
-
-// seriesKey names one series as name{k=v,...}, its labels sorted, as the Linkerd
-// profile stores its proxies' series.
-func seriesKey(name string, labels map[string]string) string {
-	if len(labels) == 0 {
-		return name
-	}
-	keys := make([]string, 0, len(labels))
-	for k := range labels {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + labels[k]
-	}
-	return name + "{" + strings.Join(parts, ",") + "}"
 }

@@ -192,21 +192,7 @@ func flatten(ms Metrics) (counters, gauges map[string]uint64) {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			ls := labelsOf(m)
-			keys := make([]string, 0, len(ls))
-			for k := range ls {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			parts := make([]string, len(keys))
-			for i, k := range keys {
-				parts[i] = k + "=" + ls[k]
-			}
-			key := name
-			if len(parts) > 0 {
-				key += "{" + strings.Join(parts, ",") + "}"
-			}
-			v := valueOf(m)
+			key, v := mesh.SeriesKey(name, labelsOf(m)), valueOf(m)
 			if name == "process_cpu_seconds_total" {
 				key, v = "process_cpu_microseconds_total", v*1e6
 			}
