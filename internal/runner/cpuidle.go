@@ -62,16 +62,3 @@ func holdCPULatency(us int32) (*os.File, error) {
 	}
 	return f, nil
 }
-
-// cpuLatencyInForce reads the CPU-latency bound the kernel enforces now: the smallest
-// request held by any process, or its default when none is.
-func cpuLatencyInForce() (int32, error) {
-	b, err := os.ReadFile(cpuLatencyQoS)
-	if err != nil {
-		return 0, err
-	}
-	if len(b) < 4 {
-		return 0, fmt.Errorf("%s: read %d bytes, want 4", cpuLatencyQoS, len(b))
-	}
-	return int32(binary.NativeEndian.Uint32(b)), nil
-}

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -272,4 +273,17 @@ func TestPinnedServicesSizedForTheirCPUs(t *testing.T) {
 	if apps != 2 {
 		t.Errorf("%d workload processes, want 2 (chain-2)", apps)
 	}
+}
+
+// cpuLatencyInForce reads the CPU-latency bound the kernel enforces now: the smallest
+// request held by any process, or its default when none is.
+func cpuLatencyInForce() (int32, error) {
+	b, err := os.ReadFile(cpuLatencyQoS)
+	if err != nil {
+		return 0, err
+	}
+	if len(b) < 4 {
+		return 0, fmt.Errorf("%s: read %d bytes, want 4", cpuLatencyQoS, len(b))
+	}
+	return int32(binary.NativeEndian.Uint32(b)), nil
 }
