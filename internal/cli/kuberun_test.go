@@ -37,6 +37,7 @@ import (
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
+	corev1 "k8s.io/api/core/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
@@ -209,85 +210,56 @@ type sidecarStats struct {
 // other services (the generators) lead nowhere, as sidecars that cannot be read.
 func standInSidecarStats(t *testing.T, c *kubetest.Cluster, counts map[string]func() int64) *sidecarStats {
 	t.Helper()
-	client, err := c.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
 	st := &sidecarStats{served: map[string][]int64{}, svc: map[string]string{}}
 	closed, err := kubetest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
 	var servers []*httptest.Server
 	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
 		for _, s := range servers {
 			s.Close()
 		}
 	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		seen := map[string]bool{}
-		for ctx.Err() == nil {
-			time.Sleep(100 * time.Millisecond)
-			pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: kube.ManagedByLabel})
-			if err != nil {
-				continue
-			}
-			for _, p := range pods.Items {
-				service, count := p.Labels["app"], counts[p.Labels["app"]]
-				if seen[p.Name] || p.Status.PodIP == "" {
-					continue
-				}
-				meshed := false
-				for _, ctr := range append(p.Spec.Containers, p.Spec.InitContainers...) {
-					meshed = meshed || ctr.Name == "istio-proxy"
-				}
-				if !meshed {
-					continue
-				}
-				if count == nil {
-					// kwok may give the pod the address of a pod of an earlier bring-up,
-					// which the test served: the pod's port must lead where nothing
-					// listens, as a sidecar that does not answer.
-					if err := c.ReachPodPort(p.Status.PodIP, 15090, "127.0.0.1:"+strconv.Itoa(closed)); err != nil {
-						t.Error(err)
-						return
-					}
-					seen[p.Name] = true
-					continue
-				}
-				name, ns := p.Name, p.Namespace
-				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					if r.URL.Path != "/stats/prometheus" {
-						http.NotFound(w, r)
-						return
-					}
-					n := count()
-					st.mu.Lock()
-					st.served[name] = append(st.served[name], n)
-					st.mu.Unlock()
-					fmt.Fprintf(w, "# TYPE istio_requests_total counter\n"+
-						"istio_requests_total{reporter=\"destination\",source_workload=\"meshmark-loadgen\",source_workload_namespace=\"%[2]s\",destination_workload=\"%[3]s-v1\",destination_workload_namespace=\"%[2]s\",destination_canonical_service=\"%[3]s\",request_protocol=\"http\",response_code=\"200\",response_flags=\"-\",connection_security_policy=\"mutual_tls\"} %[1]d\n"+
-						"# TYPE envoy_server_live gauge\nenvoy_server_live{} 1\n"+
-						"# TYPE istio_build gauge\nistio_build{component=\"proxy\",tag=\"1.31.1\"} 1\n", n, ns, service)
-				}))
-				servers = append(servers, srv)
-				st.mu.Lock()
-				st.svc[name] = service
-				st.mu.Unlock()
-				if err := c.ReachPodPort(p.Status.PodIP, 15090, srv.Listener.Addr().String()); err != nil {
-					t.Error(err)
-					return
-				}
-				seen[p.Name] = true
-			}
+	c.OnNewPods(t, kube.ManagedByLabel, func(_ context.Context, p *corev1.Pod) (bool, error) {
+		service, count := p.Labels["app"], counts[p.Labels["app"]]
+		if p.Status.PodIP == "" {
+			return false, nil
 		}
-	}()
+		meshed := false
+		for _, ctr := range append(p.Spec.Containers, p.Spec.InitContainers...) {
+			meshed = meshed || ctr.Name == "istio-proxy"
+		}
+		if !meshed {
+			return false, nil
+		}
+		if count == nil {
+			// kwok may give the pod the address of a pod of an earlier bring-up,
+			// which the test served: the pod's port must lead where nothing
+			// listens, as a sidecar that does not answer.
+			return true, c.ReachPodPort(p.Status.PodIP, 15090, "127.0.0.1:"+strconv.Itoa(closed))
+		}
+		name, ns := p.Name, p.Namespace
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/stats/prometheus" {
+				http.NotFound(w, r)
+				return
+			}
+			n := count()
+			st.mu.Lock()
+			st.served[name] = append(st.served[name], n)
+			st.mu.Unlock()
+			fmt.Fprintf(w, "# TYPE istio_requests_total counter\n"+
+				"istio_requests_total{reporter=\"destination\",source_workload=\"meshmark-loadgen\",source_workload_namespace=\"%[2]s\",destination_workload=\"%[3]s-v1\",destination_workload_namespace=\"%[2]s\",destination_canonical_service=\"%[3]s\",request_protocol=\"http\",response_code=\"200\",response_flags=\"-\",connection_security_policy=\"mutual_tls\"} %[1]d\n"+
+				"# TYPE envoy_server_live gauge\nenvoy_server_live{} 1\n"+
+				"# TYPE istio_build gauge\nistio_build{component=\"proxy\",tag=\"1.31.1\"} 1\n", n, ns, service)
+		}))
+		servers = append(servers, srv)
+		st.mu.Lock()
+		st.svc[name] = service
+		st.mu.Unlock()
+		return true, c.ReachPodPort(p.Status.PodIP, 15090, srv.Listener.Addr().String())
+	})
 	return st
 }
 
@@ -380,55 +352,31 @@ func standInGenerators(t *testing.T, c *kubetest.Cluster, entryService, entryAdd
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	s := &standIns{}
 	var procs []*exec.Cmd
-	var wg sync.WaitGroup
 	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
 		for _, p := range procs {
 			_ = p.Process.Kill()
 			_ = p.Wait()
 		}
 	})
 	logDir := t.TempDir()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		seen := map[string]bool{}
-		for ctx.Err() == nil {
-			time.Sleep(100 * time.Millisecond)
-			pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: kube.RoleLabel + "=loadgen"})
-			if err != nil {
-				continue
-			}
-			for _, p := range pods.Items {
-				if seen[p.Namespace+"/"+p.Name] {
-					continue
-				}
-				svc, err := client.CoreV1().Services(p.Namespace).Get(ctx, entryService, metav1.GetOptions{})
-				if err != nil {
-					continue // not created yet
-				}
-				host := fmt.Sprintf("%s.%s.svc.cluster.local:%d", entryService, p.Namespace, svc.Spec.Ports[0].Port)
-				g, err := spawnGenerator(logDir, "--allow-namespace", p.Namespace, "--resolve", host+":"+entryAddr)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				procs = append(procs, g.cmd)
-				s.mu.Lock()
-				s.logs = append(s.logs, g.log)
-				s.mu.Unlock()
-				if err := c.ForwardPodPort(ctx, p.Namespace, p.Name, kube.GeneratorPort, g.addr); err != nil {
-					t.Error(err)
-					return
-				}
-				seen[p.Namespace+"/"+p.Name] = true
-			}
+	c.OnNewPods(t, kube.RoleLabel+"=loadgen", func(ctx context.Context, p *corev1.Pod) (bool, error) {
+		svc, err := client.CoreV1().Services(p.Namespace).Get(ctx, entryService, metav1.GetOptions{})
+		if err != nil {
+			return false, nil // not created yet
 		}
-	}()
+		host := fmt.Sprintf("%s.%s.svc.cluster.local:%d", entryService, p.Namespace, svc.Spec.Ports[0].Port)
+		g, err := spawnGenerator(logDir, "--allow-namespace", p.Namespace, "--resolve", host+":"+entryAddr)
+		if err != nil {
+			return false, err
+		}
+		procs = append(procs, g.cmd)
+		s.mu.Lock()
+		s.logs = append(s.logs, g.log)
+		s.mu.Unlock()
+		return true, c.ForwardPodPort(ctx, p.Namespace, p.Name, kube.GeneratorPort, g.addr)
+	})
 	return s
 }
 

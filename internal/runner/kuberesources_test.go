@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -205,54 +205,29 @@ func standInGenerators(t *testing.T, c *kubetest.Cluster, entryAddr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	var procs []*exec.Cmd
-	var wg sync.WaitGroup
 	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
 		for _, p := range procs {
 			_ = p.Process.Kill()
 			_ = p.Wait()
 		}
 	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		seen := map[string]bool{}
-		for ctx.Err() == nil {
-			time.Sleep(100 * time.Millisecond)
-			pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: kube.RoleLabel + "=loadgen"})
-			if err != nil {
-				continue
-			}
-			for _, p := range pods.Items {
-				if seen[p.Namespace+"/"+p.Name] {
-					continue
-				}
-				svc, err := client.CoreV1().Services(p.Namespace).Get(ctx, "front", metav1.GetOptions{})
-				if err != nil {
-					continue // not created yet
-				}
-				port, err := kubetest.FreePort()
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				addr := fmt.Sprintf("127.0.0.1:%d", port)
-				host := fmt.Sprintf("front.%s.svc.cluster.local:%d", p.Namespace, svc.Spec.Ports[0].Port)
-				cmd := exec.Command(meshmarkBin, "generator", "--listen", addr, "--allow-namespace", p.Namespace, "--resolve", host+":"+entryAddr)
-				if err := cmd.Start(); err != nil {
-					t.Error(err)
-					return
-				}
-				procs = append(procs, cmd)
-				if err := c.ForwardPodPort(ctx, p.Namespace, p.Name, kube.GeneratorPort, addr); err != nil {
-					t.Error(err)
-					return
-				}
-				seen[p.Namespace+"/"+p.Name] = true
-			}
+	c.OnNewPods(t, kube.RoleLabel+"=loadgen", func(ctx context.Context, p *corev1.Pod) (bool, error) {
+		svc, err := client.CoreV1().Services(p.Namespace).Get(ctx, "front", metav1.GetOptions{})
+		if err != nil {
+			return false, nil // not created yet
 		}
-	}()
+		port, err := kubetest.FreePort()
+		if err != nil {
+			return false, err
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		host := fmt.Sprintf("front.%s.svc.cluster.local:%d", p.Namespace, svc.Spec.Ports[0].Port)
+		cmd := exec.Command(meshmarkBin, "generator", "--listen", addr, "--allow-namespace", p.Namespace, "--resolve", host+":"+entryAddr)
+		if err := cmd.Start(); err != nil {
+			return false, err
+		}
+		procs = append(procs, cmd)
+		return true, c.ForwardPodPort(ctx, p.Namespace, p.Name, kube.GeneratorPort, addr)
+	})
 }
