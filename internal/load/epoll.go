@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -223,7 +224,7 @@ func (l *epollLoop) run(ctx context.Context) {
 	events := make([]unix.EpollEvent, len(l.conns)+2)
 	lastCheck := time.Now()
 	for l.active > 0 {
-		n, err := l.set.wait(events)
+		n, err := l.set.waitBusy(events)
 		if err != nil && err != unix.EINTR {
 			for _, c := range l.conns {
 				if c.busy {
@@ -244,6 +245,7 @@ func (l *epollLoop) run(ctx context.Context) {
 		if now := time.Now(); now.Sub(lastCheck) >= epollTick || l.e.hard.Err() != nil {
 			lastCheck = now
 			l.expire(ctx, now)
+			runtime.Gosched() // waitBusy holds the processor: let the others have it
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -177,7 +178,7 @@ func (l *h2eLoop) run() {
 	lastCheck := now
 	for l.active > 0 {
 		l.flush()
-		n, err := l.set.wait(events)
+		n, err := l.set.waitBusy(events)
 		if err != nil && err != unix.EINTR {
 			l.abort(err)
 			break
@@ -201,6 +202,7 @@ func (l *h2eLoop) run() {
 		if now := time.Now(); now.Sub(lastCheck) >= epollTick || l.e.hard.Err() != nil {
 			lastCheck = now
 			l.expire(now)
+			runtime.Gosched() // waitBusy holds the processor: let the others have it
 		}
 	}
 	for _, k := range l.links {

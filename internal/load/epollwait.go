@@ -13,12 +13,30 @@ import (
 // processor in the syscall state; with GOMAXPROCS=1 (a generator pinned to one core)
 // sysmon then retakes it from every wait longer than its 20 µs tick and keeps polling at
 // that tick: strace showed one nanosleep of sysmon per request, each a context switch on
-// the generator's only core. Instead the loop's epoll descriptor is itself registered
-// with the runtime's poller: the loop parks like any goroutine reading a socket, the
+// the generator's only core. So a loop's epoll descriptor is itself registered with the
+// runtime's poller, and wait parks the loop like any goroutine reading a socket: the
 // processor goes idle (and sysmon to sleep), and the runtime's epoll wakes it when the
-// loop's set has events. Everything the loop does on its own descriptors cannot block
-// (sockets and timerfds are non-blocking, epoll_wait has a zero timeout), so it uses raw
-// syscalls, which skip the scheduler's bookkeeping and do not wake sysmon either.
+// loop's set has events.
+//
+// Parking has its own price, paid on every sleep: a trip through the scheduler, and a
+// nested epoll (each socket event also wakes the runtime's set). A loop that is busy
+// sleeps very often (the closed model at full speed sleeps every few requests, whenever
+// it has caught up with the target), so waitBusy instead blocks in a raw epoll_wait, as
+// wrk does: the thread sleeps in the kernel, keeping its processor, which the runtime
+// takes for a running goroutine and does not retake. Two rules keep that from starving
+// the process's other goroutines: the loop yields its processor at every tick; and a
+// loop whose sockets stayed silent for a whole tick is not busy, so it parks as above
+// until they speak again. Side by side against nginx (closed model, 16 connections,
+// pinned to one core; scripts/bench-load.sh), this took the loop's CPU time per request
+// from wrk's to about a tenth under it.
+//
+// One case pays for it: at GOMAXPROCS=1, a target served by goroutines of the same
+// process (as in tests) answers only when the loop yields or parks, a tick at a time.
+// meshmark's targets are other processes.
+//
+// Everything else the loop does on its own descriptors cannot block (sockets and
+// timerfds are non-blocking), so it uses raw syscalls, which skip the scheduler's
+// bookkeeping and do not wake sysmon either.
 
 // Event tags for the timerfds in a loop's set; connections are tagged by their index.
 const (
@@ -38,6 +56,9 @@ type epollSet struct {
 	events []unix.EpollEvent
 	n      int
 	err    error
+
+	// quiet: waitBusy's last wait returned no socket event, so the next one parks
+	quiet bool
 }
 
 // newEpollSet creates an epoll set with a timerfd ticking every tick.
@@ -129,6 +150,34 @@ func (s *epollSet) wait(events []unix.EpollEvent) (int, error) {
 	return n, err
 }
 
+// waitBusy is wait for a loop that expects events at once: it blocks in a raw
+// epoll_wait (at most until the next tick), holding the processor, unless its last wait
+// saw no socket event, in which case it parks through the runtime's poller. The caller
+// yields the processor at every tick (runtime.Gosched), so that other goroutines run.
+func (s *epollSet) waitBusy(events []unix.EpollEvent) (n int, err error) {
+	if s.rc == nil || s.quiet || s.tick < 0 {
+		n, err = s.wait(events)
+	} else {
+		n, err = rawEpollWaitFor(s.fd, events, epollTick)
+		if err == unix.EINTR {
+			n, err = 0, nil // a signal, such as the runtime's preemption request
+		}
+		s.drainTimers(events[:n])
+	}
+	s.quiet = err == nil && onlyTimers(events[:n])
+	return n, err
+}
+
+// onlyTimers says whether events hold no socket's event.
+func onlyTimers(events []unix.EpollEvent) bool {
+	for i := range events {
+		if events[i].Fd >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // poll returns the events ready now, without waiting.
 func (s *epollSet) poll(events []unix.EpollEvent) int {
 	n, err := rawEpollWait(s.fd, events)
@@ -154,7 +203,13 @@ func (s *epollSet) drainTimers(events []unix.EpollEvent) {
 }
 
 func rawEpollWait(epfd int, events []unix.EpollEvent) (int, error) {
-	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+	return rawEpollWaitFor(epfd, events, 0)
+}
+
+// rawEpollWaitFor is epoll_wait with a timeout (whole milliseconds), as a raw syscall: the
+// runtime does not see the thread block, so its processor stays with the caller.
+func rawEpollWaitFor(epfd int, events []unix.EpollEvent, timeout time.Duration) (int, error) {
+	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), uintptr(timeout/time.Millisecond), 0, 0)
 	if e != 0 {
 		return 0, e
 	}
