@@ -6,14 +6,11 @@
 package linkerdcharts
 
 import (
-	"crypto/sha256"
 	"embed"
-	"encoding/hex"
-	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
-	"sort"
+
+	"github.com/meshmark/meshmark/internal/embedcopy"
 )
 
 const (
@@ -46,69 +43,12 @@ var files embed.FS
 func FS() fs.FS { return files }
 
 // Digest is a SHA-256 over every vendored chart file's path and contents.
-func Digest() string {
-	h := sha256.New()
-	var paths []string
-	_ = fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			paths = append(paths, p)
-		}
-		return err
-	})
-	sort.Strings(paths)
-	for _, p := range paths {
-		b, _ := files.ReadFile(p)
-		fmt.Fprintf(h, "%s\x00%d\x00", p, len(b))
-		h.Write(b)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
+func Digest() string { return embedcopy.Digest(files) }
 
 // Dir returns a directory holding the charts, written under the user's cache directory
 // (the temporary directory when there is none) the first time: Helm loads a chart and
 // resolves its file:// dependency from disk. The directory is named by the charts'
 // digest, so a copy on disk is never another release's or a modified one's.
 func Dir() (string, error) {
-	base, err := os.UserCacheDir()
-	if err != nil || os.MkdirAll(base, 0o755) != nil {
-		base = os.TempDir()
-	}
-	dir := filepath.Join(base, "meshmark", "linkerd-charts-"+Tag+"-"+Digest()[:12])
-	if _, err := os.Stat(filepath.Join(dir, ControlPlane, "Chart.yaml")); err == nil {
-		return dir, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return "", fmt.Errorf("linkerd charts: %w", err)
-	}
-	// Written beside and renamed into place, so that a concurrent or interrupted
-	// extraction never leaves a half-written copy under the final name.
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".linkerd-charts-")
-	if err != nil {
-		return "", fmt.Errorf("linkerd charts: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	err = fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		dst := filepath.Join(tmp, filepath.FromSlash(p))
-		if d.IsDir() {
-			return os.MkdirAll(dst, 0o755)
-		}
-		b, err := files.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(dst, b, 0o644)
-	})
-	if err != nil {
-		return "", fmt.Errorf("linkerd charts: %w", err)
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		if _, serr := os.Stat(filepath.Join(dir, ControlPlane, "Chart.yaml")); serr == nil {
-			return dir, nil // another process put it there first
-		}
-		return "", fmt.Errorf("linkerd charts: %w", err)
-	}
-	return dir, nil
+	return embedcopy.Dir(files, "linkerd-charts-"+Tag, filepath.Join(ControlPlane, "Chart.yaml"))
 }
