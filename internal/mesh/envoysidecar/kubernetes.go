@@ -6,9 +6,6 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/istiohelm"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 const (
@@ -91,42 +88,20 @@ const Component = "envoy"
 // per-listener counters are left out of that output by Istio's stats matcher), every
 // counter and gauge as name{label=value,...}, and the proxy's release from istio_build.
 func ReadIstioStats(body io.Reader, of mesh.ProxyScrape) (mesh.ProxyCounters, error) {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(body)
+	var inbound float64
+	var version string
+	pc, err := mesh.ReadPrometheusText(body, func(name string, labels map[string]string, v float64) {
+		if name == istioRequests && labels["reporter"] == "destination" {
+			inbound += v
+		}
+		if name == "istio_build" && labels["component"] == "proxy" {
+			version = labels["tag"]
+		}
+	})
 	if err != nil {
 		return mesh.ProxyCounters{}, fmt.Errorf("istio-proxy stats: %w", err)
 	}
-	pc := mesh.ProxyCounters{Unit: mesh.UnitRequests, Counters: map[string]uint64{}, Gauges: map[string]uint64{}}
-	var inbound float64
-	for name, f := range fams {
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			var v float64
-			into := pc.Counters
-			switch f.GetType() {
-			case dto.MetricType_COUNTER:
-				v = m.GetCounter().GetValue()
-			case dto.MetricType_GAUGE:
-				v, into = m.GetGauge().GetValue(), pc.Gauges
-			case dto.MetricType_UNTYPED:
-				v = m.GetUntyped().GetValue()
-			default:
-				continue // histograms: latency is measured by the load generator
-			}
-			if name == istioRequests && labels["reporter"] == "destination" {
-				inbound += v
-			}
-			if name == "istio_build" && labels["component"] == "proxy" {
-				pc.Version = labels["tag"]
-			}
-			if v > 0 {
-				into[mesh.SeriesKey(name, labels)] += uint64(v)
-			}
-		}
-	}
+	pc.Unit, pc.Version = mesh.UnitRequests, version
 	if of.Service != "" {
 		pc.Inbound = map[string]uint64{of.Service: uint64(inbound)}
 	}
