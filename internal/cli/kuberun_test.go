@@ -10,7 +10,10 @@ package cli
 //   - a real `meshmark generator` process stands behind each generator pod (kwok's
 //     kubelet endpoint dials it for the port-forward);
 //   - an HTTP server of the test stands in for the entry service's pods, and no
-//     sidecar proxies traffic.
+//     sidecar proxies traffic;
+//   - under strict mTLS, the test does what the plaintext probe pod's process would,
+//     against listeners of its own that refuse plaintext as a sidecar does, and ends
+//     the pod with its report.
 // What is measured is therefore the generators' load on that server, through the same
 // code a real cluster uses; what the mesh does to latency cannot be seen here.
 
@@ -57,6 +60,10 @@ func TestRunMeasuresOnKubernetesThroughGeneratorPods(t *testing.T) {
 	defer entry.Close()
 	gens := standInGenerators(t, c, "front", entry.Listener.Addr().String())
 	webhook := standInIstiod(t, c)
+	// Every service refuses the probe's plaintext, as a sidecar under strict mTLS does.
+	probes := c.StandInPlaintextProbe(t, kubetest.PlaintextProbe{
+		Selector: kube.RoleLabel + "=" + kube.PlaintextProbeRole, ParseTarget: kube.ParsePlaintextTarget, Run: kube.RunPlaintextProbe,
+	})
 	// The front sidecar counts what the entry service served; back's counts 3 at each
 	// read. The generators' sidecars are served by nothing.
 	var backReads atomic.Int64
@@ -110,7 +117,9 @@ spec:
 		t.Fatalf("run: %v\n%s\n%s", err, out, errOut)
 	}
 	for _, want := range []string{"cluster https://127.0.0.1:", "2 load generators", "istio: installing ", "istio-discovery into istio-system",
-		"istio: every pod is in the mesh (4 pods; each carries istio-proxy)", "baseline torn down", "mesh uninstalled"} {
+		"istio: every pod is in the mesh (4 pods; each carries istio-proxy)",
+		"istio: plaintext from outside the mesh refused by all 2 services (2× refused: connection closed without an answer)",
+		"baseline torn down", "mesh uninstalled"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("progress does not say %q:\n%s", want, errOut)
 		}
@@ -159,6 +168,14 @@ spec:
 	if m := run.Mesh("istio"); m == nil || json.Unmarshal(m.Enrollment, &enr) != nil || !enr.Pass || len(enr.Pods) != 4 {
 		t.Errorf("istio enrollment %+v: want every pod (2 of the app, 2 generators) checked and passing", enr)
 	}
+	// Strict mTLS: each bring-up's plaintext probe called both services, each refused.
+	if enr.PlaintextRefused == nil || !*enr.PlaintextRefused || len(enr.Plaintext) != 2 || enr.Plaintext[0].Service != "back" || !enr.Plaintext[0].Refused ||
+		enr.Plaintext[1].Service != "front" || !enr.Plaintext[1].Refused || !strings.Contains(enr.Plaintext[1].Target, ".svc.cluster.local:9080 (http)") {
+		t.Errorf("istio enrollment stored plaintext refused %v, outcomes %+v: want both services probed and refusing", enr.PlaintextRefused, enr.Plaintext)
+	}
+	if installs, n := strings.Count(errOut, "istio: installing "), len(probes.Pods()); n != installs || n == 0 {
+		t.Errorf("%d plaintext probe pods for %d Istio bring-ups, want one each (and none for the baseline)", n, installs)
+	}
 	var effort results.InstallEffort
 	found := false
 	for _, gc := range run.Provenance.Configs {
@@ -181,6 +198,9 @@ spec:
 		t.Errorf("the report's install effort table does not show Istio's two installs:\n%s", report)
 	}
 	// The report judges the cluster's trials from the sidecars' counters as a local run's.
+	if !regexp.MustCompile(`istio \| plaintext from outside refused \| PASS \|`).Match(report) {
+		t.Errorf("the report's checks do not show that Istio refused plaintext from outside the mesh:\n%s", report)
+	}
 	if !regexp.MustCompile(`istio \| every request crossed the mesh's proxies at the entry service \| PASS \| in 0 of 2 trials`).Match(report) {
 		t.Errorf("the report's checks do not show that Istio's sidecars counted every request in both trials:\n%s", report)
 	}

@@ -19,6 +19,10 @@ type Enrollment struct {
 	// PlaintextRefused is set under strict mTLS: whether a plaintext request from
 	// outside the mesh to every service pod was refused.
 	PlaintextRefused *bool `json:"plaintext_refused,omitempty"`
+	// Plaintext is, on Kubernetes, how the plaintext request to each meshed service
+	// ended (sent from a probe pod outside the mesh, to the service's cluster name);
+	// the local checks note theirs on each pod's row instead.
+	Plaintext []PlaintextProbe `json:"plaintext,omitempty"`
 }
 
 // PodEnrollment is what the check found for one pod.

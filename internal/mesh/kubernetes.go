@@ -35,6 +35,61 @@ type KubernetesInstall struct {
 	// Proxies are where the mesh's proxies serve their own counters on the cluster, so
 	// that every trial stores what they carried, as the local profile's Telemetry does.
 	Proxies []ProxyEndpoint
+	// NodeAgents enroll every pod of their node, for meshes without sidecars whose data
+	// plane is a node's (Cilium's agent puts every pod of its node in its eBPF
+	// datapath): a pod is in the mesh when its node runs a ready pod of each.
+	NodeAgents []NodeAgent
+	// Requires are what the cluster must hold, or must not, for the mesh to go on it,
+	// checked before anything is installed: a mesh that is the cluster's pod network
+	// refuses a cluster that already runs another, which its install would break.
+	Requires []ClusterRequirement
+	// ClusterNetwork says the mesh is the cluster's pod network itself (its CNI, as
+	// Cilium is): it goes onto a cluster created without one, where no other mesh's pods
+	// could start, so a study that has it compares it only with meshes that are too.
+	ClusterNetwork bool
+	// OwnPodLabels are labels every pod of the mesh carries. Where the mesh installs
+	// into a namespace it shares with the cluster's own pods (Cilium in kube-system),
+	// only the pods with them are the mesh's, for resources.
+	OwnPodLabels map[string]string
+	// Gateways are Gateway API Gateways the mesh needs beside the workload, in the
+	// app's namespace, which is not known when the install is described (ambient's
+	// waypoint). The mesh's controller turns each into a Deployment of proxies there.
+	Gateways []AppGateway
+}
+
+// AppGateway is a Gateway API Gateway of the mesh in the app's namespace. It is created
+// there with the namespace, before the workload; the workload is ready once the Gateway
+// is Programmed and its Deployment is available; it goes first at teardown, with its
+// Deployment and pods.
+type AppGateway struct {
+	// Manifest is the Gateway, without a namespace: it goes into the app's.
+	Manifest string
+	// Deployment is the name the mesh's controller gives the Deployment it makes for
+	// the Gateway (istiod: the Gateway's own name, for a waypoint).
+	Deployment string
+}
+
+// NodeAgent is a mesh's per-node agent: the pods of a DaemonSet, found by namespace and
+// labels, one on each node.
+type NodeAgent struct {
+	// Component names the agent in enrollment failures, e.g. "cilium-agent".
+	Component string
+	Namespace string
+	Labels    map[string]string
+}
+
+// ClusterRequirement is one object the cluster must hold, or must not, before a mesh is
+// installed on it.
+type ClusterRequirement struct {
+	// Kind is DaemonSet or Secret.
+	Kind string
+	// Namespace is where to look; empty for every namespace.
+	Namespace, Name string
+	// Absent refuses the cluster when the object is there; otherwise the cluster is
+	// refused when it is missing.
+	Absent bool
+	// Why is the refusal: what the object means for the mesh and what the user can do.
+	Why string
 }
 
 // ProxyEndpoint is a metrics endpoint that a mesh's proxies serve on their pods' own
@@ -51,6 +106,11 @@ type ProxyEndpoint struct {
 	// name, as the local substrate stores a node proxy.
 	Namespace string
 	Labels    map[string]string
+	// AppLabels, for proxies that run as pods of their own in the app's namespace
+	// (ambient's waypoint, which the mesh's controller makes there): the pods there
+	// with those labels, each stored under its pod's name. Finding none is a proxy
+	// that could not be read.
+	AppLabels map[string]string
 	// Port and Path are where the proxy serves its metrics on its pod's address.
 	Port int
 	Path string

@@ -61,6 +61,11 @@ type Registration struct {
 	// "linkerd2-proxy", or "kernel:MODULE" for a kernel module such as xt_TPROXY) the
 	// profile runs, so a study is checked before its first trial.
 	Needs []string
+	// KubernetesOnly, when set, says why the profile runs on a Kubernetes cluster only
+	// (it is the mesh installed there, with no data plane meshmark can run locally).
+	// The study validator refuses it on the local substrate with this reason, so that
+	// `meshmark validate` says what `meshmark run` will do.
+	KubernetesOnly string
 }
 
 var (

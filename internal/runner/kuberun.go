@@ -26,6 +26,7 @@ import (
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/testbed"
+	"github.com/meshmark/meshmark/internal/topology"
 	"github.com/meshmark/meshmark/internal/workload"
 )
 
@@ -54,7 +55,7 @@ func kubernetesInstall(m study.Mesh) (*mesh.KubernetesInstall, error) {
 	}
 	ki, ok := p.(mesh.KubernetesInstaller)
 	if !ok {
-		return nil, fmt.Errorf("profile %s cannot be installed on Kubernetes yet (the local substrate runs it); profiles on Kubernetes: none, %s (Istio in sidecar mode), %s (Istio in ambient mode), %s",
+		return nil, fmt.Errorf("profile %s cannot be installed on Kubernetes yet (the local substrate runs it); profiles on Kubernetes: none, %s (Istio in sidecar mode), %s (Istio in ambient mode), %s, cilium (Cilium as the cluster's CNI)",
 			m.Profile, envoysidecar.Name, ambient.Name, linkerd.Name)
 	}
 	install, err := ki.Kubernetes()
@@ -128,6 +129,9 @@ func (r *runner) checkKubernetes(measure bool) error {
 			}
 			return st.ErrorAt(field, err)
 		}
+	}
+	if err := checkClusterNetwork(st); err != nil {
+		return err
 	}
 	if !measure {
 		return nil
@@ -237,7 +241,7 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 	}
 	if plan != nil {
 		r.progress.note(fmt.Sprintf("%s: installing %s", m.Name, describeCharts(plan.Charts)))
-		if d.install, err = c.InstallMesh(ctx, helmCharts(plan), plan.Manifests, r.helmLog(m.Name)); err != nil {
+		if d.install, err = installKubeMesh(ctx, c, plan, r.helmLog(m.Name)); err != nil {
 			return nil, fmt.Errorf("mesh %s: %w", m.Name, err)
 		}
 		e := d.install.Effort
@@ -246,6 +250,7 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 			return d, err
 		}
 		spec.NamespaceLabels, spec.NamespaceAnnotations, spec.PodAnnotations = plan.NamespaceLabels, plan.NamespaceAnnotations, plan.PodAnnotations
+		spec.Gateways = plan.Gateways
 	}
 	d.app, err = c.Deploy(ctx, spec)
 	if err != nil {
@@ -254,6 +259,7 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 	d.resources = kube.ResourceScope{Mesh: m.Name, App: d.app.Namespace}
 	if plan != nil {
 		d.resources.Sidecar = plan.Sidecar
+		d.resources.MeshPodLabels = plan.OwnPodLabels
 		d.proxies = plan.Proxies
 	}
 	for _, s := range r.graph.Services {
@@ -275,13 +281,18 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 		if err != nil {
 			return d, fmt.Errorf("mesh %s: %w", m.Name, err)
 		}
+		if enr.Pass {
+			r.progress.note(fmt.Sprintf("%s: every pod is in the mesh (%d pods; %s)", m.Name, len(enr.Pods), enrollmentProof(plan)))
+		}
+		if err := r.checkPlaintextOnCluster(ctx, c, run, d.app, m, plan, &enr); err != nil {
+			return d, fmt.Errorf("mesh %s: %w", m.Name, err)
+		}
 		if err := r.storeEnrollment(ctx, m.Name, enr); err != nil {
 			return d, err
 		}
 		if !enr.Pass {
 			return d, fmt.Errorf("mesh %s is not set up as claimed, refusing to measure it: %s", m.Name, strings.Join(enr.Failures, "; "))
 		}
-		r.progress.note(fmt.Sprintf("%s: every pod is in the mesh (%d pods; %s)", m.Name, len(enr.Pods), enrollmentProof(plan)))
 	}
 	if !connect {
 		d.took = time.Since(start)
@@ -333,6 +344,9 @@ func (r *runner) connectGenerators(ctx context.Context, c *kube.Cluster, d *kube
 // took in.
 func kubeEnrollment(ctx context.Context, c *kube.Cluster, app *kube.App, m *study.Mesh, plan *mesh.KubernetesInstall) (mesh.Enrollment, error) {
 	enr := mesh.Enrollment{Mesh: m.Name, Pass: true, CheckedAt: time.Now()}
+	if err := nodeAgentEnrollment(ctx, c, app, plan, &enr); err != nil {
+		return enr, err
+	}
 	if plan.Sidecar == "" && len(plan.EnrolledAnnotations) == 0 {
 		return enr, nil
 	}
@@ -358,6 +372,90 @@ func kubeEnrollment(ctx context.Context, c *kube.Cluster, app *kube.App, m *stud
 		enr.Pods = append(enr.Pods, pe)
 	}
 	return enr, nil
+}
+
+// plaintextRefusalPromised says whether the mesh, as the study configures it, refuses
+// callers without a mesh identity: its security posture's promise, which its install
+// on a cluster carries out (Istio's mesh-wide STRICT PeerAuthentication for mtls:
+// strict, in sidecar and ambient mode; Linkerd's all-authenticated default inbound
+// policy). The promise depends on the options only, not on the app.
+func plaintextRefusalPromised(m study.Mesh) (bool, error) {
+	if m.Profile == none.Name {
+		return false, nil
+	}
+	p, err := mesh.New(m.Profile, m.Options)
+	if err != nil {
+		return false, err
+	}
+	sec, ok := p.(mesh.Secured)
+	if !ok {
+		return false, nil
+	}
+	return sec.SecurityPosture(&topology.App{}).RefusesPlaintext, nil
+}
+
+// checkPlaintextOnCluster is the other half of the enrollment check where the mesh
+// promises to refuse plaintext, as the local profiles' checks do it: a caller with no
+// mesh identity, pods meshmark starts outside the mesh, calls every service of the app
+// in plaintext by its cluster name, and every one must refuse. It runs once every pod
+// is enrolled: before that the run stops anyway, and plaintext served by a pod outside
+// the mesh would only repeat the first half. A service that answers fails the check,
+// naming the service and its answer; a probe that cannot run or report fails it too,
+// saying why, so that refusal is never taken as proven when it was not tried. Only an
+// interrupt is returned as an error.
+func (r *runner) checkPlaintextOnCluster(ctx context.Context, c *kube.Cluster, run string, app *kube.App, m *study.Mesh, plan *mesh.KubernetesInstall, enr *mesh.Enrollment) error {
+	if !enr.Pass {
+		return nil
+	}
+	promised, err := plaintextRefusalPromised(*m)
+	if err != nil || !promised {
+		return err
+	}
+	r.progress.note(fmt.Sprintf("%s: the mesh should refuse plaintext: calling every service in plaintext from a pod outside the mesh", m.Name))
+	res, err := c.ProbePlaintext(ctx, app, kube.PlaintextCheck{Run: run, Mesh: m.Name, Sidecar: plan.Sidecar, EnrolledAnnotations: plan.EnrolledAnnotations})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if res.Probes == nil {
+		enr.Fail("refusal of plaintext unproven: the plaintext probe could not run: %v", err)
+		return nil
+	}
+	if err != nil {
+		r.progress.note(fmt.Sprintf("warning: %s: %v; `meshmark clean --kubernetes` removes it", m.Name, err))
+	}
+	enr.Plaintext = res.Probes
+	refused := true
+	for _, p := range res.Probes {
+		if !p.Refused {
+			refused = false
+			enr.Fail("service %s served a plaintext request from outside the mesh (%s): %s", p.Service, p.Target, p.Observed)
+		}
+	}
+	enr.PlaintextRefused = &refused
+	if refused {
+		r.progress.note(fmt.Sprintf("%s: plaintext from outside the mesh refused by all %d services (%s)", m.Name, len(res.Probes), describeRefusals(res.Probes)))
+	}
+	return nil
+}
+
+// describeRefusals counts the ways the services refused plaintext, most common first.
+func describeRefusals(probes []mesh.PlaintextProbe) string {
+	count := map[string]int{}
+	for _, p := range probes {
+		count[p.Observed]++
+	}
+	ways := slices.Collect(maps.Keys(count))
+	slices.SortFunc(ways, func(a, b string) int {
+		if count[a] != count[b] {
+			return count[b] - count[a]
+		}
+		return strings.Compare(a, b)
+	})
+	var out []string
+	for _, w := range ways {
+		out = append(out, fmt.Sprintf("%d× %s", count[w], w))
+	}
+	return strings.Join(out, ", ")
 }
 
 // storeEnrollment keeps the check with the run, as the local substrate's is kept.
@@ -421,6 +519,9 @@ func enrollmentProof(plan *mesh.KubernetesInstall) string {
 	}
 	for _, k := range slices.Sorted(maps.Keys(plan.EnrolledAnnotations)) {
 		what = append(what, "each marked "+k+"="+plan.EnrolledAnnotations[k])
+	}
+	for _, a := range plan.NodeAgents {
+		what = append(what, "each on a node with a ready "+a.Component)
 	}
 	return strings.Join(what, ", ")
 }

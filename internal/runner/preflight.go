@@ -34,6 +34,10 @@ func (r *runner) preflight(ctx context.Context) error {
 		if !ok {
 			continue // prepare has already refused an unknown profile
 		}
+		if reg.KubernetesOnly != "" {
+			// The study loader refuses it already; a study built in code must be too.
+			problems = append(problems, fmt.Sprintf("mesh %s: profile %s runs on spec.substrate.kubernetes only: %s", m.Name, m.Profile, reg.KubernetesOnly))
+		}
 		for _, n := range reg.Needs {
 			if len(usedBy[n]) == 0 && !slices.Contains(names, n) {
 				names = append(names, n)

@@ -100,13 +100,13 @@ func probeAuthorization(ctx context.Context, tgt Target, p mesh.Posture) results
 	for _, pr := range plan {
 		if pr.caller.Name != "" {
 			res, err := call(pr.caller, pr.callee)
-			obs, refused := refusal(res, err)
+			obs, refused := mesh.Refusal(res, err)
 			r.Checks = append(r.Checks, results.SecurityCheck{Target: fmt.Sprintf("%s -> %s (allowed)", pr.caller.Service, pr.callee.Name),
 				Observed: obs, Held: !refused && res.Status < 400})
 		}
 		if pr.other.Name != "" {
 			res, err := call(pr.other, pr.callee)
-			obs, refused := refusal(res, err)
+			obs, refused := mesh.Refusal(res, err)
 			r.Checks = append(r.Checks, results.SecurityCheck{Target: fmt.Sprintf("%s -> %s (not allowed)", callerName(pr.other), pr.callee.Name),
 				Observed: obs, Held: refused})
 			denied = append(denied, pr)
@@ -118,7 +118,7 @@ func probeAuthorization(ctx context.Context, tgt Target, p mesh.Posture) results
 		removed = true
 		for _, pr := range denied {
 			res, err := call(pr.other, pr.callee)
-			obs, refused := refusal(res, err)
+			obs, refused := mesh.Refusal(res, err)
 			r.Checks = append(r.Checks, results.SecurityCheck{Target: fmt.Sprintf("%s -> %s (policy removed)", callerName(pr.other), pr.callee.Name),
 				Observed: obs, Held: !refused && res.Status < 400})
 		}

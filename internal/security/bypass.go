@@ -3,9 +3,7 @@ package security
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"strings"
 
 	"github.com/meshmark/meshmark/internal/mesh"
@@ -47,10 +45,10 @@ func probeBypass(ctx context.Context, tgt Target, p mesh.Posture) results.Securi
 	route := fmt.Sprintf("%s -> pod %s (%s)", src.Name, dst.Name, addr)
 	if ud, ok := tgt.Sub.(substrate.UIDDialer); ok {
 		for _, uid := range p.ExcludedUIDs {
-			res, err := plainGet(ctx, func(ctx context.Context, network, a string) (net.Conn, error) {
+			res, err := mesh.ProbeHTTPWith(ctx, func(ctx context.Context, network, a string) (net.Conn, error) {
 				return ud.DialContextAs(ctx, src, uid, network, a)
-			}, addr, host)
-			obs, refused := refusal(res, err)
+			}, mesh.ProbeRequest{Addr: addr, Host: host, Path: "/"})
+			obs, refused := mesh.Refusal(res, err)
 			r.Checks = append(r.Checks, results.SecurityCheck{Target: fmt.Sprintf("workload as uid %d, %s", uid, route), Observed: bypassWords(obs, refused), Held: refused})
 		}
 	}
@@ -90,31 +88,9 @@ func withoutInterception(ctx context.Context, tgt Target, pod topology.Pod, addr
 		}
 		inserted = append(inserted, rule)
 	}
-	res, err := plainGet(ctx, func(ctx context.Context, network, a string) (net.Conn, error) {
+	res, err := mesh.ProbeHTTPWith(ctx, func(ctx context.Context, network, a string) (net.Conn, error) {
 		return tgt.Sub.DialContext(ctx, pod, network, a)
-	}, addr, host)
-	obs, refused := refusal(res, err)
+	}, mesh.ProbeRequest{Addr: addr, Host: host, Path: "/"})
+	obs, refused := mesh.Refusal(res, err)
 	return obs, refused, nil
-}
-
-// plainGet is mesh.ProbeHTTP with a dialer of the caller's choosing.
-func plainGet(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), addr, host string) (mesh.ProbeResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
-	defer cancel()
-	tr := &http.Transport{DialContext: dial, DisableKeepAlives: true}
-	defer tr.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
-	if err != nil {
-		return mesh.ProbeResult{}, err
-	}
-	req.Host = host
-	resp, err := (&http.Client{Transport: tr}).Do(req)
-	if err != nil {
-		return mesh.ProbeResult{}, err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	res := mesh.ProbeResult{Status: resp.StatusCode, Body: string(body)}
-	res.ProxyGenerated = resp.StatusCode >= 500 && mesh.ProxyGeneratedBody(res.Body)
-	return res, nil
 }

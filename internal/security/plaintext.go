@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"syscall"
 
 	"github.com/meshmark/meshmark/internal/mesh"
@@ -65,38 +63,8 @@ func plainCall(ctx context.Context, tgt Target, from topology.Pod, where, what, 
 	if errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.EHOSTUNREACH) {
 		return c, false
 	}
-	c.Observed, c.Held = refusal(res, err)
+	c.Observed, c.Held = mesh.Refusal(res, err)
 	return c, true
-}
-
-// refusal says how a call without the right identity ended, and whether it was kept
-// from the application: a connection error, a proxy's own error page, or a 401/403.
-func refusal(res mesh.ProbeResult, err error) (string, bool) {
-	switch {
-	case err != nil:
-		return "refused: " + connError(err), true
-	case res.Status == 401 || res.Status == 403:
-		return fmt.Sprintf("denied: HTTP %d %.80q", res.Status, res.Body), true
-	case res.ProxyGenerated:
-		return fmt.Sprintf("stopped by the proxy: HTTP %d %.80q", res.Status, res.Body), true
-	}
-	return fmt.Sprintf("served: HTTP %d", res.Status), false
-}
-
-// connError names how a connection failed in the words a user would look for.
-func connError(err error) string {
-	var ne net.Error
-	switch {
-	case errors.Is(err, syscall.ECONNRESET):
-		return "connection reset"
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused"
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return "connection closed without an answer"
-	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, context.DeadlineExceeded):
-		return "no answer in time"
-	}
-	return err.Error()
 }
 
 func promise(on bool, yes, no string) string {

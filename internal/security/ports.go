@@ -65,7 +65,7 @@ func callPort(ctx context.Context, tgt Target, from topology.Pod, pod topology.P
 		before = ps.served.Load()
 	}
 	res, err := mesh.ProbeHTTP(ctx, tgt.Sub, from, mesh.Addr(pod.IP, port), "", "/")
-	obs, refused := refusal(res, err)
+	obs, refused := mesh.Refusal(res, err)
 	if ps != nil && ps.served.Load() > before {
 		return "the application's listener answered without the proxy: " + obs, false
 	}

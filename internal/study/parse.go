@@ -284,6 +284,9 @@ func (c *checker) meshes() {
 		if !slices.Contains(known, m.Profile) {
 			continue
 		}
+		if reg, _ := mesh.Lookup(m.Profile); reg.KubernetesOnly != "" && spec.Substrate.Kubernetes == nil {
+			c.errAt(p+".profile", "%s runs on spec.substrate.kubernetes only: %s", m.Profile, reg.KubernetesOnly)
+		}
 		if _, err := mesh.New(m.Profile, m.Options); err != nil {
 			var oe *mesh.OptionError
 			if errors.As(err, &oe) {

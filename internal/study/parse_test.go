@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meshmark/meshmark/internal/mesh"
 )
 
 // minimal is the smallest valid study; invalid cases below are edits of it, so
@@ -35,6 +37,15 @@ spec:
       rate: 75% of lowest capacity
       duration: 20s
 `
+
+// kubernetesOnly is why the registry says a profile runs on Kubernetes only.
+func kubernetesOnly(t testing.TB, profile string) string {
+	reg, ok := mesh.Lookup(profile)
+	if !ok || reg.KubernetesOnly == "" {
+		t.Fatalf("profile %s is not registered as Kubernetes-only", profile)
+	}
+	return reg.KubernetesOnly
+}
 
 func examples(t testing.TB) []string {
 	files, err := filepath.Glob("../../examples/*.yaml")
@@ -173,6 +184,9 @@ func TestInvalid(t *testing.T) {
 		{"unknown profile", "profile: envoy-sidecar", "profile: envoy-sidecr",
 			// The list is the registry's, which grows with every profile package.
 			[]string{`f.yaml:12:16: spec.meshes[1].profile: "envoy-sidecr": unknown profile, expected one of ` + strings.Join(KnownProfiles(), ", ") + ` (did you mean "envoy-sidecar"?)`}},
+		{"kubernetes-only profile on the local substrate", "profile: envoy-sidecar", "profile: cilium",
+			// What the registry says of the profile, so that validate says what run will.
+			[]string{`f.yaml:12:16: spec.meshes[1].profile: cilium runs on spec.substrate.kubernetes only: ` + kubernetesOnly(t, "cilium")}},
 		{"no baseline", "profile: none", "profile: envoy-sidecar",
 			[]string{`f.yaml:9:5: spec.meshes: comparing 2 meshes needs a baseline: add a mesh with profile none, or name one in spec.baseline`}},
 		{"baseline names no mesh", "  experiments:\n", "  baseline: bsae\n  experiments:\n",

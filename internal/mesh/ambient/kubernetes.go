@@ -1,8 +1,14 @@
 package ambient
 
 import (
+	"fmt"
+	"io"
+	"slices"
+
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/envoysidecar"
 	"github.com/meshmark/meshmark/internal/mesh/istiohelm"
+	gatewayapicrds "github.com/meshmark/meshmark/third_party/gateway-api-crds"
 )
 
 // RedirectionAnnotation is what istio-cni's node agent writes on a pod once it has
@@ -10,17 +16,52 @@ import (
 // in the mesh.
 const RedirectionAnnotation = "ambient.istio.io/redirection"
 
+const (
+	// WaypointName names the namespace's waypoint: its Gateway, and the Deployment and
+	// pods istiod makes for it, which take the Gateway's name.
+	WaypointName = "waypoint"
+	// WaypointComponent names the waypoint among a trial's counters, on either
+	// substrate.
+	WaypointComponent = "waypoint"
+	// UseWaypointLabel on a namespace sends the traffic to its services through the
+	// waypoint it names.
+	UseWaypointLabel = "istio.io/use-waypoint"
+	// GatewayNameLabel is what istiod labels a Gateway's pods with, as the Gateway API
+	// asks of its implementations.
+	GatewayNameLabel = "gateway.networking.k8s.io/gateway-name"
+)
+
+// waypointGateway is the namespace's waypoint as Istio's documentation deploys it
+// (what `istioctl waypoint generate --for service` writes): a Gateway of class
+// istio-waypoint whose HBONE listener on 15008 ztunnel sends the traffic for the
+// namespace's services to. Its namespace is the app's, given when it is applied.
+const waypointGateway = `apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: ` + WaypointName + `
+  labels:
+    istio.io/waypoint-for: service
+spec:
+  gatewayClassName: istio-waypoint
+  listeners:
+  - name: mesh
+    port: 15008
+    protocol: HBONE
+`
+
 var _ mesh.KubernetesInstaller = (*Profile)(nil)
 
 // Kubernetes describes Istio in ambient mode as Istio's Helm documentation installs it:
 // base, istiod and istio-cni with the ambient profile, then ztunnel, into istio-system;
-// namespaces labelled istio.io/dataplane-mode=ambient. The waypoint is not installed on
-// Kubernetes yet, and options meshmark does not carry over are refused.
+// namespaces labelled istio.io/dataplane-mode=ambient. With the waypoint, as Istio's
+// waypoint documentation adds it: the Gateway API's CRDs (after base, as the Helm
+// install does, from meshmark's copy of the release Istio is built against, where the
+// cluster lacks them), a Gateway named waypoint in the app's namespace and that
+// namespace labelled istio.io/use-waypoint=waypoint. Options meshmark does not carry
+// over are refused.
 func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 	o, def := p.opts, mesh.DefaultOptions()
 	switch {
-	case p.withWaypoint:
-		return mesh.KubernetesInstall{}, istiohelm.NotCarried("waypoint")
 	case o.Concurrency != def.Concurrency:
 		return mesh.KubernetesInstall{}, istiohelm.NotCarried("concurrency")
 	case o.TrustDomain != def.TrustDomain:
@@ -37,7 +78,7 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 	if p.mode == mesh.MTLSStrict {
 		manifests = append(manifests, istiohelm.PeerAuthentication("STRICT"))
 	}
-	return mesh.KubernetesInstall{
+	install := mesh.KubernetesInstall{
 		Charts:              charts,
 		Manifests:           manifests,
 		NamespaceLabels:     map[string]string{"istio.io/dataplane-mode": "ambient"},
@@ -46,5 +87,50 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 		// serves its metrics on its pod's address.
 		Proxies: []mesh.ProxyEndpoint{{Component: Component, Namespace: istiohelm.Namespace, Labels: map[string]string{"app": "ztunnel"},
 			Port: MetricsPort, Path: "/metrics", Read: readKubeMetrics}},
-	}, nil
+	}
+	if !p.withWaypoint {
+		return install, nil
+	}
+	dir, err := gatewayapicrds.Dir()
+	if err != nil {
+		return mesh.KubernetesInstall{}, fmt.Errorf("%s: %w", Name, err)
+	}
+	crds := mesh.HelmChart{Release: gatewayapicrds.Chart, Namespace: istiohelm.Namespace, Chart: dir}
+	install.Charts = slices.Insert(install.Charts, 1, crds)
+	install.NamespaceLabels[UseWaypointLabel] = WaypointName
+	install.Gateways = []mesh.AppGateway{{Manifest: waypointGateway, Deployment: WaypointName}}
+	// The waypoint is istio-proxy's Envoy, serving its stats where a sidecar's does.
+	install.Proxies = append(install.Proxies, mesh.ProxyEndpoint{Component: WaypointComponent,
+		AppLabels: map[string]string{GatewayNameLabel: WaypointName},
+		Port:      envoysidecar.IstioStatsPort, Path: "/stats/prometheus", Read: readKubeWaypoint})
+	return install, nil
+}
+
+// readKubeWaypoint reads the waypoint's Envoy stats on a cluster (mesh.ProxyEndpoint):
+// the requests it carried into each service of the app's namespace, which is Istio's
+// istio_requests_total as a waypoint reports it (reporter="waypoint"), counted by the
+// destination's canonical service and namespace as ztunnel's connections are (on a
+// shared cluster another namespace may have a service of the same name); every counter
+// and gauge; and its release from istio_build.
+func readKubeWaypoint(body io.Reader, of mesh.ProxyScrape) (mesh.ProxyCounters, error) {
+	inbound := make(map[string]uint64, len(of.Services))
+	for _, s := range of.Services {
+		inbound[s] = 0
+	}
+	var version string
+	pc, err := mesh.ReadPrometheusText(body, func(name string, labels map[string]string, v float64) {
+		switch {
+		case name == "istio_requests_total" && labels["reporter"] == "waypoint" && labels["destination_workload_namespace"] == of.Namespace:
+			if n, ok := inbound[labels["destination_canonical_service"]]; ok {
+				inbound[labels["destination_canonical_service"]] = n + uint64(v)
+			}
+		case name == "istio_build" && labels["component"] == "proxy":
+			version = labels["tag"]
+		}
+	})
+	if err != nil {
+		return mesh.ProxyCounters{}, fmt.Errorf("waypoint stats: %w", err)
+	}
+	pc.Unit, pc.Version, pc.Inbound = mesh.UnitRequests, version, inbound
+	return pc, nil
 }

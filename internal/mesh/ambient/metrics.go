@@ -186,7 +186,7 @@ func readWaypoint(ctx context.Context, sub substrate.Substrate, app *topology.Ap
 	sctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
 	defer cancel()
 	snap, err := c.Snapshot(sctx)
-	pc := mesh.ProxyCounters{Component: "waypoint", Pod: wp.pod.Name, Time: snap.Time, Err: err, Unit: mesh.UnitRequests}
+	pc := mesh.ProxyCounters{Component: WaypointComponent, Pod: wp.pod.Name, Time: snap.Time, Err: err, Unit: mesh.UnitRequests}
 	if err != nil {
 		pc.Time = time.Now()
 		return pc

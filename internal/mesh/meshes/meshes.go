@@ -5,6 +5,7 @@ package meshes
 import (
 	// Each profile registers itself in its init.
 	_ "github.com/meshmark/meshmark/internal/mesh/ambient"
+	_ "github.com/meshmark/meshmark/internal/mesh/cilium"
 	_ "github.com/meshmark/meshmark/internal/mesh/envoysidecar"
 	_ "github.com/meshmark/meshmark/internal/mesh/linkerd"
 	_ "github.com/meshmark/meshmark/internal/mesh/nodeenvoy"

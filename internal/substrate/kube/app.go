@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/workload"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -37,6 +38,10 @@ type AppSpec struct {
 	// Generators is how many load-generator pods to run beside the workload (see
 	// ForwardGenerators); 0 runs none.
 	Generators int
+	// Gateways are the mesh's Gateway API Gateways beside the workload (ambient's
+	// waypoint): created in the namespace before the workload, waited for with it,
+	// deleted before it.
+	Gateways []mesh.AppGateway
 }
 
 // PodNameArg stands for the pod's name in AppSpec.Args: Kubernetes expands it from the
@@ -54,6 +59,8 @@ type App struct {
 	// generators is how many load-generator pods the app has; files, whether it has
 	// a ConfigMap of files.
 	generators, files int
+	// gateways are the mesh's Gateways in the namespace.
+	gateways []appGateway
 }
 
 // Pods is how many pods the app runs: the workload's and the load generators'.
@@ -90,12 +97,16 @@ func dnsLabel(s string) string {
 	return strings.Trim(s, "-")
 }
 
-// Deploy creates the namespace, the files, one Deployment per service version and one
-// Service per service. It returns what it created so far even when it fails, so that
-// the caller can tear it down.
+// Deploy creates the namespace, the files, the mesh's Gateways, one Deployment per
+// service version and one Service per service. It returns what it created so far even
+// when it fails, so that the caller can tear it down.
 func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
 	if c.cfg.Image == "" {
 		return nil, fmt.Errorf("no image for the workload: set spec.substrate.kubernetes.image (build one with `meshmark image build`)")
+	}
+	gateways, err := c.parseGateways(ctx, spec.Gateways)
+	if err != nil {
+		return nil, err
 	}
 	app := &App{Namespace: c.NamespaceFor(spec.Run, spec.Mesh), pods: map[string]int{}}
 	labels := c.labels(spec)
@@ -113,6 +124,11 @@ func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
 			return app, fmt.Errorf("namespace %s: create files: %w", app.Namespace, err)
 		}
 		app.files = 1
+	}
+	for i, gw := range gateways {
+		if err := c.createGateway(ctx, app, gw, spec.Gateways[i].Deployment); err != nil {
+			return app, err
+		}
 	}
 	ports := map[string]workload.Deployment{}
 	for _, d := range spec.Deployments {
@@ -225,9 +241,10 @@ func (c *Cluster) deployment(spec AppSpec, d workload.Deployment, labels map[str
 }
 
 // WaitReady waits until every Deployment of the app has all its replicas available,
+// and every Gateway of the mesh's there is Programmed with its Deployment available,
 // reporting progress as it changes. When the wait times out, the error says which
-// deployments are short and why their pods are not ready, in the cluster's own words
-// (an image that cannot be pulled, a pod no node can take).
+// deployments and gateways are short and why their pods are not ready, in the cluster's
+// own words (an image that cannot be pulled, a pod no node can take).
 func (c *Cluster) WaitReady(ctx context.Context, app *App, progress func(ready, total int)) error {
 	deadline := time.Now().Add(c.cfg.Timeout)
 	last := -1
@@ -239,20 +256,18 @@ func (c *Cluster) WaitReady(ctx context.Context, app *App, progress func(ready, 
 		total, ready := 0, 0
 		var short []string
 		for _, d := range deps.Items {
-			want := int32(1)
-			if d.Spec.Replicas != nil {
-				want = *d.Spec.Replicas
-			}
+			have, want := available(&d)
 			total += int(want)
-			have := d.Status.AvailableReplicas
-			if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas < want {
-				have = 0
-			}
 			ready += int(min(have, want))
 			if have < want {
 				short = append(short, fmt.Sprintf("%s %d/%d", d.Name, have, want))
 			}
 		}
+		gwReady, gwTotal, gwShort, err := c.gatewaysReady(ctx, app)
+		if err != nil {
+			return err
+		}
+		ready, total, short = ready+gwReady, total+gwTotal, append(short, gwShort...)
 		if ready != last && progress != nil {
 			progress(ready, total)
 			last = ready
@@ -338,11 +353,14 @@ func (c *Cluster) whyPodsWait(ctx context.Context, namespace string) string {
 	return "; " + strings.Join(reasons, "; ")
 }
 
-// Teardown deletes the app's namespace, and with it everything in it, and waits until
-// it is gone.
+// Teardown deletes the mesh's Gateways there, then the app's namespace, and with it
+// everything in it, and waits until it is gone.
 func (c *Cluster) Teardown(ctx context.Context, app *App) error {
 	if app == nil {
 		return nil
+	}
+	if err := c.deleteGateways(ctx, app); err != nil {
+		return err
 	}
 	return c.deleteNamespaces(ctx, []string{app.Namespace}, nil)
 }

@@ -165,9 +165,10 @@ func (c *Cluster) reach(ctx context.Context) error {
 }
 
 // neededRights is what a run does on the cluster: create and delete its namespaces and
-// the workload's objects in them, watch the pods, reach the load generators, read
-// every node's kubelet resource metrics through the API server (SampleResources), and
-// the mesh's proxies' counters the same way (ReadProxyCounters).
+// the workload's objects in them, watch the pods, start the plaintext probe's pods
+// under strict mTLS (ProbePlaintext), reach the load generators, read every node's
+// kubelet resource metrics through the API server (SampleResources), and the mesh's
+// proxies' counters the same way (ReadProxyCounters).
 var neededRights = []authv1.ResourceAttributes{
 	{Verb: "create", Resource: "namespaces"},
 	{Verb: "delete", Resource: "namespaces"},
@@ -176,6 +177,7 @@ var neededRights = []authv1.ResourceAttributes{
 	{Verb: "create", Resource: "services"},
 	{Verb: "create", Resource: "configmaps"},
 	{Verb: "list", Resource: "pods"},
+	{Verb: "create", Resource: "pods"},
 	{Verb: "create", Resource: "pods", Subresource: "portforward"},
 	{Verb: "get", Resource: "nodes", Subresource: "proxy"},
 	{Verb: "get", Resource: "pods", Subresource: "proxy"},

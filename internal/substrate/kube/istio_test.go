@@ -39,22 +39,13 @@ func TestIstioInstallsInjectsAndLeavesNothing(t *testing.T) {
 	// istiod's webhooks are reached by URL, as with an external control plane: through
 	// their Services, the API server's calls would go to addresses that exist nowhere.
 	validate := map[string]any{"validationURL": kubetest.WebhookURL(webhook) + "/validate"}
-	mi, err := c.InstallMesh(ctx, []Chart{
+	mi, uninstall := installMesh(t, c, []Chart{
 		{Release: "istio-base", Ref: filepath.Join(charts, "base"), Namespace: "istio-system",
 			Values: map[string]any{"base": validate}},
 		{Release: "istiod", Ref: filepath.Join(charts, "istio-control", "istio-discovery"), Namespace: "istio-system",
 			Values: map[string]any{"base": validate,
 				"istiodRemote": map[string]any{"injectionURL": kubetest.WebhookURL(webhook) + "/inject"}}},
 	}, []string{"apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\nspec: {mtls: {mode: STRICT}}\n"}, &log)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, log.String())
-	}
-	uninstalled := false
-	defer func() {
-		if !uninstalled {
-			_ = c.UninstallMesh(context.Background(), mi, &log)
-		}
-	}()
 	e := mi.Effort
 	if len(e.CRDs) != 15 || e.Kinds["CustomResourceDefinition"] != 15 || e.Kinds["MutatingWebhookConfiguration"] != 1 ||
 		e.Kinds["PeerAuthentication"] != 1 || e.Kinds["Deployment"] != 1 || e.Values != 3 || e.Objects < 35 {
@@ -97,20 +88,46 @@ func TestIstioInstallsInjectsAndLeavesNothing(t *testing.T) {
 	if err := c.Teardown(ctx, app); err != nil {
 		t.Fatal(err)
 	}
-	uninstalled = true
-	if err := c.UninstallMesh(ctx, mi, &log); err != nil {
+	if err := uninstall(); err != nil {
 		t.Fatal(err)
 	}
-	for _, crd := range e.CRDs {
-		if _, err := c.crdClient().Get(ctx, crd, metav1.GetOptions{}); !IsNotFound(err) {
-			t.Errorf("CRD %s still there after uninstall (%v)", crd, err)
-		}
-	}
+	checkCRDsGone(t, c, e.CRDs)
 	if _, err := c.Client().CoreV1().Namespaces().Get(ctx, "istio-system", metav1.GetOptions{}); !IsNotFound(err) {
 		t.Errorf("namespace istio-system after uninstall: %v", err)
 	}
 	if mwcs, err := c.Client().AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{}); err != nil || len(mwcs.Items) > 0 {
 		t.Errorf("mutating webhooks after uninstall: %v %v", mwcs, err)
+	}
+}
+
+// installMesh installs charts and manifests through InstallMesh, failing the test with
+// the install's log. The mesh is uninstalled when the test ends unless the test called
+// uninstall first, as it does to see what an uninstall leaves behind.
+func installMesh(t *testing.T, c *Cluster, charts []Chart, manifests []string, log *bytes.Buffer) (mi *MeshInstall, uninstall func() error) {
+	t.Helper()
+	mi, err := c.InstallMesh(context.Background(), charts, manifests, log)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	uninstalled := false
+	t.Cleanup(func() {
+		if !uninstalled {
+			_ = c.UninstallMesh(context.Background(), mi, log)
+		}
+	})
+	return mi, func() error {
+		uninstalled = true
+		return c.UninstallMesh(context.Background(), mi, log)
+	}
+}
+
+// checkCRDsGone fails the test for each of crds that is still there after an uninstall.
+func checkCRDsGone(t *testing.T, c *Cluster, crds []string) {
+	t.Helper()
+	for _, crd := range crds {
+		if _, err := c.crdClient().Get(context.Background(), crd, metav1.GetOptions{}); !IsNotFound(err) {
+			t.Errorf("CRD %s still there after uninstall (%v)", crd, err)
+		}
 	}
 }
 

@@ -69,43 +69,53 @@ func (c *Cluster) InstallMesh(ctx context.Context, charts []Chart, manifests []s
 	return mi, nil
 }
 
-// apply creates one manifest's object. The mesh's CRDs were only just added, so the API
-// server's discovery may not list them for a moment.
+// apply creates one manifest's object, labelled as meshmark's.
 func (c *Cluster) apply(ctx context.Context, mi *MeshInstall, manifest string) error {
 	var obj unstructured.Unstructured
 	if err := yaml.Unmarshal([]byte(manifest), &obj.Object); err != nil {
 		return fmt.Errorf("mesh configuration: %w", err)
 	}
-	gvk := obj.GroupVersionKind()
 	labels := obj.GetLabels()
 	if labels == nil {
 		labels = map[string]string{}
 	}
 	labels[ManagedByLabel] = ManagedBy
 	obj.SetLabels(labels)
-	dyn, err := dynamic.NewForConfig(c.rest)
+	mapping, err := c.create(ctx, &obj)
 	if err != nil {
 		return err
+	}
+	mi.applied = append(mi.applied, appliedObject{ref: mapping, namespace: obj.GetNamespace(), name: obj.GetName()})
+	mi.Effort.Objects++
+	mi.Effort.Kinds[obj.GetKind()]++
+	return nil
+}
+
+// create creates obj in the namespace it names and returns how its kind is addressed.
+// A mesh's CRDs may have been added only just now, so the API server's discovery may
+// not list them for a moment.
+func (c *Cluster) create(ctx context.Context, obj *unstructured.Unstructured) (*meta.RESTMapping, error) {
+	gvk := obj.GroupVersionKind()
+	dyn, err := dynamic.NewForConfig(c.rest)
+	if err != nil {
+		return nil, err
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.client.Discovery()))
 		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err == nil {
-			_, err = dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace()).Create(ctx, &obj, metav1.CreateOptions{})
+			_, err = dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace()).Create(ctx, obj, metav1.CreateOptions{})
 			if err == nil {
-				mi.applied = append(mi.applied, appliedObject{ref: mapping, namespace: obj.GetNamespace(), name: obj.GetName()})
-				mi.Effort.Objects++
-				mi.Effort.Kinds[gvk.Kind]++
-				return nil
+				return mapping, nil
 			}
 		}
 		if !meta.IsNoMatchError(err) || time.Now().After(deadline) {
-			return fmt.Errorf("apply %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+			return nil, fmt.Errorf("apply %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
 	}

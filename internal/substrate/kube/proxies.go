@@ -41,8 +41,8 @@ type proxyTarget struct {
 }
 
 // ReadProxyCounters reads, now, every proxy of the app that endpoints describe: the
-// sidecar of every pod of the app's namespace that carries one, and the node proxies on
-// the nodes that host the app's pods. A proxy that cannot be read, or pods that cannot
+// sidecar of every pod of the app's namespace that carries one, the mesh's own proxy
+// pods there (a waypoint), and the node proxies on the nodes that host the app's pods. A proxy that cannot be read, or pods that cannot
 // be listed, are returned with Err set in the API server's words, never dropped, so that
 // a trial says which proxy it lacks.
 func (c *Cluster) ReadProxyCounters(ctx context.Context, app *App, endpoints []mesh.ProxyEndpoint, services []string) []mesh.ProxyCounters {
@@ -77,6 +77,26 @@ func (c *Cluster) ReadProxyCounters(ctx context.Context, app *App, endpoints []m
 					targets = append(targets, proxyTarget{ep: ep, pod: p, name: p.Name,
 						of: mesh.ProxyScrape{Service: p.Labels["app"], Namespace: app.Namespace, Services: services}})
 				}
+			}
+		case len(ep.AppLabels) > 0:
+			sel := labels.SelectorFromSet(ep.AppLabels).String()
+			list, err := c.client.CoreV1().Pods(app.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+			if err != nil {
+				failed(ep, "namespace "+app.Namespace, fmt.Errorf("listing its %s pods: %w", ep.Component, err))
+				continue
+			}
+			found := 0
+			for j := range list.Items {
+				if p := &list.Items[j]; p.DeletionTimestamp == nil {
+					found++
+					targets = append(targets, proxyTarget{ep: ep, pod: p, name: p.Name,
+						of: mesh.ProxyScrape{Namespace: app.Namespace, Services: services}})
+				}
+			}
+			// The mesh puts this proxy beside the app: without it no proxy counted the
+			// traffic it carries, which is said, not left out.
+			if found == 0 {
+				failed(ep, "namespace "+app.Namespace, fmt.Errorf("no %s pod (labels %s) in the namespace", ep.Component, sel))
 			}
 		case ep.Namespace != "":
 			list, err := c.client.CoreV1().Pods(ep.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(ep.Labels).String()})

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Resources on a cluster come from each node's kubelet: its resource metrics endpoint,
@@ -50,6 +51,10 @@ type ResourceScope struct {
 	// there serves every pod of its node (ztunnel, the istio-cni or Cilium agent) and is
 	// a node proxy; any other pod there is the mesh's control plane.
 	MeshNamespaces []string
+	// MeshPodLabels, when set, are labels every pod of the mesh carries: a pod of the
+	// mesh's namespaces without them is the cluster's own (Cilium installs into
+	// kube-system, beside kube-proxy and CoreDNS) and is left out.
+	MeshPodLabels map[string]string
 	// Sidecar is the container the mesh injects beside each application container, when
 	// it is not one of the usual names.
 	Sidecar string
@@ -84,6 +89,9 @@ func (s ResourceScope) RoleOf(pod *corev1.Pod, container string) (substrate.Role
 		}
 		return substrate.RoleWorkload, true
 	case slices.Contains(s.MeshNamespaces, pod.Namespace):
+		if !labels.SelectorFromSet(s.MeshPodLabels).Matches(labels.Set(pod.Labels)) {
+			return "", false
+		}
 		for _, o := range pod.OwnerReferences {
 			if o.Kind == "DaemonSet" {
 				return substrate.RoleNodeProxy, true

@@ -8,11 +8,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 )
 
 // OnNewPods stands in for what a pod's containers would do once kwok has scheduled it:
 // until the test ends it lists, every 100 ms, the pods of every namespace that match
-// selector and calls handle with each it has not handled yet. handle returns done
+// selector and calls handle with each it has not handled yet (a pod made anew under an
+// old name is a new pod). handle returns done
 // false to see the pod again on a later round (say, its Service does not exist yet);
 // an error fails the test and ends the watch. Cleanups the caller registered before
 // this call run after the watch has stopped, so they may release what handle made.
@@ -40,7 +42,9 @@ func (c *Cluster) OnNewPods(t testing.TB, selector string, handle func(ctx conte
 			}
 			for i := range pods.Items {
 				p := &pods.Items[i]
-				key := p.Namespace + "/" + p.Name
+				// By uid: a namespace made anew, as each bring-up of a mesh makes
+				// its own, holds new pods under the old names.
+				key := string(p.UID)
 				if handled[key] {
 					continue
 				}
@@ -53,4 +57,67 @@ func (c *Cluster) OnNewPods(t testing.TB, selector string, handle func(ctx conte
 			}
 		}
 	}()
+}
+
+// EndPod stands in for a pod's containers exiting, as a kubelet reports it: each
+// container terminated with exitCode and message (its termination message), and the
+// pod Succeeded (exit code 0) or Failed. kwok would otherwise keep the pod running for
+// ever. Call it once kwok has marked the pod running, or kwok's own status may land
+// after it.
+func (c *Cluster) EndPod(ctx context.Context, namespace, name string, exitCode int32, message string) error {
+	return c.updatePodStatus(ctx, namespace, name, func(p *corev1.Pod) {
+		now := metav1.Now()
+		p.Status.Phase = corev1.PodSucceeded
+		if exitCode != 0 {
+			p.Status.Phase = corev1.PodFailed
+		}
+		p.Status.ContainerStatuses = nil
+		for _, ctr := range p.Spec.Containers {
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+				Name: ctr.Name, Image: ctr.Image,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+					ExitCode: exitCode, Reason: map[bool]string{true: "Completed", false: "Error"}[exitCode == 0],
+					Message: message, StartedAt: now, FinishedAt: now,
+				}},
+			})
+		}
+		for i := range p.Status.Conditions {
+			if p.Status.Conditions[i].Type == corev1.PodReady || p.Status.Conditions[i].Type == corev1.ContainersReady {
+				p.Status.Conditions[i].Status = corev1.ConditionFalse
+			}
+		}
+	})
+}
+
+// PodWaits stands in for a kubelet that cannot start a pod's containers: each waits
+// with reason and message (ImagePullBackOff, ...), and the pod stays Pending.
+func (c *Cluster) PodWaits(ctx context.Context, namespace, name, reason, message string) error {
+	return c.updatePodStatus(ctx, namespace, name, func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodPending
+		p.Status.ContainerStatuses = nil
+		for _, ctr := range p.Spec.Containers {
+			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
+				Name: ctr.Name, Image: ctr.Image,
+				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}},
+			})
+		}
+	})
+}
+
+// updatePodStatus writes a change to a pod's status, reading the pod anew when kwok
+// wrote it in between.
+func (c *Cluster) updatePodStatus(ctx context.Context, namespace, name string, change func(*corev1.Pod)) error {
+	client, err := c.Client()
+	if err != nil {
+		return err
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		change(p)
+		_, err = client.CoreV1().Pods(namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return err
+	})
 }

@@ -1,0 +1,236 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
+	"github.com/meshmark/meshmark/internal/workload"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// standInProbes stands in for the process of every plaintext probe pod
+// (kubetest.StandInPlaintextProbe, with this package's probe).
+func standInProbes(t *testing.T) *kubetest.PlaintextProbeStandIn {
+	t.Helper()
+	return cluster.StandInPlaintextProbe(t, kubetest.PlaintextProbe{
+		Selector: RoleLabel + "=" + PlaintextProbeRole, ParseTarget: ParsePlaintextTarget, Run: RunPlaintextProbe,
+	})
+}
+
+func deployGraph(t *testing.T, c *Cluster, run, graph string) *App {
+	t.Helper()
+	g, err := workload.Builtin(graph)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := c.Deploy(context.Background(), AppSpec{
+		Run: run, Mesh: "istio", Deployments: g.Deployments(),
+		Args: func(d workload.Deployment) []string { return g.ServiceArgs(d, PodNameArg) },
+	})
+	t.Cleanup(func() {
+		if err := c.Teardown(context.Background(), app); err != nil {
+			t.Error(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return app
+}
+
+// TestPlaintextProbeReportsEveryService: ProbePlaintext calls each of the 17 services
+// of a chain from probe pods outside the mesh (16 services per pod, so two pods), reads
+// their reports from the pods' status, and says for each service how its request
+// ended: the one service the stand-in serves answered, the others refused. The probe
+// pods run the meshmark image with the services' cluster names, in a namespace of
+// their own labelled as meshmark's, opted out of every mesh, on the load-generator
+// nodes; the namespace is gone when ProbePlaintext returns, and the app is untouched.
+func TestPlaintextProbeReportsEveryService(t *testing.T) {
+	needCluster(t)
+	ctx := context.Background()
+	c := connect(t, Config{AppNodeSelector: map[string]string{"meshmark.dev/test-node": "0"}, LoadgenNodeSelector: map[string]string{"meshmark.dev/test-node": "1"}})
+	probes := standInProbes(t)
+	probes.Set(map[string]bool{"svc-7": true}, nil)
+	app := deployGraph(t, c, "pt17", "chain-17")
+
+	start := time.Now()
+	res, err := c.ProbePlaintext(ctx, app, PlaintextCheck{Run: "pt17", Mesh: "istio", Sidecar: "istio-proxy", Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("probed %d services in %s", len(res.Probes), time.Since(start).Round(100*time.Millisecond))
+
+	if len(res.Probes) != 17 {
+		t.Fatalf("%d services probed, want 17: %+v", len(res.Probes), res.Probes)
+	}
+	for _, p := range res.Probes {
+		wantTarget := fmt.Sprintf("%s.%s.svc.cluster.local:", p.Service, app.Namespace)
+		if !strings.HasPrefix(p.Target, wantTarget) || !strings.HasSuffix(p.Target, " (http)") {
+			t.Errorf("%s: target %q, want its cluster name %s... in http", p.Service, p.Target, wantTarget)
+		}
+		switch {
+		case p.Service == "svc-7":
+			if p.Refused || !strings.Contains(p.Observed, `served: HTTP 200 "{\"service\":\"svc-7\"`) {
+				t.Errorf("svc-7, which the stand-in serves: %+v", p)
+			}
+		case !p.Refused || p.Observed != "refused: connection closed without an answer":
+			t.Errorf("%s, which closes plaintext connections: %+v", p.Service, p)
+		}
+	}
+	if res.Namespace != app.Namespace+"-probe" || len(res.Pods) != 2 {
+		t.Errorf("probe namespace %s, pods %v: want %s-probe, two pods for 17 services", res.Namespace, res.Pods, app.Namespace)
+	}
+	seen := probes.Pods()
+	if len(seen) != 2 {
+		t.Fatalf("the stand-in saw %d probe pods, want 2", len(seen))
+	}
+	for _, p := range seen {
+		ctr := p.Spec.Containers[0]
+		switch {
+		case p.Namespace != res.Namespace:
+			t.Errorf("probe pod %s in namespace %s, want %s", p.Name, p.Namespace, res.Namespace)
+		case p.Labels[ManagedByLabel] != ManagedBy || p.Labels[RunLabel] != "pt17" || p.Labels[MeshLabel] != "istio":
+			t.Errorf("probe pod %s labels %v: want meshmark's, with the run and the mesh", p.Name, p.Labels)
+		case p.Labels["sidecar.istio.io/inject"] != "false" || p.Annotations["sidecar.istio.io/inject"] != "false" ||
+			p.Annotations["linkerd.io/inject"] != "disabled" || p.Labels["istio.io/dataplane-mode"] != "none":
+			t.Errorf("probe pod %s labels %v annotations %v: want every mesh's opt-out", p.Name, p.Labels, p.Annotations)
+		case ctr.Image != "registry.example/meshmark:test" || ctr.Args[0] != PlaintextProbeCommand || ctr.TerminationMessagePath != TerminationMessagePath:
+			t.Errorf("probe pod %s runs %s %v (message %s)", p.Name, ctr.Image, ctr.Args, ctr.TerminationMessagePath)
+		case p.Spec.NodeName != cluster.Nodes[1] || p.Spec.RestartPolicy != corev1.RestartPolicyNever || *p.Spec.AutomountServiceAccountToken:
+			t.Errorf("probe pod %s on %s, restart %s, token %v: want the load-generator node, once, no token", p.Name, p.Spec.NodeName, p.Spec.RestartPolicy, *p.Spec.AutomountServiceAccountToken)
+		}
+	}
+	ns, err := c.Client().CoreV1().Namespaces().Get(ctx, res.Namespace, metav1.GetOptions{})
+	if err == nil {
+		t.Errorf("probe namespace %s left behind (phase %s)", res.Namespace, ns.Status.Phase)
+	} else if !IsNotFound(err) {
+		t.Fatal(err)
+	}
+	for _, obj := range labelled(t, "pt17") {
+		if !strings.Contains(obj, app.Namespace+"/") && obj != "namespace/"+app.Namespace {
+			t.Errorf("left behind: %s", obj)
+		}
+	}
+}
+
+// TestPlaintextProbeThatCannotReportIsAnError: a probe that does not report how every
+// service answered is an error that says why, within the time limit, never a result:
+// a pod that never ends, whose image cannot be pulled (at once, not at the limit), whose
+// process fails or reports nothing, or that the mesh took in. Its namespace is removed
+// each time.
+func TestPlaintextProbeThatCannotReportIsAnError(t *testing.T) {
+	needCluster(t)
+	ctx := context.Background()
+	c := connect(t, Config{AppNodeSelector: map[string]string{"meshmark.dev/test-node": "0"}, LoadgenNodeSelector: map[string]string{"meshmark.dev/test-node": "1"}})
+	probes := standInProbes(t)
+	app := deployGraph(t, c, "ptfail", "chain-2")
+	const limit = 5 * time.Second
+	cases := []struct {
+		name string
+		end  func(ctx context.Context, p *corev1.Pod, report []byte) error
+		// within bounds the error's arrival: at the limit, or at once.
+		within time.Duration
+		want   []string
+	}{
+		{"never ends",
+			func(context.Context, *corev1.Pod, []byte) error { return nil },
+			limit + 5*time.Second, []string{"the plaintext probe did not finish within 5s", "pod meshmark-plaintext-probe-0: still running"}},
+		{"image cannot be pulled",
+			func(ctx context.Context, p *corev1.Pod, _ []byte) error {
+				return cluster.PodWaits(ctx, p.Namespace, p.Name, "ImagePullBackOff", `Back-off pulling image "registry.example/meshmark:test"`)
+			},
+			limit - time.Second, []string{"probe pod meshmark-plaintext-probe-0 cannot start (image registry.example/meshmark:test): ImagePullBackOff Back-off pulling image"}},
+		{"process fails",
+			func(ctx context.Context, p *corev1.Pod, _ []byte) error {
+				return cluster.EndPod(ctx, p.Namespace, p.Name, 1, `Error: unknown command "plaintext-probe" for "meshmark"`)
+			},
+			limit, []string{"probe pod meshmark-plaintext-probe-0 failed: exit code 1 (Error): Error: unknown command"}},
+		{"no report",
+			func(ctx context.Context, p *corev1.Pod, _ []byte) error {
+				return cluster.EndPod(ctx, p.Namespace, p.Name, 0, "")
+			},
+			limit, []string{"ended without a report (no termination message)"}},
+		{"a service left out",
+			func(ctx context.Context, p *corev1.Pod, _ []byte) error {
+				return cluster.EndPod(ctx, p.Namespace, p.Name, 0, `[{"service":"svc-0","refused":true,"observed":"refused: connection reset"}]`)
+			},
+			limit, []string{"reported nothing for service svc-1"}},
+		{"taken into the mesh",
+			func(ctx context.Context, p *corev1.Pod, report []byte) error {
+				patch := []byte(`{"metadata":{"annotations":{"ambient.istio.io/redirection":"enabled"}}}`)
+				if _, err := c.Client().CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+					return err
+				}
+				return cluster.EndPod(ctx, p.Namespace, p.Name, 0, string(report))
+			},
+			limit, []string{"probe pod meshmark-plaintext-probe-0 is marked ambient.istio.io/redirection=enabled: the mesh took it in despite its opt-outs"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			probes.Set(nil, tc.end)
+			start := time.Now()
+			res, err := c.ProbePlaintext(ctx, app, PlaintextCheck{Run: "ptfail", Mesh: "istio", EnrolledAnnotations: map[string]string{"ambient.istio.io/redirection": "enabled"}, Timeout: limit})
+			took := time.Since(start)
+			if err == nil || res.Probes != nil {
+				t.Fatalf("no error (probes %+v)", res.Probes)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+			// The namespace's removal comes after the error, and takes its own time.
+			if _, gerr := c.Client().CoreV1().Namespaces().Get(ctx, res.Namespace, metav1.GetOptions{}); !IsNotFound(gerr) {
+				t.Errorf("probe namespace %s left behind: %v", res.Namespace, gerr)
+			}
+			t.Logf("%s: error after %s (with the namespace's removal): %v", tc.name, took.Round(100*time.Millisecond), err)
+			if took > tc.within+30*time.Second {
+				t.Errorf("the error came after %s, want it within %s and the namespace's removal", took, tc.within)
+			}
+		})
+	}
+}
+
+// TestPlaintextReportFitsATerminationMessage: the report of a probe pod's 16 services,
+// with the longest names a Service can have and long answers, fits the 4096 bytes a
+// kubelet keeps of a termination message, and reads back whole.
+func TestPlaintextReportFitsATerminationMessage(t *testing.T) {
+	var probes []mesh.PlaintextProbe
+	for i := range servicesPerProbe {
+		name := fmt.Sprintf("%s-%02d", strings.Repeat("s", 60), i)
+		probes = append(probes, mesh.PlaintextProbe{Service: name, Target: "ignored", Refused: i%2 == 0,
+			Observed: "served: HTTP 200 " + strings.Repeat("é", 300)})
+	}
+	report := plaintextReport(probes)
+	if len(report) > TerminationMessageLimit {
+		t.Fatalf("report of %d bytes, over the kubelet's %d", len(report), TerminationMessageLimit)
+	}
+	var back []mesh.PlaintextProbe
+	if err := json.Unmarshal(report, &back); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range back {
+		if p.Service != probes[i].Service || p.Refused != probes[i].Refused || p.Target != "" ||
+			!strings.HasPrefix(p.Observed, "served: HTTP 200 é") || !strings.HasSuffix(p.Observed, "…") {
+			t.Errorf("read back %+v", p)
+		}
+	}
+	for _, s := range []string{"front=front.ns.svc.cluster.local:9080/grpc", "front=10.0.0.1:80"} {
+		tg, err := ParsePlaintextTarget(s)
+		if err != nil || (tg.Protocol == "grpc") != strings.HasSuffix(s, "/grpc") || !strings.HasPrefix(FormatPlaintextTarget(tg), s) {
+			t.Errorf("target %q read as %+v, %v", s, tg, err)
+		}
+	}
+	for _, s := range []string{"front", "=a:1", "front=host", "front=h:1/udp"} {
+		if _, err := ParsePlaintextTarget(s); err == nil {
+			t.Errorf("target %q accepted", s)
+		}
+	}
+}
