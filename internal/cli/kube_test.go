@@ -170,6 +170,11 @@ func TestDeployRefusesBeforeCreatingAnything(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "spec.experiments[0].kind: kind security is not measured on Kubernetes yet") {
 		t.Errorf("run of a security experiment on kubernetes: %v", err)
 	}
+	keepUp := kubeStudy(t, c, "    - {name: baseline, profile: none}")
+	rewriteStudy(t, keepUp, "  experiments:\n", "  keepMeshesUp: true\n  experiments:\n")
+	if _, errOut, err := execCLI("validate", keepUp); err == nil || !regexp.MustCompile(`study.yaml:\d+:\d+: spec.keepMeshesUp: the local substrate only`).MatchString(errOut) {
+		t.Errorf("validate of keepMeshesUp on kubernetes: %v\n%s", err, errOut)
+	}
 	if left := meshmarkNamespaces(t, c); len(left) > 0 {
 		t.Errorf("refused run created %v", left)
 	}

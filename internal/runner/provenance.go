@@ -49,6 +49,10 @@ func collectProvenance(version string, st *study.Study) results.Provenance {
 		p.Placement["system-under-test"] = describeCPUs(sut)
 		p.Placement["loadgen-node"] = fmt.Sprintf("node%d", local.LoadgenNode)
 		p.Placement["nodes"] = fmt.Sprint(local.Nodes)
+		if st.Spec.KeepMeshesUp {
+			// the other meshes' pods sit idle beside every trial, on the same CPUs
+			p.Placement["meshes-up"] = "all together, each in its own testbed"
+		}
 	}
 	p.Components["mesh-profiles"] = strings.Join(mesh.Names(), ",")
 	return p

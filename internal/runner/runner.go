@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -191,10 +193,21 @@ func (r *runner) createRun(ctx context.Context) error {
 }
 
 // execute walks the plan; a mesh stays up across consecutive trials unless the plan asks
-// for a fresh bring-up.
+// for a fresh bring-up. One mesh is up at a time, or with keepMeshesUp every mesh
+// brought up so far, each in its own testbed, until the run ends.
 func (r *runner) execute(ctx context.Context) error {
-	var cur *deployment
-	defer func() { r.tearDown(cur) }()
+	up := map[string]*deployment{}
+	down := func(d *deployment) {
+		if d != nil {
+			r.tearDown(d)
+			delete(up, d.mesh.Name)
+		}
+	}
+	defer func() {
+		for _, name := range slices.Sorted(maps.Keys(up)) {
+			down(up[name])
+		}
+	}()
 	checked := map[string]bool{}
 	var precisionStart time.Time
 	// The plan may grow while it runs: a precision target adds rounds at its end.
@@ -204,15 +217,20 @@ func (r *runner) execute(ctx context.Context) error {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if attempt > 0 || t.BringUp || cur == nil || cur.mesh.Name != t.Mesh.Name {
-				r.tearDown(cur)
-				cur = nil
+			cur := up[t.Mesh.Name]
+			if attempt > 0 || t.BringUp || cur == nil {
+				down(cur)
+				if !r.study.Spec.KeepMeshesUp {
+					for _, other := range up {
+						down(other) // the previous trial's mesh: one is up at a time
+					}
+				}
 				r.progress.phase(fmt.Sprintf("bring-up %s (repeat %d)", t.Mesh.Name, t.Repeat+1))
 				d, err := r.bringUp(ctx, t.Mesh)
 				if err != nil {
 					return err
 				}
-				cur = d
+				cur, up[t.Mesh.Name] = d, d
 				r.progress.note(fmt.Sprintf("%s up in %s (%s): %d pods, enrollment %s", t.Mesh.Name, d.took.Round(time.Millisecond),
 					strings.Join(d.phases, ", "), len(d.app.Pods()), d.enrollment.Summary()))
 				if err := r.recordEnrollment(ctx, d, !checked[t.Mesh.Name]); err != nil {
@@ -263,7 +281,7 @@ func (r *runner) execute(ctx context.Context) error {
 func (r *runner) precisionRound(started time.Time) []study.Trial {
 	pr := r.study.Spec.Precision
 	last := r.plan[len(r.plan)-1]
-	round := r.study.ExtraRound(last.Repeat+1, last)
+	round := r.study.ExtraRound(last.Repeat+1, r.plan)
 	if len(round) == 0 {
 		r.progress.note("precision: the last stage has no load experiment to repeat")
 		return nil

@@ -1,5 +1,7 @@
 package study
 
+import "slices"
+
 // Trial is one experiment run against one mesh in one repeat: the unit the runner
 // executes and the results store keys by.
 type Trial struct {
@@ -18,8 +20,26 @@ type Trial struct {
 	// BringUp is true when the runner must (re)create the workload and mesh before
 	// this trial: the mesh differs from the previous trial's, the study asks for a
 	// fresh bring-up per repeat and the repeat changed, or the previous trial was a
-	// security one (its probes change policies and interception).
+	// security one (its probes change policies and interception). With KeepMeshesUp
+	// the previous trial is the same mesh's, which stayed up meanwhile.
 	BringUp bool
+}
+
+// needsBringUp says whether t needs its mesh (re)created, after prev: the trial before
+// it in the run, or with KeepMeshesUp the last trial of the same mesh (nil if none).
+func (spec *Spec) needsBringUp(prev *Trial, t *Trial) bool {
+	return prev == nil || prev.Mesh != t.Mesh || (spec.FreshBringUpPerRepeat && prev.Repeat != t.Repeat) ||
+		prev.Experiment == nil || prev.Experiment.Kind == KindSecurity
+}
+
+// previousFor is the trial needsBringUp compares t with, among the trials before it.
+func (spec *Spec) previousFor(before []Trial, t *Trial) *Trial {
+	for i := len(before) - 1; i >= 0; i-- {
+		if !spec.KeepMeshesUp || before[i].Mesh == t.Mesh {
+			return &before[i]
+		}
+	}
+	return nil
 }
 
 // Plan expands the study into trials in run order: for each dependency stage, then
@@ -41,13 +61,7 @@ func (s *Study) Plan() []Trial {
 				continue
 			}
 			t := Trial{Seq: len(out), Stage: stage, Repeat: repeat, Mesh: &spec.Meshes[mesh], Experiment: &spec.Experiments[e]}
-			if len(out) == 0 {
-				t.BringUp = true
-			} else {
-				prev := out[len(out)-1]
-				t.BringUp = prev.Mesh != t.Mesh || (spec.FreshBringUpPerRepeat && prev.Repeat != t.Repeat) ||
-					prev.Experiment.Kind == KindSecurity
-			}
+			t.BringUp = spec.needsBringUp(spec.previousFor(out, &t), &t)
 			out = append(out, t)
 		}
 	}
@@ -73,9 +87,9 @@ func (s *Study) Plan() []Trial {
 
 // ExtraRound is one more repeat (index repeat) of the study's last stage, its load
 // experiments only, every mesh once in an order drawn from the seed and the repeat,
-// continuing a run whose last trial was prev: what a precision target adds, a round
-// at a time. Nil when the last stage has no load experiment.
-func (s *Study) ExtraRound(repeat int, prev Trial) []Trial {
+// continuing a run whose trials so far are before (not empty): what a precision target
+// adds, a round at a time. Nil when the last stage has no load experiment.
+func (s *Study) ExtraRound(repeat int, before []Trial) []Trial {
 	spec := &s.Spec
 	stages := s.stages()
 	stage := len(stages) - 1
@@ -85,22 +99,19 @@ func (s *Study) ExtraRound(repeat int, prev Trial) []Trial {
 			exps = append(exps, e)
 		}
 	}
-	if len(exps) == 0 {
+	if len(exps) == 0 || len(before) == 0 {
 		return nil
 	}
 	rng := newSplitMix(spec.Seed ^ (uint64(repeat) * 0x9e3779b97f4a7c15))
-	var out []Trial
-	last := prev
+	all := slices.Clip(before)
 	for _, m := range rng.permutation(len(spec.Meshes)) {
 		for _, e := range exps {
-			t := Trial{Seq: last.Seq + 1, Stage: stage, Repeat: repeat, Mesh: &spec.Meshes[m], Experiment: &spec.Experiments[e]}
-			t.BringUp = last.Mesh != t.Mesh || (spec.FreshBringUpPerRepeat && last.Repeat != t.Repeat) ||
-				last.Experiment == nil || last.Experiment.Kind == KindSecurity
-			out = append(out, t)
-			last = t
+			t := Trial{Seq: all[len(all)-1].Seq + 1, Stage: stage, Repeat: repeat, Mesh: &spec.Meshes[m], Experiment: &spec.Experiments[e]}
+			t.BringUp = spec.needsBringUp(spec.previousFor(all, &t), &t)
+			all = append(all, t)
 		}
 	}
-	return out
+	return all[len(before):]
 }
 
 // securityLast moves the security experiments of a stage after its load experiments,

@@ -213,3 +213,60 @@ func TestPlanSecurityOncePerMeshAndLast(t *testing.T) {
 	}
 	t.Log(signature(trials))
 }
+
+// With keepMeshesUp each mesh is brought up once, by its first trial, and interleaved
+// trials switch between meshes that stay up; a fresh bring-up per repeat then comes
+// when the same mesh's repeat changes, and a security trial still sends its mesh's next
+// trial to a new bring-up. The extra rounds of a precision target bring nothing up.
+func TestPlanKeepMeshesUp(t *testing.T) {
+	s := planStudy(t, "interleaved", 3, 7)
+	s.Spec.KeepMeshesUp = true
+	trials := s.Plan()
+	seen := map[string]bool{}
+	for _, tr := range trials {
+		if first := !seen[tr.Mesh.Name]; tr.BringUp != first {
+			t.Errorf("%s %s repeat %d: bring-up %v, want %v (first trial of the mesh)", tr.Mesh.Name, tr.Experiment.Name, tr.Repeat, tr.BringUp, first)
+		}
+		seen[tr.Mesh.Name] = true
+	}
+	if len(seen) != len(s.Spec.Meshes) {
+		t.Errorf("meshes %v", seen)
+	}
+	extra := s.ExtraRound(3, trials)
+	if len(extra) == 0 {
+		t.Fatal("no extra round")
+	}
+	for _, tr := range extra {
+		if tr.BringUp {
+			t.Errorf("extra round: %s brought up again", tr.Mesh.Name)
+		}
+	}
+	if extra[0].Seq != len(trials) {
+		t.Errorf("extra round starts at Seq %d, want %d", extra[0].Seq, len(trials))
+	}
+
+	s.Spec.FreshBringUpPerRepeat = true
+	bringUps := 0
+	for _, tr := range s.Plan() {
+		if tr.BringUp {
+			bringUps++
+		}
+	}
+	// every (mesh, repeat, stage): 4 meshes x 3 repeats x 2 stages, as without keepMeshesUp
+	if bringUps != 24 {
+		t.Errorf("keepMeshesUp with freshBringUpPerRepeat: %d bring-ups, want 24", bringUps)
+	}
+
+	doc := strings.Replace(minimal, "  experiments:\n", "  experiments:\n    - {name: sec, kind: security}\n", 1) + "  repeats: 2\n  seed: 9\n  keepMeshesUp: true\n"
+	sec, err := Parse("plan.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := map[string]Trial{}
+	for _, tr := range sec.Plan() {
+		if prev, ok := last[tr.Mesh.Name]; ok && prev.Experiment.Kind == KindSecurity && !tr.BringUp {
+			t.Errorf("%s %s runs on the deployment the security probes disturbed", tr.Mesh.Name, tr.Experiment.Name)
+		}
+		last[tr.Mesh.Name] = tr
+	}
+}

@@ -88,11 +88,15 @@ type Spec struct {
 	Order     Order      `yaml:"order"`
 	// Seed drives the interleaved order; by default derived from metadata.name so
 	// that the same study always runs in the same order.
-	Seed                  uint64   `yaml:"seed"`
-	FreshBringUpPerRepeat bool     `yaml:"freshBringUpPerRepeat"`
-	Warmup                Duration `yaml:"warmup"`
-	SLO                   *SLO     `yaml:"slo,omitempty"`
-	Results               *Results `yaml:"results,omitempty"`
+	Seed                  uint64 `yaml:"seed"`
+	FreshBringUpPerRepeat bool   `yaml:"freshBringUpPerRepeat"`
+	// KeepMeshesUp brings every mesh up once and keeps them all up together until the
+	// run ends (each in its own testbed), so that interleaved trials switch meshes
+	// without a bring-up between them. Local substrate only.
+	KeepMeshesUp bool     `yaml:"keepMeshesUp"`
+	Warmup       Duration `yaml:"warmup"`
+	SLO          *SLO     `yaml:"slo,omitempty"`
+	Results      *Results `yaml:"results,omitempty"`
 }
 
 // Precision is a target for the run's sensitivity (docs/report.md): per latency
