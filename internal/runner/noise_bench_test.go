@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,8 +16,9 @@ import (
 )
 
 // aaStudy is the issue-16 A/A on the demo's bookinfo: two identical baselines, 5
-// repeats of 6 s at 300 req/s, interleaved, a fresh bring-up per repeat. The balancing
-// and how idle CPUs wait are filled in per configuration.
+// repeats of 6 s at 300 req/s, interleaved. The balancing, how idle CPUs wait, and how
+// the deployments come and go (a fresh bring-up per repeat, or both meshes up together
+// throughout) are filled in per configuration, and so are the repeats and their length.
 const aaStudy = `apiVersion: meshmark.dev/v1alpha1
 kind: Study
 metadata: {name: bench-aa-noise-floor}
@@ -29,21 +31,30 @@ spec:
     - {name: b, profile: none, options: {balancing: %[2]s}}
   baseline: a
   experiments:
-    - {name: latency, kind: fixed-rate, rate: 300, connections: 8, duration: 6s, warmup: 1s}
-  repeats: 5
+    - {name: latency, kind: fixed-rate, rate: 300, connections: 8, duration: %[5]s, warmup: 1s}
+  repeats: %[4]d
   order: interleaved
-  freshBringUpPerRepeat: true
+  %[3]s
   seed: 16
 `
 
 // aaConfigs are measured one after the other in one benchmark run: the A/A as issue 16
-// found it (per-connection balancing, the kernel's idle governor), with per-request
-// balancing alone, and as meshmark runs it now (per-request, idle CPUs polling; the
-// services' Go runtime is sized for their CPUs in all three, which has no switch).
-var aaConfigs = []struct{ name, cpuIdle, balancing string }{
-	{"before", "os", "per-connection"},
-	{"balancing", "os", "per-request"},
-	{"after", "poll", "per-request"},
+// found it (per-connection balancing, the kernel's idle governor, a fresh bring-up per
+// repeat), with per-request balancing alone, with idle CPUs polling too, and with both
+// meshes up together so that the interleaved trials follow each other with no bring-up
+// between them (as 5 blocks of 6 s, and as 15 blocks of 6 s, which fit the demo's four
+// minutes). The services' Go runtime is sized for their CPUs in all of them, which has no
+// switch.
+var aaConfigs = []struct {
+	name, cpuIdle, balancing, deployments string
+	repeats                               int
+	duration                              string
+}{
+	{"before", "os", "per-connection", "freshBringUpPerRepeat: true", 5, "6s"},
+	{"balancing", "os", "per-request", "freshBringUpPerRepeat: true", 5, "6s"},
+	{"polling", "poll", "per-request", "freshBringUpPerRepeat: true", 5, "6s"},
+	{"kept-up", "poll", "per-request", "keepMeshesUp: true", 5, "6s"},
+	{"kept-up-15x6s", "poll", "per-request", "keepMeshesUp: true", 15, "6s"},
 }
 
 // BenchmarkAANoiseFloor reports, from one run, the A/A noise floor on p50 and p99 of
@@ -52,16 +63,22 @@ var aaConfigs = []struct{ name, cpuIdle, balancing string }{
 // many trials had a skewed request mix. It is a measurement of this machine, not a
 // pass/fail test:
 //
-//	go test -run XXX -bench AANoiseFloor -benchtime 1x ./internal/runner/
+//	go test -run XXX -bench AANoiseFloor -benchtime 1x -v ./internal/runner/
+//
+// MESHMARK_AA_CONFIGS=polling,kept-up measures only the configurations it names.
 func BenchmarkAANoiseFloor(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")
 	}
+	only := strings.Split(os.Getenv("MESHMARK_AA_CONFIGS"), ",")
 	for range b.N {
 		for _, cfg := range aaConfigs {
+			if only[0] != "" && !slices.Contains(only, cfg.name) {
+				continue
+			}
 			dir := b.TempDir()
 			path := filepath.Join(dir, "aa.yaml")
-			if err := os.WriteFile(path, []byte(fmt.Sprintf(aaStudy, cfg.cpuIdle, cfg.balancing)), 0o644); err != nil {
+			if err := os.WriteFile(path, []byte(fmt.Sprintf(aaStudy, cfg.cpuIdle, cfg.balancing, cfg.deployments, cfg.repeats, cfg.duration)), 0o644); err != nil {
 				b.Fatal(err)
 			}
 			st, err := study.ParseFile(path)
@@ -83,7 +100,7 @@ func BenchmarkAANoiseFloor(b *testing.B) {
 					skewed++
 				}
 			}
-			b.Logf("%s (cpu idle %s, balancing %s): %s", cfg.name, cfg.cpuIdle, cfg.balancing, run.Provenance.Placement["cpu-idle"])
+			b.Logf("%s (cpu idle %s, balancing %s, %s, %d x %s): %s", cfg.name, cfg.cpuIdle, cfg.balancing, cfg.deployments, cfg.repeats, cfg.duration, run.Provenance.Placement["cpu-idle"])
 			// The same trials resampled both ways: independently, and in pairs of one
 			// interleaved block (analysis.Comparison.Paired).
 			for _, how := range []struct {
