@@ -29,7 +29,7 @@ type Trial struct {
 // it in the run, or with KeepMeshesUp the last trial of the same mesh (nil if none).
 func (spec *Spec) needsBringUp(prev *Trial, t *Trial) bool {
 	return prev == nil || prev.Mesh != t.Mesh || (spec.FreshBringUpPerRepeat && prev.Repeat != t.Repeat) ||
-		prev.Experiment == nil || prev.Experiment.Kind == KindSecurity
+		prev.Experiment.Kind == KindSecurity
 }
 
 // previousFor is the trial needsBringUp compares t with, among the trials before it.

@@ -160,23 +160,41 @@ type PodSidecar struct {
 // an init container that keeps running), with the pod's annotations. This is the mesh's
 // own word that a pod is enrolled, as the cluster stores it.
 func (c *Cluster) Sidecars(ctx context.Context, app *App, sidecar string) ([]PodSidecar, error) {
-	pods, err := c.client.CoreV1().Pods(app.Namespace).List(ctx, metav1.ListOptions{LabelSelector: ManagedByLabel + "=" + ManagedBy})
+	pods, err := c.appPods(ctx, app)
+	if err != nil {
+		return nil, err
+	}
+	var out []PodSidecar
+	for _, p := range pods {
+		out = append(out, PodSidecar{Pod: p.Name, App: podApp(&p), Sidecar: sidecar != "" && hasSidecar(p.Spec, sidecar), Annotations: p.Annotations})
+	}
+	return out, nil
+}
+
+// appPods lists the app's pods (workload and load generators) that are not going away,
+// by name.
+func (c *Cluster) appPods(ctx context.Context, app *App) ([]corev1.Pod, error) {
+	list, err := c.client.CoreV1().Pods(app.Namespace).List(ctx, metav1.ListOptions{LabelSelector: ManagedByLabel + "=" + ManagedBy})
 	if err != nil {
 		return nil, fmt.Errorf("namespace %s: %w", app.Namespace, err)
 	}
-	var out []PodSidecar
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp != nil {
-			continue
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p)
 		}
-		name := p.Labels["app"]
-		if name == "" {
-			name = p.Labels[RoleLabel]
-		}
-		out = append(out, PodSidecar{Pod: p.Name, App: name, Sidecar: sidecar != "" && hasSidecar(p.Spec, sidecar), Annotations: p.Annotations})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Pod < out[j].Pod })
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// podApp is the service a pod of the app serves, or the role of a pod that serves none
+// (a load generator).
+func podApp(p *corev1.Pod) string {
+	if name := p.Labels["app"]; name != "" {
+		return name
+	}
+	return p.Labels[RoleLabel]
 }
 
 func hasSidecar(spec corev1.PodSpec, name string) bool {

@@ -3,7 +3,6 @@ package kube
 import (
 	"context"
 	"fmt"
-	"sort"
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	corev1 "k8s.io/api/core/v1"
@@ -27,9 +26,9 @@ type PodAgent struct {
 // NodeAgents reports, for every pod of the app (workload and load generators), the
 // agent's pod on its node and whether it is ready, as the cluster stores them.
 func (c *Cluster) NodeAgents(ctx context.Context, app *App, agent mesh.NodeAgent) ([]PodAgent, error) {
-	pods, err := c.client.CoreV1().Pods(app.Namespace).List(ctx, metav1.ListOptions{LabelSelector: ManagedByLabel + "=" + ManagedBy})
+	pods, err := c.appPods(ctx, app)
 	if err != nil {
-		return nil, fmt.Errorf("namespace %s: %w", app.Namespace, err)
+		return nil, err
 	}
 	agents, err := c.client.CoreV1().Pods(agent.Namespace).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(agent.Labels).String()})
 	if err != nil {
@@ -46,22 +45,14 @@ func (c *Cluster) NodeAgents(ctx context.Context, app *App, agent mesh.NodeAgent
 		onNode[a.Spec.NodeName] = PodAgent{Agent: a.Name, Ready: podReady(&a)}
 	}
 	var out []PodAgent
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		name := p.Labels["app"]
-		if name == "" {
-			name = p.Labels[RoleLabel]
-		}
+	for _, p := range pods {
 		pa := onNode[p.Spec.NodeName]
 		if p.Spec.NodeName == "" {
 			pa = PodAgent{}
 		}
-		pa.Pod, pa.App, pa.Node = p.Name, name, p.Spec.NodeName
+		pa.Pod, pa.App, pa.Node = p.Name, podApp(&p), p.Spec.NodeName
 		out = append(out, pa)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Pod < out[j].Pod })
 	return out, nil
 }
 

@@ -53,7 +53,7 @@ func (c *Cluster) ReadProxyCounters(ctx context.Context, app *App, endpoints []m
 	failed := func(ep *mesh.ProxyEndpoint, where string, err error) {
 		out = append(out, mesh.ProxyCounters{Component: ep.Component, Pod: where, Time: time.Now(), Err: err})
 	}
-	appPods, err := c.client.CoreV1().Pods(app.Namespace).List(ctx, metav1.ListOptions{LabelSelector: ManagedByLabel + "=" + ManagedBy})
+	appPods, err := c.appPods(ctx, app)
 	if err != nil {
 		for i := range endpoints {
 			failed(&endpoints[i], "namespace "+app.Namespace, fmt.Errorf("listing its pods: %w", err))
@@ -61,8 +61,8 @@ func (c *Cluster) ReadProxyCounters(ctx context.Context, app *App, endpoints []m
 		return out
 	}
 	nodes := map[string]bool{}
-	for _, p := range appPods.Items {
-		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+	for _, p := range appPods {
+		if p.Spec.NodeName != "" {
 			nodes[p.Spec.NodeName] = true
 		}
 	}
@@ -71,9 +71,9 @@ func (c *Cluster) ReadProxyCounters(ctx context.Context, app *App, endpoints []m
 		ep := &endpoints[i]
 		switch {
 		case ep.Container != "":
-			for j := range appPods.Items {
-				p := &appPods.Items[j]
-				if p.DeletionTimestamp == nil && hasSidecar(p.Spec, ep.Container) {
+			for j := range appPods {
+				p := &appPods[j]
+				if hasSidecar(p.Spec, ep.Container) {
 					targets = append(targets, proxyTarget{ep: ep, pod: p, name: p.Name,
 						of: mesh.ProxyScrape{Service: p.Labels["app"], Namespace: app.Namespace, Services: services}})
 				}
