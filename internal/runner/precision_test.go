@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/store"
 )
@@ -73,12 +74,13 @@ func TestPrecisionAddsRepeats(t *testing.T) {
 		return n
 	}
 
-	tight, log := run("{p50: 0.001%, budget: 15s}")
-	if n := repeats(tight); n < 4 || len(tight.Trials) != 2*n {
-		t.Errorf("unreachable target: %d repeats, %d trials; want more than the 3 planned, both meshes each\n%s", n, len(tight.Trials), log)
+	// Far out of reach, the rounds come in batches, each at most doubling the repeats.
+	tight, log := run("{p50: 0.001%, budget: 25s}")
+	if n := repeats(tight); n < 6 || len(tight.Trials) != 2*n {
+		t.Errorf("unreachable target: %d repeats, %d trials; want the 3 planned doubled at least, both meshes each\n%s", n, len(tight.Trials), log)
 	}
-	if !strings.Contains(log, "precision not met at 3 repeats: p50") || !strings.Contains(log, "adding repeat 4") ||
-		!strings.Contains(log, "would not fit the 15s budget") {
+	if !strings.Contains(log, "precision not met at 3 repeats: p50") || !strings.Contains(log, "adding repeats 4–6 (about ") ||
+		!strings.Contains(log, "would not fit the 25s budget") {
 		t.Errorf("progress does not tell the rounds and the budget:\n%s", log)
 	}
 
@@ -86,5 +88,24 @@ func TestPrecisionAddsRepeats(t *testing.T) {
 	loose, log := run("{p50: 100%}")
 	if n := repeats(loose); n != 3 || !strings.Contains(log, "precision met at 3 repeats: p50") {
 		t.Errorf("a target met at once added repeats: %d\n%s", n, log)
+	}
+}
+
+// repeatsFor finds the fewest repeats whose estimated sensitivity reaches the target,
+// and one more round when it cannot scale the interval or nothing reaches it soon.
+func TestRepeatsForATarget(t *testing.T) {
+	x := analysis.Sensitivity{Metric: analysis.P50, Pct: 10, Repeats: 4, Unit: "repeats"}
+	n := repeatsFor(x, 5, 4)
+	if !(x.At(n) <= 5) || !(x.At(n-1) > 5) {
+		t.Errorf("repeatsFor gave %d: sensitivity %.3g there, %.3g at one fewer; want the first at or under 5%%", n, x.At(n), x.At(n-1))
+	}
+	if n := repeatsFor(x, 5, 30); n != 31 {
+		t.Errorf("already past the estimate at 30 repeats (the interval came out wider than scaled): %d, want one more round", n)
+	}
+	if n := repeatsFor(analysis.Sensitivity{Metric: analysis.P50, Pct: 10, Repeats: 1, Unit: "intervals"}, 5, 1); n != 2 {
+		t.Errorf("intervals: %d, want one more round", n)
+	}
+	if n := repeatsFor(x, 0, 4); n != 400 {
+		t.Errorf("a 0%% target: %d, want the search's end, 100 times the repeats", n)
 	}
 }

@@ -301,6 +301,8 @@ func (r *runner) precisionRound(started time.Time) []study.Trial {
 		sens[string(x.Metric)] = x
 	}
 	var short, met []string
+	current := last.Repeat + 1
+	need := current + 1
 	for _, tg := range pr.Targets() {
 		x, ok := sens[tg.Metric]
 		switch {
@@ -309,12 +311,13 @@ func (r *runner) precisionRound(started time.Time) []study.Trial {
 			return nil
 		case x.Pct > tg.Pct:
 			short = append(short, fmt.Sprintf("%s ±%.3g%% (target %.3g%%)", tg.Metric, x.Pct, tg.Pct))
+			need = max(need, repeatsFor(x, tg.Pct, current))
 		default:
 			met = append(met, fmt.Sprintf("%s ±%.3g%%", tg.Metric, x.Pct))
 		}
 	}
 	if len(short) == 0 {
-		r.progress.note(fmt.Sprintf("precision met at %d repeats: %s", last.Repeat+1, strings.Join(met, ", ")))
+		r.progress.note(fmt.Sprintf("precision met at %d repeats: %s", current, strings.Join(met, ", ")))
 		return nil
 	}
 	// A round lasts about as long as the last repeat of the stage did.
@@ -327,13 +330,47 @@ func (r *runner) precisionRound(started time.Time) []study.Trial {
 		roundTook = time.Since(tr.Start)
 	}
 	spent := time.Since(started)
-	if spent+roundTook > pr.Budget.D() {
+	left := pr.Budget.D() - spent
+	if roundTook > left {
 		r.progress.note(fmt.Sprintf("precision not met at %d repeats: %s; another round (about %s) would not fit the %s budget (%s spent)",
-			last.Repeat+1, strings.Join(short, ", "), roundTook.Round(time.Second), pr.Budget, spent.Round(time.Second)))
+			current, strings.Join(short, ", "), roundTook.Round(time.Second), pr.Budget, spent.Round(time.Second)))
 		return nil
 	}
-	r.progress.note(fmt.Sprintf("precision not met at %d repeats: %s; adding repeat %d", last.Repeat+1, strings.Join(short, ", "), last.Repeat+2))
-	return round
+	// As many rounds as the target is estimated to need, so that the analysis, which
+	// takes longer the more trials there are, does not run between every two; at most as
+	// many as there are already, since an estimate from few repeats is to be checked
+	// before it is trusted far; and no more than fit in the budget.
+	rounds := min(need-current, current)
+	if roundTook > 0 {
+		rounds = min(rounds, int(left/roundTook))
+	}
+	rounds = max(rounds, 1)
+	added := round
+	for k := 1; k < rounds; k++ {
+		added = append(added, r.study.ExtraRound(current+k, append(slices.Clip(r.plan), added...))...)
+	}
+	what := fmt.Sprintf("adding repeat %d", current+1)
+	if rounds > 1 {
+		what = fmt.Sprintf("adding repeats %d–%d (about %s; the target is estimated to need %d)", current+1, current+rounds,
+			(time.Duration(rounds) * roundTook).Round(time.Second), need)
+	}
+	r.progress.note(fmt.Sprintf("precision not met at %d repeats: %s; %s", current, strings.Join(short, ", "), what))
+	return added
+}
+
+// repeatsFor is how many repeats the sensitivity x is estimated to need to reach target
+// (%), as analysis.Sensitivity.At scales it; one more than current when it cannot scale
+// (intervals within trials) or the target is out of any reach.
+func repeatsFor(x analysis.Sensitivity, target float64, current int) int {
+	if x.Unit != "repeats" {
+		return current + 1
+	}
+	for n := current + 1; n <= 100*current; n++ {
+		if x.At(n) <= target {
+			return n
+		}
+	}
+	return 100 * current
 }
 
 // supersede flags the trials an attempt stored before its fault (the earlier steps of
