@@ -27,7 +27,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,7 +64,8 @@ func TestRunMeasuresOnKubernetesThroughGeneratorPods(t *testing.T) {
 		Selector: kube.RoleLabel + "=" + kube.PlaintextProbeRole, ParseTarget: kube.ParsePlaintextTarget, Run: kube.RunPlaintextProbe,
 	})
 	// The front sidecar counts what the entry service served; back's counts 3 at each
-	// read. The generators' sidecars are served by nothing.
+	// read. The generators' sidecars answer the bring-up's two reads, around its probe
+	// burst, and nothing after: each trial finds them unreadable.
 	var backReads atomic.Int64
 	sidecars := standInSidecarStats(t, c, map[string]func() int64{
 		"front": served.Load,
@@ -119,6 +119,7 @@ spec:
 	for _, want := range []string{"cluster https://127.0.0.1:", "2 load generators", "istio: installing ", "istio-discovery into istio-system",
 		"istio: every pod is in the mesh (4 pods; each carries istio-proxy)",
 		"istio: plaintext from outside the mesh refused by all 2 services (2× refused: connection closed without an answer)",
+		"istio: every pod's proxy carried traffic: 2 proxies held to a 3s probe burst of ",
 		"baseline torn down", "mesh uninstalled"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("progress does not say %q:\n%s", want, errOut)
@@ -151,22 +152,34 @@ spec:
 		}
 		measured += tr.Result.Requests
 	}
-	// The stand-in served the warm-ups too: 800 per trial.
-	if n := served.Load(); n < measured || n > 4*805 {
-		t.Errorf("the entry service served %d requests; the trials measured %d after warm-up (want about 3200 in all)", n, measured)
+	// The stand-in served the warm-ups too, 800 per trial, and each Istio bring-up's
+	// probe burst (67 req/s for 3 s: front's one pod must get 20, the floor is 200).
+	if n := served.Load(); n < measured+2*195 || n > 4*805+2*205 {
+		t.Errorf("the entry service served %d requests; the trials measured %d after warm-up (want about 3200 in all, and 2 bursts of 201)", n, measured)
 	}
-	if plans := gens.plans(); plans != 8 {
-		t.Errorf("the generator processes ran %d plans, want 2 generators × 2 meshes × 2 repeats", plans)
+	if plans := gens.plans(); plans != 12 {
+		t.Errorf("the generator processes ran %d plans, want 2 generators × (2 meshes × 2 repeats + 2 Istio bursts)", plans)
 	}
 	checkSidecarCounters(t, run, sidecars)
 	// The progress says which sidecars could not be read, each with why.
-	warned := regexp.MustCompile(`warning: envoy in meshmark-loadgen-\S+ could not be read \(pod meshmark-loadgen-\S+: GET /api/v1/namespaces/mmrun-\S+-istio/pods/meshmark-loadgen-\S+:15090/proxy/stats/prometheus: [^)]+\); envoy in meshmark-loadgen-`).FindAllString(errOut, -1)
+	warned := regexp.MustCompile(`warning: envoy in meshmark-loadgen-\S+ could not be read \(pod meshmark-loadgen-\S+: GET /api/v1/namespaces/mmrun-\S+-istio/pods/meshmark-loadgen-\S+:15090/proxy/stats/prometheus: (?:[^()]|\([^()]*\))+\); envoy in meshmark-loadgen-`).FindAllString(errOut, -1)
 	if len(warned) != 2 {
 		t.Errorf("%d warnings name both generators' unreadable sidecars, want one per Istio trial:\n%s", len(warned), errOut)
 	}
 	var enr mesh.Enrollment
 	if m := run.Mesh("istio"); m == nil || json.Unmarshal(m.Enrollment, &enr) != nil || !enr.Pass || len(enr.Pods) != 4 {
 		t.Errorf("istio enrollment %+v: want every pod (2 of the app, 2 generators) checked and passing", enr)
+	}
+	// Before measuring, the burst was counted by both of the app's sidecars (front's
+	// counted every request, back's its 3 per read); the generators' were read, not held.
+	if tr := enr.Traffic; tr == nil || !tr.Proven || tr.Held != 2 || tr.Sent < 195 || tr.Succeeded != tr.Sent || len(tr.Proxies) != 4 {
+		t.Errorf("istio traffic proof %+v: want both app sidecars held to a burst of about 201 requests, all answered, 4 sidecars read", tr)
+	} else {
+		for _, pe := range enr.Pods {
+			if want := map[string]uint64{"front": uint64(tr.Sent), "back": 3}[pe.Service]; pe.InboundRequests != want {
+				t.Errorf("istio enrollment row %+v: want %d inbound requests from the burst", pe, want)
+			}
+		}
 	}
 	// Strict mTLS: each bring-up's plaintext probe called both services, each refused.
 	if enr.PlaintextRefused == nil || !*enr.PlaintextRefused || len(enr.Plaintext) != 2 || enr.Plaintext[0].Service != "back" || !enr.Plaintext[0].Refused ||
@@ -227,14 +240,11 @@ type sidecarStats struct {
 // proxy, kubetest.ReachPodPort), Envoy's Prometheus stats as istio-proxy serves them,
 // with the count of the pod's service's function as the requests that arrived at the
 // pod: no sidecar runs on this cluster, so the test says what one counted. Pods of
-// other services (the generators) lead nowhere, as sidecars that cannot be read.
+// other services (the generators) answer the bring-up's two reads around its probe
+// burst, counting nothing, and then fail, as sidecars that cannot be read.
 func standInSidecarStats(t *testing.T, c *kubetest.Cluster, counts map[string]func() int64) *sidecarStats {
 	t.Helper()
 	st := &sidecarStats{served: map[string][]int64{}, svc: map[string]string{}}
-	closed, err := kubetest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var servers []*httptest.Server
 	t.Cleanup(func() {
 		for _, s := range servers {
@@ -253,13 +263,22 @@ func standInSidecarStats(t *testing.T, c *kubetest.Cluster, counts map[string]fu
 		if !meshed {
 			return false, nil
 		}
+		name, ns := p.Name, p.Namespace
 		if count == nil {
 			// kwok may give the pod the address of a pod of an earlier bring-up,
-			// which the test served: the pod's port must lead where nothing
-			// listens, as a sidecar that does not answer.
-			return true, c.ReachPodPort(p.Status.PodIP, 15090, "127.0.0.1:"+strconv.Itoa(closed))
+			// which the test served: the pod's port must lead to this pod's own
+			// stand-in, which answers twice and then as a sidecar that is gone.
+			var reads atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if reads.Add(1) > 2 {
+					http.Error(w, "stand-in sidecar gone", http.StatusServiceUnavailable)
+					return
+				}
+				fmt.Fprintf(w, "# TYPE envoy_server_live gauge\nenvoy_server_live{} 1\n# TYPE istio_build gauge\nistio_build{component=\"proxy\",tag=\"1.31.1\"} 1\n")
+			}))
+			servers = append(servers, srv)
+			return true, c.ReachPodPort(p.Status.PodIP, 15090, srv.Listener.Addr().String())
 		}
-		name, ns := p.Name, p.Namespace
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path != "/stats/prometheus" {
 				http.NotFound(w, r)
@@ -322,9 +341,10 @@ func checkSidecarCounters(t *testing.T, run *results.Run, sidecars *sidecarStats
 				continue
 			}
 			got := d.Inbound[service]
-			// Each trial on the pod read its stand-in twice, before and after, and
-			// nothing else read it: this trial's reads are the next pair.
-			s, i := sidecars.served[ps.Pod], 2*trialsOn[ps.Pod]
+			// The bring-up's probe burst read the stand-in twice, before and after, and
+			// so did each trial on the pod, and nothing else read it: this trial's
+			// reads are the next pair.
+			s, i := sidecars.served[ps.Pod], 2+2*trialsOn[ps.Pod]
 			trialsOn[ps.Pod]++
 			var want uint64
 			if i+1 < len(s) {

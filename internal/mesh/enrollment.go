@@ -23,6 +23,44 @@ type Enrollment struct {
 	// ended (sent from a probe pod outside the mesh, to the service's cluster name);
 	// the local checks note theirs on each pod's row instead.
 	Plaintext []PlaintextProbe `json:"plaintext,omitempty"`
+	// Traffic is, on Kubernetes, the short burst of load sent through the mesh before
+	// the first measurement and what every proxy counted of it: the proof that each
+	// pod's proxy carried traffic, which the local checks' probes give. Each pod's row
+	// has what its own proxy counted.
+	Traffic *TrafficProof `json:"traffic,omitempty"`
+}
+
+// TrafficProof is a burst of requests from the load generators to the entry service,
+// through the mesh, and what the mesh's proxies counted of it. It is not a trial: it
+// only proves that the proxies are on the app's path.
+type TrafficProof struct {
+	// Rate is the burst's requests per second and Seconds its length; both are zero
+	// when no burst was sent (Notes say why).
+	Rate    float64 `json:"rate,omitempty"`
+	Seconds float64 `json:"seconds,omitempty"`
+	// Sent and Succeeded (2xx) count the burst's requests; Errors are its failed ones
+	// by kind (refused, reset, timeout, non2xx, other).
+	Sent      int64            `json:"sent"`
+	Succeeded int64            `json:"succeeded"`
+	Errors    map[string]int64 `json:"errors,omitempty"`
+	// Held is how many proxies were held to the burst; Proven says that every one of
+	// them counted its share and the burst was answered.
+	Held   int  `json:"held"`
+	Proven bool `json:"proven"`
+	// Proxies is what each proxy counted into each service over the burst.
+	Proxies []ProxyTraffic `json:"proxies,omitempty"`
+	// Notes say what was not held to the burst, and why.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// ProxyTraffic is what one proxy counted over a TrafficProof's burst.
+type ProxyTraffic struct {
+	Component string `json:"component"`
+	// Pod is the proxy's pod, or its node for a node proxy.
+	Pod     string            `json:"pod"`
+	Unit    string            `json:"unit,omitempty"`
+	Inbound map[string]uint64 `json:"inbound,omitempty"`
+	Err     string            `json:"error,omitempty"`
 }
 
 // PodEnrollment is what the check found for one pod.

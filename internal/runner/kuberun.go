@@ -229,8 +229,9 @@ func (r *runner) executeKubernetes(ctx context.Context, c *kube.Cluster) error {
 
 // bringUpKube installs the mesh, deploys its workload and generators, waits until
 // every pod is ready, checks that the mesh enrolled every pod, and, with connect,
-// connects to each generator through its port-forward. It returns what it created even
-// when it fails, for teardown.
+// connects to each generator through its port-forward and proves with a burst of load
+// through them that every proxy of the mesh carried traffic (proveTraffic). It returns
+// what it created even when it fails, for teardown.
 func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m *study.Mesh, connect bool) (*kubeDeployment, error) {
 	start := time.Now()
 	d := &kubeDeployment{mesh: m, cluster: c}
@@ -280,6 +281,10 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 		return d, fmt.Errorf("mesh %s: %w", m.Name, err)
 	}
 	if plan != nil {
+		// The enrollment check, in order: the mesh's own record on the cluster, the
+		// plaintext probe where it promises to refuse plaintext, then (with the
+		// generators connected) the burst that every proxy must have counted. It is
+		// stored whatever it found, and the run stops unless it passed.
 		enr, err := kubeEnrollment(ctx, c, d.app, m, plan)
 		if err != nil {
 			return d, fmt.Errorf("mesh %s: %w", m.Name, err)
@@ -290,6 +295,22 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 		if err := r.checkPlaintextOnCluster(ctx, c, run, d.app, m, plan, &enr); err != nil {
 			return d, fmt.Errorf("mesh %s: %w", m.Name, err)
 		}
+		if enr.Pass && len(plan.Proxies) > 0 {
+			if !connect {
+				// meshmark deploy: no generator is driven, so no burst.
+				why := "no probe burst sent: deploy drives no load generator, so that every pod's proxy carries traffic is not proven here (`meshmark run` proves it before it measures)"
+				enr.Traffic = &mesh.TrafficProof{Notes: []string{why}}
+				r.progress.note(fmt.Sprintf("%s: %s", m.Name, why))
+			} else {
+				if err := r.connectGenerators(ctx, c, d); err != nil {
+					enr.Traffic = &mesh.TrafficProof{Notes: []string{"no probe burst was sent: the load generators could not be reached: " + err.Error()}}
+					return d, errors.Join(fmt.Errorf("mesh %s: %w", m.Name, err), r.storeEnrollment(context.WithoutCancel(ctx), m.Name, enr))
+				}
+				if err := r.proveTraffic(ctx, d, plan, &enr); err != nil {
+					return d, fmt.Errorf("mesh %s: %w", m.Name, err)
+				}
+			}
+		}
 		if err := r.storeEnrollment(ctx, m.Name, enr); err != nil {
 			return d, err
 		}
@@ -297,12 +318,10 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 			return d, fmt.Errorf("mesh %s is not set up as claimed, refusing to measure it: %s", m.Name, strings.Join(enr.Failures, "; "))
 		}
 	}
-	if !connect {
-		d.took = time.Since(start)
-		return d, nil
-	}
-	if err := r.connectGenerators(ctx, c, d); err != nil {
-		return d, fmt.Errorf("mesh %s: %w", m.Name, err)
+	if connect && d.pool == nil {
+		if err := r.connectGenerators(ctx, c, d); err != nil {
+			return d, fmt.Errorf("mesh %s: %w", m.Name, err)
+		}
 	}
 	d.took = time.Since(start)
 	return d, nil

@@ -153,6 +153,10 @@ type PodSidecar struct {
 	Pod, App    string
 	Sidecar     bool
 	Annotations map[string]string
+	// Version is the pod's service version; Node its node, empty while it is not
+	// scheduled; Generator says it is a load generator's, which serves no service.
+	Version, Node string
+	Generator     bool
 }
 
 // Sidecars reports, for every pod of the app (workload and load generators), whether
@@ -166,7 +170,8 @@ func (c *Cluster) Sidecars(ctx context.Context, app *App, sidecar string) ([]Pod
 	}
 	var out []PodSidecar
 	for _, p := range pods {
-		out = append(out, PodSidecar{Pod: p.Name, App: podApp(&p), Sidecar: sidecar != "" && hasSidecar(p.Spec, sidecar), Annotations: p.Annotations})
+		out = append(out, PodSidecar{Pod: p.Name, App: podApp(&p), Sidecar: sidecar != "" && hasSidecar(p.Spec, sidecar), Annotations: p.Annotations,
+			Version: p.Labels["version"], Node: p.Spec.NodeName, Generator: p.Labels[RoleLabel] == roleGenerator})
 	}
 	return out, nil
 }
