@@ -2,11 +2,14 @@ package runner
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
+	"github.com/meshmark/meshmark/internal/workload"
 )
 
 // ciliumStudy is a study on Kubernetes with the given meshes (YAML list items).
@@ -98,5 +101,41 @@ spec:
 	err := (&runner{study: st}).preflight(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "mesh cilium: profile cilium runs on spec.substrate.kubernetes only: Cilium's data plane is eBPF") {
 		t.Errorf("preflight: %v", err)
+	}
+}
+
+// On a cluster a version's share of its service's requests follows its pods: validate
+// refuses a graph whose weights its replicas do not carry, at spec.workload.graph,
+// naming the service and the replicas that would; weights in the ratio of the
+// replicas, and every built-in graph, pass.
+func TestKubeVersionWeightsMustFollowReplicas(t *testing.T) {
+	dir := t.TempDir()
+	graphStudy := func(versions string) string {
+		path := filepath.Join(dir, "g.yaml")
+		graph := "name: split\nservices:\n  - name: front\n    isEntrypoint: true\n    script: [call: back]\n  - name: back\n    versions:\n" + versions
+		if err := os.WriteFile(path, []byte(graph), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Replace(ciliumStudy("    - {name: baseline, profile: none}\n"), "graph: bookinfo", "graph: "+path, 1)
+	}
+	for _, c := range []struct{ versions, want string }{
+		{"      - {name: v1, weight: 80}\n      - {name: v2, weight: 20}\n",
+			`study.yaml:7:21: spec.workload.graph: graph split: service back splits its requests by weights 80:20 over versions of 1, 1 replicas: on Kubernetes a Service spreads requests over all its pods, so the versions' shares follow their replicas; give its versions replicas in the ratio of their weights (4, 1, or a multiple)`},
+		{"      - {name: v1, weight: 1}\n      - {name: v2, weight: 0}\n",
+			`service back splits its requests by weights 1:0 over versions of 1, 1 replicas: on Kubernetes a Service spreads requests over all its pods, so the versions' shares follow their replicas; leave out the versions of weight 0`},
+	} {
+		err := CheckKubernetes(parseStudy(t, graphStudy(c.versions)))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("versions\n%s: %v\nwant %s", c.versions, err, c.want)
+		}
+	}
+	if err := CheckKubernetes(parseStudy(t, graphStudy("      - {name: v1, weight: 80, replicas: 4}\n      - {name: v2, weight: 20, replicas: 1}\n"))); err != nil {
+		t.Errorf("weights carried by the replicas: %v", err)
+	}
+	for _, name := range workload.BuiltinNames() {
+		name = strings.Replace(name, "-N", "-3", 1) // chain-N, fanout-N
+		if err := CheckKubernetes(parseStudy(t, strings.Replace(ciliumStudy("    - {name: baseline, profile: none}\n"), "graph: bookinfo", "graph: "+name, 1))); err != nil {
+			t.Errorf("built-in graph %s: %v", name, err)
+		}
 	}
 }

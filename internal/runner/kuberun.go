@@ -133,6 +133,14 @@ func (r *runner) checkKubernetes(measure bool) error {
 	if err := checkClusterNetwork(st); err != nil {
 		return err
 	}
+	if r.graph == nil {
+		if err := r.prepareGraph(); err != nil {
+			return err
+		}
+	}
+	if err := checkVersionSplit(st, r.graph); err != nil {
+		return err
+	}
 	if st.Spec.KeepMeshesUp {
 		return st.ErrorAt("spec.keepMeshesUp", errors.New("the local substrate only: on Kubernetes one mesh is installed at a time (meshes' control planes and CRDs would meet on one cluster)"))
 	}
@@ -149,6 +157,52 @@ func (r *runner) checkKubernetes(measure bool) error {
 		}
 	}
 	return nil
+}
+
+// checkVersionSplit refuses a graph whose versions' weights a cluster would not keep.
+// A Service spreads its requests over all its pods, whatever their version, and the
+// baseline has nothing else to split them with; so on Kubernetes the weights are carried
+// by the replicas, which must be in the ratio of the weights for every mesh and the
+// baseline to serve the mix the graph means.
+func checkVersionSplit(st *study.Study, g *workload.Graph) error {
+	for _, s := range g.Services {
+		if len(s.Versions) < 2 {
+			continue
+		}
+		first := s.Versions[0]
+		proportional := true
+		divisor := 0
+		var weights, replicas []string
+		for _, v := range s.Versions {
+			if v.Weight*max(first.Replicas, 1) != first.Weight*max(v.Replicas, 1) {
+				proportional = false
+			}
+			divisor = gcd(divisor, v.Weight)
+			weights = append(weights, strconv.Itoa(v.Weight))
+			replicas = append(replicas, strconv.Itoa(max(v.Replicas, 1)))
+		}
+		if proportional {
+			continue
+		}
+		var want []string
+		for _, v := range s.Versions {
+			want = append(want, strconv.Itoa(v.Weight/max(divisor, 1)))
+		}
+		how := "give its versions replicas in the ratio of their weights (" + strings.Join(want, ", ") + ", or a multiple)"
+		if slices.Contains(weights, "0") {
+			how = "leave out the versions of weight 0, which a Service would still send their share, and give the others replicas in the ratio of their weights"
+		}
+		return st.ErrorAt("spec.workload.graph", fmt.Errorf("graph %s: service %s splits its requests by weights %s over versions of %s replicas: on Kubernetes a Service spreads requests over all its pods, so the versions' shares follow their replicas; %s",
+			g.Name, s.Name, strings.Join(weights, ":"), strings.Join(replicas, ", "), how))
+	}
+	return nil
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // connectKubernetes reaches the study's cluster with its placement settings.

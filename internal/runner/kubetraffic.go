@@ -60,8 +60,8 @@ type burstPlan struct {
 
 // serviceFlows is how many requests each service of the graph receives per request to
 // the entry service, as the cluster routes them: a Service spreads its requests over
-// all its pods, whatever their version (no version split is applied on a cluster), a
-// call is made with its probability, and a pod that answers with an injected error
+// all its pods, whatever their version (the versions' weights are carried by their
+// replicas on a cluster), a call is made with its probability, and a pod that answers with an injected error
 // calls nothing.
 func serviceFlows(g *workload.Graph) map[string]float64 {
 	entry := g.Entrypoint().Service
@@ -105,19 +105,18 @@ func planBurst(g *workload.Graph, pods []kube.PodSidecar) burstPlan {
 	minShare := 0.0
 	for _, p := range pods {
 		bp := burstPod{PodSidecar: p}
-		s := g.Service(p.App)
 		switch {
 		case p.Generator:
 			bp.notHeld = "a load generator's: it serves no service, and the proxies' counts are per service it serves"
-		case s == nil:
+		case g.Service(p.App) == nil:
 			bp.notHeld = "not a service of the graph"
 		case flow[p.App] == 0:
 			bp.notHeld = "the graph sends " + p.App + " no request from the entry service"
 		default:
+			// A Service spreads over all its pods; the versions' weights are carried by
+			// their replicas (checkVersionSplit refuses a graph whose are not).
 			bp.share = flow[p.App] / float64(podsOf[p.App])
-			if v := s.Version(p.Version); v != nil && v.Weight == 0 {
-				bp.notHeld = fmt.Sprintf("version %s has weight 0 in the graph (on a cluster the Service still gives it its share, as no version split is applied)", p.Version)
-			} else if minShare == 0 || bp.share < minShare {
+			if minShare == 0 || bp.share < minShare {
 				minShare = bp.share
 			}
 		}

@@ -109,7 +109,7 @@ services:
   - name: back
     versions:
       - {name: v1, weight: 1}
-      - {name: v2, weight: 0}
+      - {name: v2, weight: 1}
   - name: lonely
     isEntrypoint: false
 `))
@@ -117,7 +117,7 @@ services:
 		t.Fatal(err)
 	}
 	bp := planBurst(g, graphPods(g, nil))
-	// back's two pods get a quarter each (the Service ignores weights): 80 requests.
+	// back's two pods get a quarter each: 80 requests.
 	if bp.rate != 67 {
 		t.Errorf("burst at %g req/s, want the floor's 67", bp.rate)
 	}
@@ -125,7 +125,7 @@ services:
 	for _, p := range bp.pods {
 		why[p.Pod] = p.notHeld
 	}
-	if why["front-v1-0"] != "" || why["back-v1-0"] != "" || !strings.Contains(why["back-v2-0"], "version v2 has weight 0") ||
+	if why["front-v1-0"] != "" || why["back-v1-0"] != "" || why["back-v2-0"] != "" ||
 		!strings.Contains(why["lonely-v1-0"], "no request from the entry service") || !strings.Contains(why["meshmark-loadgen-0"], "load generator") {
 		t.Errorf("not held: %q", why)
 	}
