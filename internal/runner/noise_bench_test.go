@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/results"
@@ -31,7 +32,7 @@ spec:
     - {name: b, profile: none, options: {balancing: %[2]s}}
   baseline: a
   experiments:
-    - {name: latency, kind: fixed-rate, rate: 300, connections: 8, duration: %[5]s, warmup: 1s}
+    - {name: latency, kind: fixed-rate, rate: 300, connections: 8, duration: %[5]s, warmup: %[6]s}
   repeats: %[4]d
   order: interleaved
   %[3]s
@@ -42,19 +43,21 @@ spec:
 // found it (per-connection balancing, the kernel's idle governor, a fresh bring-up per
 // repeat), with per-request balancing alone, with idle CPUs polling too, and with both
 // meshes up together so that the interleaved trials follow each other with no bring-up
-// between them (as 5 blocks of 6 s, and as 15 blocks of 6 s, which fit the demo's four
-// minutes). The services' Go runtime is sized for their CPUs in all of them, which has no
-// switch.
+// between them: as 5 and 15 blocks of 6 s, and as 90 blocks of 1 s (100 ms warm-up),
+// which pairs the two deployments second by second and, like 15 x 6 s, fits the demo's
+// four minutes. The services' Go runtime is sized for their CPUs in all of them, which
+// has no switch.
 var aaConfigs = []struct {
 	name, cpuIdle, balancing, deployments string
 	repeats                               int
-	duration                              string
+	duration, warmup                      string
 }{
-	{"before", "os", "per-connection", "freshBringUpPerRepeat: true", 5, "6s"},
-	{"balancing", "os", "per-request", "freshBringUpPerRepeat: true", 5, "6s"},
-	{"polling", "poll", "per-request", "freshBringUpPerRepeat: true", 5, "6s"},
-	{"kept-up", "poll", "per-request", "keepMeshesUp: true", 5, "6s"},
-	{"kept-up-15x6s", "poll", "per-request", "keepMeshesUp: true", 15, "6s"},
+	{"before", "os", "per-connection", "freshBringUpPerRepeat: true", 5, "6s", "1s"},
+	{"balancing", "os", "per-request", "freshBringUpPerRepeat: true", 5, "6s", "1s"},
+	{"polling", "poll", "per-request", "freshBringUpPerRepeat: true", 5, "6s", "1s"},
+	{"kept-up", "poll", "per-request", "keepMeshesUp: true", 5, "6s", "1s"},
+	{"kept-up-15x6s", "poll", "per-request", "keepMeshesUp: true", 15, "6s", "1s"},
+	{"kept-up-90x1s", "poll", "per-request", "keepMeshesUp: true", 90, "1s", "100ms"},
 }
 
 // BenchmarkAANoiseFloor reports, from one run, the A/A noise floor on p50 and p99 of
@@ -78,7 +81,7 @@ func BenchmarkAANoiseFloor(b *testing.B) {
 			}
 			dir := b.TempDir()
 			path := filepath.Join(dir, "aa.yaml")
-			if err := os.WriteFile(path, []byte(fmt.Sprintf(aaStudy, cfg.cpuIdle, cfg.balancing, cfg.deployments, cfg.repeats, cfg.duration)), 0o644); err != nil {
+			if err := os.WriteFile(path, []byte(fmt.Sprintf(aaStudy, cfg.cpuIdle, cfg.balancing, cfg.deployments, cfg.repeats, cfg.duration, cfg.warmup)), 0o644); err != nil {
 				b.Fatal(err)
 			}
 			st, err := study.ParseFile(path)
@@ -89,7 +92,9 @@ func BenchmarkAANoiseFloor(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			start := time.Now()
 			run, err := Run(context.Background(), st, Options{Store: db, ServiceBinary: meshmarkBin})
+			took := time.Since(start)
 			db.Close()
 			if err != nil {
 				b.Fatal(err)
@@ -100,7 +105,9 @@ func BenchmarkAANoiseFloor(b *testing.B) {
 					skewed++
 				}
 			}
-			b.Logf("%s (cpu idle %s, balancing %s, %s, %d x %s): %s", cfg.name, cfg.cpuIdle, cfg.balancing, cfg.deployments, cfg.repeats, cfg.duration, run.Provenance.Placement["cpu-idle"])
+			b.Logf("%s (cpu idle %s, balancing %s, %s, %d x %s after %s warm-up): took %s; %s", cfg.name, cfg.cpuIdle, cfg.balancing, cfg.deployments,
+				cfg.repeats, cfg.duration, cfg.warmup, took.Round(time.Second), run.Provenance.Placement["cpu-idle"])
+			b.ReportMetric(took.Seconds(), "run-s-"+cfg.name)
 			// The same trials resampled both ways: independently, and in pairs of one
 			// interleaved block (analysis.Comparison.Paired).
 			for _, how := range []struct {
