@@ -11,7 +11,9 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/meshmark/meshmark/internal/results"
@@ -308,7 +310,18 @@ type Report struct {
 	// Excluded lists the trials left out of every number above because a process of
 	// the system under test exited during them, or their attempt was measured again.
 	Excluded []ExcludedTrial `json:"excluded,omitempty"`
+	// Caveats say what the intervals above do not cover, for this run's design.
+	Caveats []string `json:"caveats,omitempty"`
 }
+
+// OneDeploymentCaveat is said of a run whose meshes were each measured on one
+// deployment kept up throughout (keepMeshesUp) with no A/A pair among them. Its trials
+// pair second by second and its intervals are narrow, but they cover how trials vary,
+// not how two deployments of one mesh differ: in one A/A of identical kept-up
+// deployments on the machine of docs/report.md, the paired p50 interval was -3.2 %
+// [-5.0, -1.2], excluding zero. An A/A pair at a point raises the noise floor of every
+// comparison there to cover it.
+const OneDeploymentCaveat = "each mesh was measured on one deployment, kept up throughout (keepMeshesUp): the intervals cover how its trials varied, not how two deployments of the same mesh differ, which can be a few percent on p50 (docs/report.md); add a second deployment of the baseline (an A/A pair) to the study, and its noise floor will cover it"
 
 // ExcludedTrial is a stored trial the analysis leaves out, and why.
 type ExcludedTrial struct {
@@ -452,6 +465,10 @@ func Analyze(run *results.Run, opts Options, slo *SLO) *Report {
 		}
 	}
 	rep.Sensitivity = SensitivityOf(rep.Comparisons)
+	if run.Provenance.Placement["meshes-up"] != "" && len(rep.Comparisons) > 0 &&
+		!slices.ContainsFunc(rep.Comparisons, func(c Comparison) bool { return strings.HasPrefix(c.NoiseSource, "a/a ") }) {
+		rep.Caveats = append(rep.Caveats, OneDeploymentCaveat)
+	}
 	rep.Winners = Winners(run, rep.Groups, opts)
 	s := DefaultSLO()
 	if slo != nil {

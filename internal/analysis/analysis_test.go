@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -483,4 +484,22 @@ func shiftTrial(t *results.Trial, d int64) {
 	}
 	t.Result.Latency = moved
 	t.Result.Intervals = nil
+}
+
+// A run whose meshes were each kept up on one deployment says that its intervals do not
+// cover the difference between deployments, unless an A/A pair's noise floor does.
+func TestOneDeploymentCaveat(t *testing.T) {
+	run := synthRun(3, 5, 2000, 0)
+	if rep := Analyze(run, Options{Seed: 1}, nil); len(rep.Caveats) != 0 {
+		t.Errorf("fresh bring-ups: caveats %q, want none", rep.Caveats)
+	}
+	run.Provenance.Placement = map[string]string{"meshes-up": "all together, each in its own testbed"}
+	if rep := Analyze(run, Options{Seed: 1}, nil); !slices.Equal(rep.Caveats, []string{OneDeploymentCaveat}) {
+		t.Errorf("meshes kept up: caveats %q, want the one-deployment caveat", rep.Caveats)
+	}
+	// The sidecar made a second baseline: an A/A pair, whose floor covers deployments.
+	run.Meshes[1].Profile = "none"
+	if rep := Analyze(run, Options{Seed: 1}, nil); len(rep.Caveats) != 0 {
+		t.Errorf("meshes kept up with an A/A pair: caveats %q, want none", rep.Caveats)
+	}
 }

@@ -167,6 +167,9 @@ func WriteRunSummary(w io.Writer, run *results.Run, rep *Report) error {
 		if len(rep.Sensitivity) > 0 {
 			fmt.Fprintf(w, "\nsensitivity: %s\n", SensitivityLine(rep.Sensitivity))
 		}
+		for _, c := range rep.Caveats {
+			fmt.Fprintf(w, "note: %s\n", c)
+		}
 	}
 	if len(rep.Winners) > 0 {
 		fmt.Fprintln(w, "\nverdict table:")

@@ -389,6 +389,9 @@ func Summarize(run *results.Run, an *analysis.Report, opts Options) *Summary {
 	s.Comparisons = comparisonRows(an.Comparisons)
 	if len(an.Sensitivity) > 0 {
 		s.Sensitivity = "Sensitivity: " + analysis.SensitivityLine(an.Sensitivity) + "."
+		for _, c := range an.Caveats {
+			s.Sensitivity += " Note: " + c + "."
+		}
 	}
 	s.SLO, s.Capacity = capacityRows(an)
 	s.Spectra = spectra(an.Groups, meshOrder(run))
