@@ -101,7 +101,7 @@ func planBurst(g *workload.Graph, pods []kube.PodSidecar) burstPlan {
 			podsOf[p.App]++
 		}
 	}
-	plan := burstPlan{rate: 0, length: burstLength}
+	plan := burstPlan{length: burstLength}
 	minShare := 0.0
 	for _, p := range pods {
 		bp := burstPod{PodSidecar: p}
@@ -454,13 +454,13 @@ func judgeTraffic(enr *mesh.Enrollment, endpoints []mesh.ProxyEndpoint, out burs
 		enr.Fail("nodes %s: their %s counted no inbound connection for %s during %s: its traffic bypassed the proxies",
 			strings.Join(l4Zero[cs], ", "), names[cs.component], cs.service, out.describe())
 	}
-	for _, comp := range slices.Sorted(maps.Keys(appPods)) {
-		held := map[string]float64{}
-		for _, p := range out.plan.pods {
-			if p.notHeld == "" {
-				held[p.App] += expected(&p)
-			}
+	held := map[string]float64{}
+	for _, p := range out.plan.pods {
+		if p.notHeld == "" {
+			held[p.App] += expected(&p)
 		}
+	}
+	for _, comp := range slices.Sorted(maps.Keys(appPods)) {
 		for _, s := range slices.Sorted(maps.Keys(held)) {
 			n := appCounted[compService{comp, s}]
 			if n == 0 {

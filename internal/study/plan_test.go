@@ -132,12 +132,7 @@ func TestPlanSequential(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("sequential start %v, want %v", got, want)
 	}
-	bringUps := 0
-	for _, tr := range trials {
-		if tr.BringUp {
-			bringUps++
-		}
-	}
+	bringUps := countBringUps(trials)
 	// One bring-up per mesh per stage: 4 meshes x 2 stages.
 	if bringUps != 8 {
 		t.Errorf("%d bring-ups, want 8", bringUps)
@@ -147,12 +142,7 @@ func TestPlanSequential(t *testing.T) {
 func TestPlanFreshBringUpPerRepeat(t *testing.T) {
 	s := planStudy(t, "sequential", 3, 1)
 	s.Spec.FreshBringUpPerRepeat = true
-	bringUps := 0
-	for _, tr := range s.Plan() {
-		if tr.BringUp {
-			bringUps++
-		}
-	}
+	bringUps := countBringUps(s.Plan())
 	// Every (mesh, repeat, stage) starts fresh: 4 x 3 x 2.
 	if bringUps != 24 {
 		t.Errorf("%d bring-ups, want 24", bringUps)
@@ -246,12 +236,7 @@ func TestPlanKeepMeshesUp(t *testing.T) {
 	}
 
 	s.Spec.FreshBringUpPerRepeat = true
-	bringUps := 0
-	for _, tr := range s.Plan() {
-		if tr.BringUp {
-			bringUps++
-		}
-	}
+	bringUps := countBringUps(s.Plan())
 	// every (mesh, repeat, stage): 4 meshes x 3 repeats x 2 stages, as without keepMeshesUp
 	if bringUps != 24 {
 		t.Errorf("keepMeshesUp with freshBringUpPerRepeat: %d bring-ups, want 24", bringUps)
@@ -269,4 +254,15 @@ func TestPlanKeepMeshesUp(t *testing.T) {
 		}
 		last[tr.Mesh.Name] = tr
 	}
+}
+
+// countBringUps counts the trials of a plan that bring their mesh up.
+func countBringUps(plan []Trial) int {
+	n := 0
+	for _, tr := range plan {
+		if tr.BringUp {
+			n++
+		}
+	}
+	return n
 }
