@@ -312,6 +312,10 @@ type Report struct {
 	Excluded []ExcludedTrial `json:"excluded,omitempty"`
 	// Caveats say what the intervals above do not cover, for this run's design.
 	Caveats []string `json:"caveats,omitempty"`
+	// SLO is what capacity and the answer's SLO flags were judged against;
+	// SLOFromStudy says the run's study set it (else it is DefaultSLO).
+	SLO          SLO  `json:"slo"`
+	SLOFromStudy bool `json:"slo_from_study,omitempty"`
 }
 
 // OneDeploymentCaveat is said of a run whose meshes were each measured on one
@@ -470,11 +474,11 @@ func Analyze(run *results.Run, opts Options, slo *SLO) *Report {
 		rep.Caveats = append(rep.Caveats, OneDeploymentCaveat)
 	}
 	rep.Winners = Winners(run, rep.Groups, opts)
-	s := DefaultSLO()
+	rep.SLO = DefaultSLO()
 	if slo != nil {
-		s = *slo
+		rep.SLO, rep.SLOFromStudy = *slo, true
 	}
-	rep.Capacity = CapacityAll(rep.Groups, s)
+	rep.Capacity = CapacityAll(rep.Groups, rep.SLO)
 	rep.Resources = Resources(rep.Groups)
 	rep.Network = Network(rep.Groups)
 	return rep

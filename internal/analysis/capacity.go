@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/meshmark/meshmark/internal/results"
@@ -98,15 +99,8 @@ func CapacityOf(steps []*Group, slo SLO) Capacity {
 	failed := false
 	for i, g := range steps {
 		p := CapacityPoint{Step: g.Step, Label: g.Label, X: xOf(g), Throughput: g.Throughput, P50: g.P50, P99: g.P99, ErrorRate: g.ErrorRate, Meets: true}
-		switch {
-		case slo.P50 > 0 && results.Duration(g.P50) > slo.P50:
-			p.Meets, p.Why = false, fmt.Sprintf("p50 %v > %v", results.Duration(g.P50), slo.P50)
-		case slo.P99 > 0 && results.Duration(g.P99) > slo.P99:
-			p.Meets, p.Why = false, fmt.Sprintf("p99 %v > %v", results.Duration(g.P99), slo.P99)
-		case slo.MaxErrorRate > 0 && g.ErrorRate > slo.MaxErrorRate:
-			p.Meets, p.Why = false, fmt.Sprintf("error rate %.3g%% > %.3g%%", 100*g.ErrorRate, 100*slo.MaxErrorRate)
-		case open && slo.MinAchieved > 0 && g.Throughput < slo.MinAchieved*g.Params.RequestedRate:
-			p.Meets, p.Why = false, fmt.Sprintf("served %.0f of %.0f req/s requested", g.Throughput, g.Params.RequestedRate)
+		if miss := slo.Misses(g); len(miss) > 0 {
+			p.Meets, p.Why = false, miss[0].Why
 		}
 		if !failed {
 			if p.Meets {
@@ -128,6 +122,57 @@ func CapacityOf(steps []*Group, slo SLO) Capacity {
 		c.Points = append(c.Points, p)
 	}
 	return c
+}
+
+// SLOMiss is one part of the SLO a group broke.
+type SLOMiss struct {
+	// Metric is what broke it: P50, P99, ErrorRate or Throughput (served less than
+	// MinAchieved of the requested rate).
+	Metric Metric `json:"metric"`
+	// Why says it with the numbers: "p99 1.99s > 1s".
+	Why string `json:"why"`
+}
+
+// Misses lists the parts of the SLO the pooled group breaks, in the order p50, p99,
+// error rate, achieved rate (the last for open-model groups only); none when it meets
+// every part.
+func (slo SLO) Misses(g *Group) []SLOMiss {
+	var out []SLOMiss
+	if slo.P50 > 0 && results.Duration(g.P50) > slo.P50 {
+		out = append(out, SLOMiss{P50, fmt.Sprintf("p50 %v > %v", results.Duration(g.P50), slo.P50)})
+	}
+	if slo.P99 > 0 && results.Duration(g.P99) > slo.P99 {
+		out = append(out, SLOMiss{P99, fmt.Sprintf("p99 %v > %v", results.Duration(g.P99), slo.P99)})
+	}
+	if slo.MaxErrorRate > 0 && g.ErrorRate > slo.MaxErrorRate {
+		out = append(out, SLOMiss{ErrorRate, fmt.Sprintf("error rate %.3g%% > %.3g%%", 100*g.ErrorRate, 100*slo.MaxErrorRate)})
+	}
+	if rate := g.Params.RequestedRate; rate > 0 && slo.MinAchieved > 0 && g.Throughput < slo.MinAchieved*rate {
+		out = append(out, SLOMiss{Throughput, fmt.Sprintf("served %.0f of %.0f req/s requested", g.Throughput, rate)})
+	}
+	return out
+}
+
+// String states the SLO: "p50 ≤ 300ms, p99 ≤ 1s, errors ≤ 0.1%, served ≥ 95% of the
+// requested rate".
+func (slo SLO) String() string {
+	var parts []string
+	if slo.P50 > 0 {
+		parts = append(parts, fmt.Sprintf("p50 ≤ %v", slo.P50))
+	}
+	if slo.P99 > 0 {
+		parts = append(parts, fmt.Sprintf("p99 ≤ %v", slo.P99))
+	}
+	if slo.MaxErrorRate > 0 {
+		parts = append(parts, fmt.Sprintf("errors ≤ %.3g%%", 100*slo.MaxErrorRate))
+	}
+	if slo.MinAchieved > 0 {
+		parts = append(parts, fmt.Sprintf("served ≥ %.3g%% of the requested rate", 100*slo.MinAchieved))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func xOf(g *Group) float64 {

@@ -63,10 +63,17 @@ func pct(e Estimate) string {
 	return fmt.Sprintf("%+.1f%% [%+.1f, %+.1f]", e.Value, e.Lo, e.Hi)
 }
 
-// WriteRunSummary prints what `meshmark show` shows: the run, its meshes, a
-// percentile table per mesh and point, the comparisons with the baseline, the
-// verdict table, resources, network per pod interface and capacity.
+// WriteRunSummary prints every detail of a run (what `meshmark show --all` prints
+// under the answer): the run, its meshes, a percentile table per mesh and point, the
+// comparisons with the baseline, the verdict table, resources, network per pod
+// interface and capacity.
 func WriteRunSummary(w io.Writer, run *results.Run, rep *Report) error {
+	writeRunHeader(w, run)
+	return writeRunDetails(w, run, rep)
+}
+
+// writeRunHeader prints the run, when and where it ran.
+func writeRunHeader(w io.Writer, run *results.Run) {
 	p := run.Provenance
 	fmt.Fprintf(w, "run %s  study %s  %s", run.ID, run.Study, run.Status)
 	if run.StatusReason != "" {
@@ -93,6 +100,10 @@ func WriteRunSummary(w io.Writer, run *results.Run, rep *Report) error {
 		sort.Strings(cs)
 		fmt.Fprintf(w, "components: %s\n", strings.Join(cs, ", "))
 	}
+}
+
+// writeRunDetails prints the meshes and every table of the analysis.
+func writeRunDetails(w io.Writer, run *results.Run, rep *Report) error {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "MESH\tPROFILE\tOPTIONS\tEQUIVALENCE CHECK")
