@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/results"
 )
 
@@ -157,6 +158,7 @@ func (m *mdWriter) section(title string, empty bool, why string) bool {
 
 // Markdown section titles, shared with the HTML page.
 const (
+	titleAnswer      = "The answer"
 	titleVerdicts    = "Verdicts"
 	titleComparisons = "Overhead against the baseline"
 	titleResults     = "Pooled results"
@@ -190,6 +192,7 @@ func renderMarkdown(w io.Writer, s *Summary) error {
 		m.printf("> Status: %s\n\n", mdCell(s.StatusReason))
 	}
 
+	m.answer(s)
 	if m.section(titleVerdicts, len(s.Verdicts) == 0, "No point was measured on two or more meshes, so there is nothing to rank.") {
 		var rows [][]string
 		for _, v := range s.Verdicts {
@@ -326,6 +329,116 @@ func renderMarkdown(w io.Writer, s *Summary) error {
 		m.err = m.w.Flush()
 	}
 	return m.err
+}
+
+// answerHeader is the header of an answer table (Markdown and HTML).
+func answerHeader(s *Summary) []string {
+	conf := fmt.Sprintf("%.0f%%", 100*s.Confidence)
+	return []string{"Mesh", "Added p50 [" + conf + "]", "Added p99 [" + conf + "]", "CPU / 1000 req/s: proxies (system under test)",
+		"Proxy memory", "Errors", "Security", "Verdict"}
+}
+
+// answerCells are one answer row's cells, each number with the labels of the flags
+// that qualify it (see AnswerRow.Beside), as text.
+func answerCells(r AnswerRow, flag func(string, []string) string) []string {
+	addedCell := func(a *Added, own Num) string {
+		if a == nil {
+			if r.Baseline {
+				return "base " + sig(float64(own)) + " ms"
+			}
+			return "—"
+		}
+		return analysis.AddedLatency(analysis.Estimate{Value: 1000 * float64(a.Ms), Lo: 1000 * float64(a.LoMs), Hi: 1000 * float64(a.HiMs)})
+	}
+	cpu := "—"
+	if r.Proxies > 0 && !math.IsNaN(float64(r.ProxyCoresPer1000RPS)) {
+		cpu = fmt.Sprintf("%.3g", float64(r.ProxyCoresPer1000RPS))
+	}
+	if f := float64(r.SUTCoresPer1000RPS); !math.IsNaN(f) {
+		cpu += fmt.Sprintf(" (%.3g)", f)
+	}
+	mem := "—"
+	if r.Proxies > 0 {
+		mem = fmt.Sprintf("%.0f MiB", float64(r.ProxyMemMiB))
+	}
+	errs := "0"
+	if r.Errors > 0 {
+		errs = fmt.Sprintf("%d (%.3g%%)", r.Errors, 100*float64(r.ErrorRate))
+	}
+	return []string{flag(r.Mesh, r.Beside(analysis.FieldMesh)), flag(addedCell(r.AddedP50, r.P50Ms), r.Beside(analysis.FieldP50)),
+		flag(addedCell(r.AddedP99, r.P99Ms), r.Beside(analysis.FieldP99)), flag(cpu, r.Beside(analysis.FieldCPU)),
+		flag(mem, r.Beside(analysis.FieldMemory)), flag(errs, r.Beside(analysis.FieldErrors)),
+		flag(r.Security, r.Beside(analysis.FieldSecurity)), r.Verdict}
+}
+
+// answerHeadline says a point's repeats and the baseline's own latency.
+func answerHeadline(p AnswerPoint) string {
+	lo, hi := math.MaxInt, 0
+	for _, r := range p.Rows {
+		lo, hi = min(lo, r.Repeats), max(hi, r.Repeats)
+	}
+	s := fmt.Sprintf("%d repeats", lo)
+	if hi != lo {
+		s = fmt.Sprintf("%d–%d repeats", lo, hi)
+	}
+	for _, r := range p.Rows {
+		if r.Baseline {
+			return s + fmt.Sprintf("; latency added to %s's p50 %s ms and p99 %s ms.", r.Mesh, sig(float64(r.P50Ms)), sig(float64(r.P99Ms)))
+		}
+	}
+	return s + "; no baseline was measured at this point."
+}
+
+// answer writes the answer section: one table per load point with its rankings and
+// the flags' evidence, then the closed-loop capacities.
+func (m *mdWriter) answer(s *Summary) {
+	if !m.section(titleAnswer, len(s.Answers) == 0 && len(s.CapacityLines) == 0, "This run has no load point to answer for.") {
+		return
+	}
+	m.printf("%s.", mdCell(s.SLOLine))
+	if s.IntervalLine != "" {
+		m.printf(" %s.", mdCell(s.IntervalLine))
+	}
+	m.printf("\n\n")
+	flag := func(v string, labels []string) string {
+		if len(labels) == 0 {
+			return v
+		}
+		return v + " **(" + strings.Join(labels, "; ") + ")**"
+	}
+	said := map[string]bool{}
+	for _, p := range s.Answers {
+		m.printf("### %s\n\n%s\n\n", mdCell(p.Label), answerHeadline(p))
+		var rows [][]string
+		for _, r := range p.Rows {
+			rows = append(rows, answerCells(r, flag))
+		}
+		m.table(answerHeader(s), rows)
+		var notes []string
+		for _, rk := range p.Rankings {
+			notes = append(notes, rk.Line)
+		}
+		for _, r := range p.Rows {
+			for _, f := range r.Flags {
+				if line := r.Mesh + ": " + f.Detail; f.Detail != "" && !said[line] {
+					said[line] = true
+					notes = append(notes, line)
+				}
+			}
+		}
+		for _, n := range notes {
+			m.printf("- %s\n", mdCell(n))
+		}
+		if len(notes) > 0 {
+			m.printf("\n")
+		}
+	}
+	for _, l := range s.CapacityLines {
+		m.printf("- %s\n", mdCell(l))
+	}
+	if len(s.CapacityLines) > 0 {
+		m.printf("\n")
+	}
 }
 
 func orDash(s string) string {

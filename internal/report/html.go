@@ -45,7 +45,7 @@ func renderHTML(w io.Writer, s *Summary) error {
 		Data:    template.JS(safe),
 		Library: template.JS(echartsJS),
 		Script:  template.JS(pageJS),
-		Titles: map[string]string{"verdicts": titleVerdicts, "comparisons": titleComparisons, "results": titleResults,
+		Titles: map[string]string{"answer": titleAnswer, "verdicts": titleVerdicts, "comparisons": titleComparisons, "results": titleResults,
 			"capacity": titleCapacity, "resources": titleResources, "cost": titleCost, "checks": titleChecks, "security": titleSecurity, "effort": titleEffort, "provenance": titleProvenance},
 		Provenance: provenanceRows(s),
 		StudyFile:  s.Provenance.StudyFile, HasStudyFile: s.Provenance.StudyFile != "",

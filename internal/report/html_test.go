@@ -44,6 +44,8 @@ type sectionCheck struct {
 	NetworkRows int `json:"networkRows"`
 	// FailEvidence is the hover text of the security matrix's failed cells.
 	FailEvidence []string `json:"failEvidence"`
+	// AnswerFlags are the flags in the answer tables, as "column:mesh:text".
+	AnswerFlags []string `json:"answerFlags"`
 }
 
 const inspectSections = `Array.from(document.querySelectorAll('section[data-section]')).map(s => {
@@ -57,7 +59,11 @@ const inspectSections = `Array.from(document.querySelectorAll('section[data-sect
   const e = s.querySelector('.empty');
   const net = s.querySelectorAll('table[data-table="network"] tbody tr').length;
   const ev = Array.from(s.querySelectorAll('span.sec.fail')).map(x => x.getAttribute('title'));
-  return {id: s.dataset.section, charts: charts, dataRows: rows, emptyNote: e ? e.textContent : '', networkRows: net, failEvidence: ev};
+  const flags = Array.from(s.querySelectorAll('table[data-table="answer"] span.flag')).map(f => {
+    const td = f.closest('td');
+    return Array.from(td.parentNode.children).indexOf(td) + ':' + td.parentNode.firstChild.textContent.split(' ')[0] + ':' + f.textContent;
+  });
+  return {id: s.dataset.section, charts: charts, dataRows: rows, emptyNote: e ? e.textContent : '', networkRows: net, failEvidence: ev, answerFlags: flags};
 })`
 
 // TestHTMLInChromium opens the report in real headless Chromium and checks that it
@@ -85,8 +91,8 @@ func TestHTMLInChromium(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("browser reported: %s", p)
 	}
-	wantCharts := map[string]int{"spectrum": 1, "capacity": 1, "heatmaps": 1, "timeseries": 3, "resources": 2, "cost": 1}
-	wantRows := map[string]int{"verdicts": 2 * 8 * 6 / 2, "comparisons": 96, "results": 24, "capacity": 3, "resources": 1, "cost": 3, "checks": 3, "security": 3, "provenance": 5}
+	wantCharts := map[string]int{"answer": 1, "spectrum": 1, "capacity": 1, "heatmaps": 1, "timeseries": 3, "resources": 2, "cost": 1}
+	wantRows := map[string]int{"answer": 8 * 3, "verdicts": 2 * 8 * 6 / 2, "comparisons": 96, "results": 24, "capacity": 3, "resources": 1, "cost": 3, "checks": 3, "security": 3, "provenance": 5}
 	seen := map[string]bool{}
 	for _, c := range checks {
 		seen[c.ID] = true
@@ -101,6 +107,21 @@ func TestHTMLInChromium(t *testing.T) {
 		}
 		if c.ID == "resources" && c.NetworkRows != 13 {
 			t.Errorf("section resources: network table has %d rows, want 13", c.NetworkRows)
+		}
+		// The failed probe is flagged beside sidecar-mtls's security posture (column 6)
+		// at each of the run's 8 load points; at 1400 rps, past its capacity, the SLO it
+		// breaks beside the mesh (served rate) and its errors (column 5).
+		if c.ID == "answer" {
+			var want []string
+			for i := 0; i < 8; i++ {
+				if i == 7 {
+					want = append(want, "0:sidecar-mtls:(served 89%, breaks SLO)", "5:sidecar-mtls:(breaks SLO)")
+				}
+				want = append(want, "6:sidecar-mtls:(1 probe failed)")
+			}
+			if strings.Join(c.AnswerFlags, "|") != strings.Join(want, "|") {
+				t.Errorf("answer flags %q, want %q", c.AnswerFlags, want)
+			}
 		}
 		if c.ID == "security" && (len(c.FailEvidence) != 1 || !strings.Contains(c.FailEvidence[0], "✗ productpage-0 -> reviews-0: synthetic observation")) {
 			t.Errorf("security matrix: failed cells' evidence %q, want the one failed probe's check", c.FailEvidence)

@@ -77,7 +77,11 @@ func Render(w io.Writer, f Format, run *results.Run, an *analysis.Report, opts O
 	if run == nil {
 		return fmt.Errorf("report: no run")
 	}
-	s := Summarize(run, an, opts)
+	return render(w, f, run, Summarize(run, an, opts), opts)
+}
+
+// render writes one format of an analysed summary of run.
+func render(w io.Writer, f Format, run *results.Run, s *Summary, opts Options) error {
 	switch f {
 	case HTML:
 		return renderHTML(w, s)
@@ -107,12 +111,14 @@ func Write(ctx context.Context, run *results.Run, an *analysis.Report, dir strin
 		an = analysis.Analyze(run, analysis.Options{Seed: uint64(run.Seed)}, nil)
 	}
 	var paths []string
+	// One summary for every format: the answer's rankings cost a bootstrap each.
+	s := Summarize(run, an, opts)
 	for _, f := range formats {
 		if err := ctx.Err(); err != nil {
 			return paths, err
 		}
 		var buf bytes.Buffer
-		if err := Render(&buf, f, run, an, opts); err != nil {
+		if err := render(&buf, f, run, s, opts); err != nil {
 			return paths, fmt.Errorf("report %s: %w", f, err)
 		}
 		path := filepath.Join(dir, f.FileName())

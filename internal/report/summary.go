@@ -57,7 +57,16 @@ type Summary struct {
 	Confidence   float64   `json:"confidence"`
 	Resamples    int       `json:"resamples"`
 
-	Meshes      []MeshInfo      `json:"meshes"`
+	Meshes []MeshInfo `json:"meshes"`
+	// Answers are the answer first: one short table per load point (see
+	// analysis.Answer), in the report's units.
+	Answers []AnswerPoint `json:"answers"`
+	// SLOLine states the SLO the answer judges by; IntervalLine how the intervals were
+	// computed; CapacityLines each closed-loop capacity with its spread over repeats.
+	SLOLine       string   `json:"slo_line"`
+	IntervalLine  string   `json:"interval_line,omitempty"`
+	CapacityLines []string `json:"capacity_lines,omitempty"`
+
 	Groups      []GroupRow      `json:"groups"`
 	Verdicts    []VerdictRow    `json:"verdicts"`
 	Comparisons []ComparisonRow `json:"comparisons"`
@@ -99,6 +108,79 @@ type MeshInfo struct {
 	Profile  string            `json:"profile"`
 	Options  map[string]string `json:"options,omitempty"`
 	Baseline bool              `json:"baseline"`
+}
+
+// AnswerPoint is analysis.Answer in the report's units: per mesh at one load point,
+// the latency it adds to the baseline's, its CPU, memory, errors, security and verdict,
+// with flags beside the numbers they qualify, and the meshes ranked.
+type AnswerPoint struct {
+	Experiment    string       `json:"experiment"`
+	Step          int          `json:"step"`
+	Label         string       `json:"label"`
+	Kind          string       `json:"kind"`
+	RequestedRate float64      `json:"requested_rate,omitempty"`
+	Baseline      string       `json:"baseline"`
+	Rows          []AnswerRow  `json:"rows"`
+	Rankings      []RankingRow `json:"rankings,omitempty"`
+}
+
+// AnswerRow is one mesh at one load point. CPU is in cores per 1000 req/s served,
+// memory in MiB (mean RSS summed over the mesh's proxies).
+type AnswerRow struct {
+	Mesh                 string          `json:"mesh"`
+	Baseline             bool            `json:"baseline,omitempty"`
+	Repeats              int             `json:"repeats"`
+	P50Ms                Num             `json:"p50_ms"`
+	P99Ms                Num             `json:"p99_ms"`
+	AddedP50             *Added          `json:"added_p50,omitempty"`
+	AddedP99             *Added          `json:"added_p99,omitempty"`
+	ProxyCoresPer1000RPS Num             `json:"proxy_cores_per_1000_rps"`
+	SUTCoresPer1000RPS   Num             `json:"sut_cores_per_1000_rps"`
+	ProxyMemMiB          Num             `json:"proxy_mem_mib"`
+	Proxies              int             `json:"proxies"`
+	Requests             int64           `json:"requests"`
+	Errors               int64           `json:"errors"`
+	ErrorRate            Num             `json:"error_rate"`
+	Security             string          `json:"security"`
+	Verdict              string          `json:"verdict"`
+	Flags                []analysis.Flag `json:"flags,omitempty"`
+}
+
+// Added is the latency a mesh adds at one percentile, against the baseline, in ms
+// and in %, with intervals.
+type Added struct {
+	Ms      Num    `json:"ms"`
+	LoMs    Num    `json:"lo_ms"`
+	HiMs    Num    `json:"hi_ms"`
+	Pct     Num    `json:"pct"`
+	PctLo   Num    `json:"pct_lo"`
+	PctHi   Num    `json:"pct_hi"`
+	Verdict string `json:"verdict"`
+}
+
+// RankingRow is analysis.Ranking: the meshes fastest first on one metric, each step
+// with the comparison behind it.
+type RankingRow struct {
+	Metric string        `json:"metric"`
+	Order  []string      `json:"order"`
+	Steps  []RankStepRow `json:"steps"`
+	// Line is the ranking in words, as the terminal prints it.
+	Line string `json:"line"`
+}
+
+// RankStepRow is one step of a ranking: Slower against Faster.
+type RankStepRow struct {
+	Faster   string `json:"faster"`
+	Slower   string `json:"slower"`
+	Symbol   string `json:"symbol"` // "<" significant, "=" equal within the margin, "~" not resolved
+	Resolved bool   `json:"resolved"`
+	Verdict  string `json:"verdict"`
+	DeltaMs  Num    `json:"delta_ms"`
+	LoMs     Num    `json:"lo_ms"`
+	HiMs     Num    `json:"hi_ms"`
+	Pct      Num    `json:"pct"`
+	PctLo    Num    `json:"pct_lo"`
+	PctHi    Num    `json:"pct_hi"`
 }
 
 // GroupRow is the pooled result of one mesh at one point (all repeats merged).
@@ -384,6 +466,11 @@ func Summarize(run *results.Run, an *analysis.Report, opts Options) *Summary {
 	for _, m := range run.Meshes {
 		s.Meshes = append(s.Meshes, MeshInfo{Label: m.Label, Profile: m.Profile, Options: m.Options, Baseline: m.Label == an.Baseline})
 	}
+	s.Answers = answerPoints(analysis.Answers(run, an))
+	s.SLOLine, s.IntervalLine = an.SLOLine(), an.IntervalLine()
+	for _, l := range analysis.CapacityLines(run, an) {
+		s.CapacityLines = append(s.CapacityLines, l.Line)
+	}
 	s.Groups = groupRows(an.Groups)
 	s.Verdicts = verdictRows(an.Winners)
 	s.Comparisons = comparisonRows(an.Comparisons)
@@ -492,6 +579,53 @@ func verdictRows(ws []analysis.Winner) []VerdictRow {
 	return out
 }
 
+func answerPoints(as []analysis.Answer) []AnswerPoint {
+	var out []AnswerPoint
+	for _, a := range as {
+		p := AnswerPoint{Experiment: a.Experiment, Step: a.Step, Label: a.Label, Kind: a.Kind, RequestedRate: a.RequestedRate, Baseline: a.Baseline}
+		for _, r := range a.Rows {
+			p.Rows = append(p.Rows, AnswerRow{Mesh: r.Mesh, Baseline: r.Baseline, Repeats: r.Repeats, P50Ms: ms(r.P50), P99Ms: ms(r.P99),
+				AddedP50: added(r.AddedP50), AddedP99: added(r.AddedP99),
+				ProxyCoresPer1000RPS: Num(r.ProxyCoresPer1000RPS), SUTCoresPer1000RPS: Num(r.SUTCoresPer1000RPS),
+				ProxyMemMiB: Num(r.ProxyRSS / (1 << 20)), Proxies: r.Proxies, Requests: r.Requests, Errors: r.Errors, ErrorRate: Num(r.ErrorRate),
+				Security: r.Security, Verdict: r.Verdict, Flags: r.Flags})
+		}
+		for _, rk := range a.Rankings {
+			row := RankingRow{Metric: string(rk.Metric), Order: rk.Order, Line: rk.Line()}
+			for _, st := range rk.Steps {
+				c := st.Comparison
+				row.Steps = append(row.Steps, RankStepRow{Faster: st.Faster, Slower: st.Slower, Symbol: st.Symbol(), Resolved: st.Resolved,
+					Verdict: string(c.Verdict), DeltaMs: Num(c.Delta.Value / 1000), LoMs: Num(c.Delta.Lo / 1000), HiMs: Num(c.Delta.Hi / 1000),
+					Pct: Num(c.Pct.Value), PctLo: Num(c.Pct.Lo), PctHi: Num(c.Pct.Hi)})
+			}
+			p.Rankings = append(p.Rankings, row)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// added converts a latency comparison (µs) to the report's ms; nil stays nil.
+func added(c *analysis.Comparison) *Added {
+	if c == nil {
+		return nil
+	}
+	return &Added{Ms: Num(c.Delta.Value / 1000), LoMs: Num(c.Delta.Lo / 1000), HiMs: Num(c.Delta.Hi / 1000),
+		Pct: Num(c.Pct.Value), PctLo: Num(c.Pct.Lo), PctHi: Num(c.Pct.Hi), Verdict: string(c.Verdict)}
+}
+
+// Beside returns the labels of the flags shown beside a field of the row (see
+// analysis.AnswerRow.Beside).
+func (r AnswerRow) Beside(field string) []string {
+	var out []string
+	for _, f := range r.Flags {
+		if f.Field == field || (f.Field == analysis.FieldLatency && (field == analysis.FieldP50 || field == analysis.FieldP99)) {
+			out = append(out, f.Label)
+		}
+	}
+	return out
+}
+
 func comparisonRows(cs []analysis.Comparison) []ComparisonRow {
 	var out []ComparisonRow
 	for _, c := range cs {
@@ -506,7 +640,7 @@ func comparisonRows(cs []analysis.Comparison) []ComparisonRow {
 }
 
 func capacityRows(an *analysis.Report) (SLOInfo, []CapacityRow) {
-	slo := analysis.DefaultSLO()
+	slo := an.SLO
 	info := SLOInfo{P50Ms: float64(slo.P50) / float64(time.Millisecond), P99Ms: float64(slo.P99) / float64(time.Millisecond),
 		MaxErrorRate: slo.MaxErrorRate, MinAchieved: slo.MinAchieved, KneeFactor: slo.KneeFactor}
 	var out []CapacityRow

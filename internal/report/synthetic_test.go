@@ -38,6 +38,13 @@ var synthMeshes = []synthMesh{
 // per-second interval histograms, resource and network samples and equivalence checks.
 func syntheticRun(t testing.TB) *results.Run {
 	t.Helper()
+	return syntheticRunOf(t, synthMeshes, true)
+}
+
+// syntheticRunOf builds a synthetic run of the given meshes: the fixed-rate point,
+// and the sweep when sweep is set.
+func syntheticRunOf(t testing.TB, synthMeshes []synthMesh, sweep bool) *results.Run {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(7, 11))
 	start := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
 	run := &results.Run{ID: "20261122-030000-5f3a9c", Study: "bookinfo sidecar overhead", StudyPath: "studies/demo.yaml",
@@ -86,6 +93,9 @@ func syntheticRun(t testing.TB) *results.Run {
 		rates      []float64
 	}
 	exps := []exp{{"fixed", results.KindFixedRate, []float64{600}}, {"sweep", results.KindSteps, []float64{200, 400, 600, 800, 1000, 1200, 1400}}}
+	if !sweep {
+		exps = exps[:1]
+	}
 	const trialSeconds = 4
 	now := start
 	for rep := 0; rep < 3; rep++ {
@@ -106,6 +116,9 @@ func syntheticRun(t testing.TB) *results.Run {
 		"sidecar-mtls": {"pass", "pass", "pass", "fail", "pass"},
 	}
 	for _, m := range synthMeshes {
+		if secOutcomes[m.label] == nil {
+			continue
+		}
 		var probes []results.SecurityProbe
 		for i, p := range results.SecurityProbes {
 			o := secOutcomes[m.label][i]

@@ -70,6 +70,115 @@
   const baseAxis = { nameLocation: "middle", nameGap: 30 };
   const textStyle = { fontFamily: "system-ui, sans-serif" };
 
+  // The answer: per load point, what each mesh adds to the baseline's latency, what it
+  // costs and what its checks proved, flags beside the numbers they qualify, the
+  // meshes ranked, and a chart of the added latency with its interval.
+  function signed3(x) {
+    const a = Math.abs(x), s = x < 0 ? "-" : "+";
+    return s + (a >= 100 ? a.toFixed(0) : a >= 10 ? a.toFixed(1) : a >= 1 ? a.toFixed(2) : a.toFixed(3));
+  }
+  function addedText(ad) { // ms, with the interval in the value's unit
+    if (!ad || ad.ms === null) return "—";
+    const a = Math.abs(ad.ms);
+    const [k, u] = a >= 1000 ? [1 / 1000, "s"] : a >= 1 ? [1, "ms"] : [1000, "µs"];
+    let s = signed3(ad.ms * k) + u;
+    if (ad.lo_ms !== null && ad.hi_ms !== null) s += " [" + signed3(ad.lo_ms * k) + ", " + signed3(ad.hi_ms * k) + "]";
+    return s;
+  }
+  function beside(r, field) {
+    return (r.flags || []).filter(f => f.field === field || (f.field === "latency" && (field === "p50" || field === "p99"))).map(f => f.label);
+  }
+  function flagged(text, labels) {
+    if (!labels.length) return text;
+    const s = el("span", {}, text + " ");
+    s.append(el("span", { class: "flag" }, "(" + labels.join("; ") + ")"));
+    return s;
+  }
+  const answers = R.answers || [];
+  if (answers.length || (R.capacity_lines || []).length) {
+    body("answer").append(el("p", {}, R.slo_line + "." + (R.interval_line ? " " + R.interval_line + "." : "")));
+    const charted = answers.filter(p => p.rows.some(r => r.added_p50 || r.added_p99));
+    if (charted.length) {
+      let c;
+      const draw = i => {
+        const p = charted[i];
+        const rows = p.rows.filter(r => r.added_p50 || r.added_p99);
+        const meshes = rows.map(r => r.mesh);
+        const grids = [{ left: 140, right: "54%", top: 60, bottom: 40 }, { left: "54%", right: 30, top: 60, bottom: 40 }];
+        const series = [];
+        ["p50", "p99"].forEach((q, k) => {
+          const key = "added_" + q;
+          series.push({ name: "added " + q, type: "bar", xAxisIndex: k, yAxisIndex: k, barWidth: "45%",
+            data: rows.map(r => ({ value: r[key] ? r[key].ms : null, itemStyle: { color: colourOf(r.mesh) },
+              label: { show: beside(r, q).length > 0, position: "insideLeft", formatter: beside(r, q).join("; "), color: "#b34700", fontWeight: 600 } })) });
+          series.push({ name: q + " interval", type: "custom", xAxisIndex: k, yAxisIndex: k, z: 10,
+            data: rows.map((r, j) => [j, r[key] ? r[key].lo_ms : null, r[key] ? r[key].hi_ms : null]).filter(d => d[1] !== null && d[2] !== null),
+            encode: { y: 0, x: [1, 2] },
+            renderItem: (params, api) => {
+              const a = api.coord([api.value(1), api.value(0)]), b = api.coord([api.value(2), api.value(0)]);
+              const h = api.size([0, 1])[1] * 0.22, st = { stroke: "#000", lineWidth: 1.5 };
+              return { type: "group", children: [
+                { type: "line", shape: { x1: a[0], y1: a[1], x2: b[0], y2: b[1] }, style: st },
+                { type: "line", shape: { x1: a[0], y1: a[1] - h, x2: a[0], y2: a[1] + h }, style: st },
+                { type: "line", shape: { x1: b[0], y1: b[1] - h, x2: b[0], y2: b[1] + h }, style: st }] };
+            } });
+        });
+        c.setOption({
+          textStyle, animation: false,
+          title: { text: "Latency added to " + (p.baseline || "the baseline") + ", " + p.label + " (bars: pooled; whiskers: " + Math.round(100 * R.confidence) + "% interval)",
+            left: "center", textStyle: { fontSize: 14 } },
+          tooltip: { trigger: "item", formatter: prm => {
+            const r = rows[prm.seriesType === "custom" ? prm.value[0] : prm.dataIndex], q = prm.seriesName.indexOf("p50") >= 0 ? "p50" : "p99";
+            return r.mesh + ", added " + q + ": " + addedText(r["added_" + q]) + (beside(r, q).length ? "<br>" + beside(r, q).join("; ") : "");
+          } },
+          grid: grids,
+          xAxis: [0, 1].map(k => Object.assign({ type: "value", gridIndex: k, name: "added " + ["p50", "p99"][k] + " (ms)" }, baseAxis)),
+          yAxis: [0, 1].map(k => ({ type: "category", gridIndex: k, data: meshes, inverse: true, axisLabel: { show: k === 0 } })),
+          series,
+        }, true);
+      };
+      if (charted.length > 1) selector("answer", "Load point", charted.map(p => p.label), draw);
+      c = chart("answer", Math.max(240, 46 * Math.max(...charted.map(p => p.rows.length)) + 110));
+      draw(0);
+    }
+    const conf = Math.round(100 * R.confidence) + "%";
+    const said = {};
+    for (const p of answers) {
+      body("answer").append(el("h3", {}, p.label));
+      let lo = Infinity, hi = 0;
+      p.rows.forEach(r => { lo = Math.min(lo, r.repeats); hi = Math.max(hi, r.repeats); });
+      const base = p.rows.find(r => r.baseline);
+      body("answer").append(el("p", {}, (lo === hi ? lo : lo + "–" + hi) + " repeats; " +
+        (base ? "latency added to " + base.mesh + "'s p50 " + fmt(base.p50_ms) + " ms and p99 " + fmt(base.p99_ms) + " ms." : "no baseline was measured at this point.")));
+      table("answer", ["Mesh", "Added p50 [" + conf + "]", "Added p99 [" + conf + "]", "CPU / 1000 req/s: proxies (system under test)", "Proxy memory", "Errors", "Security", "Verdict"],
+        p.rows.map(r => {
+          const own = q => r.baseline ? "base " + fmt(r[q + "_ms"]) + " ms" : "—";
+          let cpu = r.proxies > 0 && r.proxy_cores_per_1000_rps !== null ? fmt(r.proxy_cores_per_1000_rps, 3) : "—";
+          if (r.sut_cores_per_1000_rps !== null) cpu += " (" + fmt(r.sut_cores_per_1000_rps, 3) + ")";
+          return [flagged(r.mesh, beside(r, "mesh")), flagged(r.added_p50 ? addedText(r.added_p50) : own("p50"), beside(r, "p50")),
+            flagged(r.added_p99 ? addedText(r.added_p99) : own("p99"), beside(r, "p99")), flagged(cpu, beside(r, "cpu")),
+            flagged(r.proxies > 0 ? fmt(r.proxy_mem_mib, 3) + " MiB" : "—", beside(r, "memory")),
+            flagged(r.errors ? r.errors + " (" + fmt(100 * r.error_rate, 3) + "%)" : "0", beside(r, "errors")),
+            flagged(r.security, beside(r, "security")), r.verdict];
+        }), [0, 1, 1, 1, 1, 1, 0, 0]).setAttribute("data-table", "answer");
+      const notes = (p.rankings || []).map(rk => rk.line);
+      p.rows.forEach(r => (r.flags || []).forEach(f => {
+        const line = r.mesh + ": " + f.detail;
+        if (f.detail && !said[line]) { said[line] = true; notes.push(line); }
+      }));
+      if (notes.length) {
+        const ul = el("ul", { class: "notes" });
+        notes.forEach(n => ul.append(el("li", {}, n)));
+        body("answer").append(ul);
+      }
+    }
+    if ((R.capacity_lines || []).length) {
+      const ul = el("ul", { class: "notes" });
+      R.capacity_lines.forEach(n => ul.append(el("li", {}, n)));
+      body("answer").append(ul);
+    }
+  } else empty("answer", "This run has no load point to answer for.");
+
   // Verdict table.
   if (R.verdicts && R.verdicts.length) {
     table("verdicts", ["Point", "Metric", "Best", "Value", "Runner-up", "Runner-up value", "Runner-up vs best", "Interval", "Verdict"],
