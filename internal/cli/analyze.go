@@ -24,7 +24,8 @@ func analyze(run *results.Run, opts analysis.Options) *analysis.Report {
 	return analysis.Analyze(run, opts, slo)
 }
 
-// printSummary is the terminal summary of a run, the same as `meshmark show`.
+// printSummary is the terminal summary of a run, the answer first: the same as
+// `meshmark show` (without --all).
 func printSummary(w io.Writer, run *results.Run) error {
-	return analysis.WriteRunSummary(w, run, analyze(run, analysis.Options{}))
+	return analysis.WriteAnswerSummary(w, run, analyze(run, analysis.Options{}), false)
 }

@@ -95,13 +95,13 @@ func TestResultsCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, old) || !strings.Contains(out, slower) || !strings.Contains(out, "complete") {
 		t.Fatalf("ls: code %d err %v\n%s", code, err, out)
 	}
-	out, code, err = execResults(t, "show", "last", "--db", db, "--resamples", "2000")
+	out, code, err = execResults(t, "show", "last", "--db", db, "--resamples", "2000", "--all")
 	if code != 0 || !strings.Contains(out, "run "+slower) || !strings.Contains(out, "sidecar") || !strings.Contains(out, "worse") {
 		t.Fatalf("show last: code %d err %v\n%s", code, err, out)
 	}
 	// The sidecar is 400 µs slower than none: its p50 row must say so.
 	if !strings.Contains(out, "verdict table") || !strings.Contains(out, "overhead against none") {
-		t.Errorf("show lacks the comparison sections:\n%s", out)
+		t.Errorf("show --all lacks the comparison sections:\n%s", out)
 	}
 
 	jsonPath := filepath.Join(t.TempDir(), "run.json")

@@ -9,12 +9,17 @@ func init() {
 	register(func() *cobra.Command {
 		var db string
 		var resamples int
+		var all bool
 		c := &cobra.Command{
 			Use:   "show RUN",
-			Short: "Summarise a run: meshes, pooled percentiles per mesh, overhead against the baseline with intervals",
-			Long: "show prints a run's provenance, its meshes, a percentile table per mesh and " +
-				"measuring point (histograms merged across repeats), each mesh's overhead against the " +
-				"baseline with bootstrap confidence intervals and a verdict, and capacity for sweeps.\n\n" +
+			Short: "Summarise a run: per load point, what each mesh adds to the baseline's latency, its CPU, memory, errors and security, and a verdict",
+			Long: "show prints the answer first: per load point, one table with each mesh's added p50 and p99 " +
+				"against the baseline with confidence intervals, CPU per 1000 req/s, proxy memory, errors, " +
+				"security posture and a one-line verdict, flags (saturation, SLO broken, inconclusive, ...) " +
+				"beside the number they qualify, and the meshes ranked among themselves. --all adds every " +
+				"detail: meshes, the percentile table per mesh and point (histograms merged across repeats), " +
+				"each metric's comparison with the baseline, the verdict table, resources, network per pod " +
+				"and capacity for sweeps.\n\n" +
 				"RUN is a run id, a unique prefix of one, or \"last\".",
 			Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
@@ -24,10 +29,11 @@ func init() {
 				}
 				run := runs[0]
 				rep := analyze(run, analysis.Options{Resamples: resamples})
-				return analysis.WriteRunSummary(cmd.OutOrStdout(), run, rep)
+				return analysis.WriteAnswerSummary(cmd.OutOrStdout(), run, rep, all)
 			},
 		}
 		addDBFlag(c, &db)
+		c.Flags().BoolVar(&all, "all", false, "after the answer, every detail: per-metric comparisons, verdict table, percentiles, resources, network per pod")
 		c.Flags().IntVar(&resamples, "resamples", 4000, "bootstrap resamples per comparison (2000..100000)")
 		return c
 	})
