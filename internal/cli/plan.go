@@ -5,11 +5,13 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
 
 	"github.com/meshmark/meshmark/internal/analysis"
+	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/runner"
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/study"
 )
@@ -17,10 +19,12 @@ import (
 // planRuns is how many stored runs a plan reads at most, newest first.
 const planRuns = 5
 
-// planStudy prints, running nothing, how small a difference between two meshes the
-// study's planned repeats should tell apart per metric, estimated from the stored runs
-// of the same study (by name) or of the same workload graph: each run's sensitivity
-// (analysis.SensitivityOf) scaled to the planned repeats, the median over the runs.
+// planStudy prints, running nothing, the study's expected wall time and how small a
+// difference between two meshes its planned repeats should tell apart per metric,
+// both estimated from stored runs of the same study (by name; another study's runs
+// measured another design): each run's sensitivity (analysis.SensitivityOf) scaled to
+// the planned repeats, the median over the runs; the planned load time scaled by the
+// ratio of wall time to planned load time of the stored complete runs.
 func planStudy(cmd *cobra.Command, st *study.Study, f runFlags) error {
 	out := cmd.OutOrStdout()
 	db, err := studyDB(st, f.db)
@@ -39,17 +43,26 @@ func planStudy(cmd *cobra.Command, st *study.Study, f runFlags) error {
 	repeats := max(st.Spec.Repeats, 2)
 	est := map[analysis.Metric][]float64{}
 	measured := map[analysis.Metric][]string{}
-	var used []string
+	var used, others []string
+	var ratios []float64
+	var timed []string
 	for _, sum := range summaries {
 		if len(used) == planRuns {
 			break
+		}
+		if sum.Study != st.Metadata.Name {
+			if len(others) < planRuns {
+				others = append(others, sum.ID+" ("+sum.Study+")")
+			}
+			continue
 		}
 		run, err := s.LoadRun(cmd.Context(), sum.ID)
 		if err != nil {
 			return err
 		}
-		if run.Study != st.Metadata.Name && storedGraph(run.StudyFile) != st.Spec.Workload.Graph {
-			continue
+		if r, ok := wallRatio(run); ok && len(ratios) < planRuns {
+			ratios = append(ratios, r)
+			timed = append(timed, run.ID)
 		}
 		useful := false
 		for _, x := range analysis.Analyze(run, analysis.Options{}, nil).Sensitivity {
@@ -64,11 +77,30 @@ func planStudy(cmd *cobra.Command, st *study.Study, f runFlags) error {
 			used = append(used, run.ID)
 		}
 	}
-	fmt.Fprintf(out, "plan for study %s: %d repeats per mesh and point\n", st.Metadata.Name, repeats)
+	plan := st.Plan()
+	load, bringUps := runner.PlannedLoadTime(st), 0
+	for _, t := range plan {
+		if t.BringUp {
+			bringUps++
+		}
+	}
+	fmt.Fprintf(out, "plan for study %s: %d repeats per mesh and point, %d trials, %d bring-ups, %s under load (warm-ups included)\n",
+		st.Metadata.Name, repeats, len(plan), bringUps, load.Round(time.Second))
+	if len(ratios) > 0 {
+		slices.Sort(ratios)
+		fmt.Fprintf(out, "expected wall time: about %s (the load time × %.2f, the median ratio of wall time to planned load time of %d stored complete runs of this study: %s)\n",
+			time.Duration(float64(load)*median(ratios)).Round(time.Second), median(ratios), len(ratios), strings.Join(timed, ", "))
+	} else {
+		fmt.Fprintf(out, "expected wall time: more than %s: %d bring-ups and their checks come on top, and no stored complete run of study %s says how long they take here\n",
+			load.Round(time.Second), bringUps, st.Metadata.Name)
+	}
 	if len(used) == 0 {
-		fmt.Fprintf(out, "no stored run of study %s or graph %s with two or more repeats and a baseline to compare with in %s:\n"+
+		fmt.Fprintf(out, "no stored run of study %s with two or more repeats and a baseline to compare with in %s:\n"+
 			"run it once with few repeats and short trials (a pilot, e.g. repeats: 5, duration: 5s), then plan again\n",
-			st.Metadata.Name, st.Spec.Workload.Graph, s.Path())
+			st.Metadata.Name, s.Path())
+		if len(others) > 0 {
+			fmt.Fprintf(out, "(runs of other studies are not used, since they measured another design: %s)\n", strings.Join(others, ", "))
+		}
 		return nil
 	}
 	fmt.Fprintf(out, "estimated from %d stored runs (%s): the smallest difference between two meshes the comparisons should tell apart,\n"+
@@ -84,6 +116,24 @@ func planStudy(cmd *cobra.Command, st *study.Study, f runFlags) error {
 	return nil
 }
 
+// wallRatio is a complete stored run's wall time over the load time its own study file
+// planned: what bring-ups, checks and searches add on this machine.
+func wallRatio(run *results.Run) (float64, bool) {
+	if run.Status != results.StatusComplete || run.Ended.IsZero() || len(run.StudyFile) == 0 {
+		return 0, false
+	}
+	st, err := study.Parse(run.StudyPath, run.StudyFile)
+	if err != nil {
+		return 0, false
+	}
+	load := runner.PlannedLoadTime(st)
+	wall := run.Ended.Sub(run.Started)
+	if load <= 0 || wall <= 0 {
+		return 0, false
+	}
+	return float64(wall) / float64(load), true
+}
+
 func median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return math.NaN()
@@ -92,20 +142,4 @@ func median(xs []float64) float64 {
 		return xs[len(xs)/2]
 	}
 	return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
-}
-
-// storedGraph reads the workload graph a stored study file names ("" when it does not
-// parse).
-func storedGraph(raw []byte) string {
-	var doc struct {
-		Spec struct {
-			Workload struct {
-				Graph string `yaml:"graph"`
-			} `yaml:"workload"`
-		} `yaml:"spec"`
-	}
-	if yaml.Unmarshal(raw, &doc) != nil {
-		return ""
-	}
-	return doc.Spec.Workload.Graph
 }

@@ -108,9 +108,17 @@ func (p *progress) eta(inTrial time.Duration) string {
 }
 
 // estimate is the planned load time of the whole study.
-func (r *runner) estimate() time.Duration {
+func (r *runner) estimate() time.Duration { return loadTime(r.plan) }
+
+// PlannedLoadTime is the time a study's plan spends under load, warm-ups included, by
+// the arithmetic the progress display plans with: bring-ups, equivalence checks and
+// the trials of a capacity search beyond the ones it plans are not in it. `run --plan`
+// scales it by what stored runs of the same study took.
+func PlannedLoadTime(st *study.Study) time.Duration { return loadTime(st.Plan()) }
+
+func loadTime(plan []study.Trial) time.Duration {
 	var total time.Duration
-	for _, t := range r.plan {
+	for _, t := range plan {
 		e := t.Experiment
 		per := e.Duration.D() + e.Warmup.D()
 		switch e.Kind {
