@@ -203,7 +203,7 @@ func answerRow(run *results.Run, rep *Report, g *Group) AnswerRow {
 	r.Flags = append(r.Flags, sec...)
 	r.Flags = append(r.Flags, groupFlags(rep, g)...)
 	for _, c := range []*Comparison{r.AddedP50, r.AddedP99} {
-		if c == nil || c.Verdict == Worse || c.Verdict == Better {
+		if c == nil || c.Verdict == Worse || c.Verdict == Better || saidBeside(r.Flags, string(c.Metric), string(c.Verdict)) {
 			continue
 		}
 		f := Flag{Field: string(c.Metric), Name: string(c.Verdict), Label: string(c.Verdict)}
@@ -233,6 +233,17 @@ func answerRow(run *results.Run, rep *Report, g *Group) AnswerRow {
 	}
 	r.Verdict = rowVerdict(rep, r, g)
 	return r
+}
+
+// saidBeside reports whether a flag beside field already says word (a comparison's
+// "saturated" verdict beside a latency its trials' "target saturated 2/3" qualifies).
+func saidBeside(flags []Flag, field, word string) bool {
+	for _, f := range flags {
+		if (f.Field == field || f.Field == FieldLatency) && strings.Contains(f.Label, word) {
+			return true
+		}
+	}
+	return false
 }
 
 // groupFlags are the flags its trials carry, its excluded trials and its outliers.
@@ -265,9 +276,12 @@ func groupFlags(rep *Report, g *Group) []Flag {
 	var excluded []string
 	for _, x := range rep.Excluded {
 		if x.Key == g.Key {
-			why := "its attempt was measured again"
-			if x.Flag == results.FlagFault && len(x.Faults) > 0 {
+			why := strings.ReplaceAll(x.Flag, "-", " ")
+			switch {
+			case x.Flag == results.FlagFault && len(x.Faults) > 0:
 				why = "fault: " + x.Faults[0].String()
+			case x.Flag == results.FlagSuperseded:
+				why = "its attempt was measured again"
 			}
 			excluded = append(excluded, fmt.Sprintf("trial %d, repeat %d: %s", x.TrialID, x.Repeat+1, why))
 		}
@@ -306,11 +320,15 @@ func rowVerdict(rep *Report, r AnswerRow, g *Group) string {
 			parts = append(parts, fmt.Sprintf("%s in %d of %d trials, so its latency is not comparable", why, f.Trials, f.Of))
 		}
 	}
+	// Another verdict than the four (say, saturated) is named unless a flag above
+	// already said it.
+	var other []string
 	for _, c := range []*Comparison{r.AddedP50, r.AddedP99} {
-		if c != nil && !slices.Contains([]Verdict{Better, Worse, Equal, Inconclusive}, c.Verdict) {
-			parts = append(parts, fmt.Sprintf("%s %s", c.Metric, c.Verdict))
+		if c != nil && !standardVerdict(c.Verdict) && !strings.Contains(strings.Join(parts, " "), string(c.Verdict)) {
+			other = append(other, fmt.Sprintf("%s %s", c.Metric, c.Verdict))
 		}
 	}
+	parts = append(parts, other...)
 	if miss := rep.SLO.Misses(g); len(miss) > 0 {
 		var whys []string
 		for _, m := range miss {
@@ -325,15 +343,22 @@ func rowVerdict(rep *Report, r AnswerRow, g *Group) string {
 	if r.AddedP50 == nil && r.AddedP99 == nil {
 		return strings.Join(append(parts, "no baseline at this point"), "; ")
 	}
-	parts = append(parts, latencyVerdict(r.AddedP50, r.AddedP99))
+	if lv := latencyVerdict(r.AddedP50, r.AddedP99); lv != "" {
+		parts = append(parts, lv)
+	}
 	return strings.Join(parts, "; ")
 }
 
-// latencyVerdict says what a mesh adds at p50 and p99 in a few words.
+func standardVerdict(v Verdict) bool {
+	return slices.Contains([]Verdict{Better, Worse, Equal, Inconclusive}, v)
+}
+
+// latencyVerdict says what a mesh adds at p50 and p99 in a few words (comparisons of
+// another verdict are left to rowVerdict).
 func latencyVerdict(cs ...*Comparison) string {
 	var worse, better, equal, open []string
 	for _, c := range cs {
-		if c == nil {
+		if c == nil || !standardVerdict(c.Verdict) {
 			continue
 		}
 		switch c.Verdict {
