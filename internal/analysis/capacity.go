@@ -139,10 +139,10 @@ type SLOMiss struct {
 func (slo SLO) Misses(g *Group) []SLOMiss {
 	var out []SLOMiss
 	if slo.P50 > 0 && results.Duration(g.P50) > slo.P50 {
-		out = append(out, SLOMiss{P50, fmt.Sprintf("p50 %v > %v", results.Duration(g.P50), slo.P50)})
+		out = append(out, SLOMiss{P50, fmt.Sprintf("p50 %s > %v", FormatMicros(float64(g.P50)), slo.P50)})
 	}
 	if slo.P99 > 0 && results.Duration(g.P99) > slo.P99 {
-		out = append(out, SLOMiss{P99, fmt.Sprintf("p99 %v > %v", results.Duration(g.P99), slo.P99)})
+		out = append(out, SLOMiss{P99, fmt.Sprintf("p99 %s > %v", FormatMicros(float64(g.P99)), slo.P99)})
 	}
 	if slo.MaxErrorRate > 0 && g.ErrorRate > slo.MaxErrorRate {
 		out = append(out, SLOMiss{ErrorRate, fmt.Sprintf("error rate %.3g%% > %.3g%%", 100*g.ErrorRate, 100*slo.MaxErrorRate)})

@@ -108,9 +108,10 @@
         const series = [];
         ["p50", "p99"].forEach((q, k) => {
           const key = "added_" + q;
-          series.push({ name: "added " + q, type: "bar", xAxisIndex: k, yAxisIndex: k, barWidth: "45%",
+          series.push({ name: "added " + q, type: "bar", xAxisIndex: k, yAxisIndex: k, barWidth: "40%",
             data: rows.map(r => ({ value: r[key] ? r[key].ms : null, itemStyle: { color: colourOf(r.mesh) },
-              label: { show: beside(r, q).length > 0, position: "insideLeft", formatter: beside(r, q).join("; "), color: "#b34700", fontWeight: 600 } })) });
+              // Above the bar, clear of the bar's colour and the whiskers.
+              label: { show: beside(r, q).length > 0, position: [0, -15], formatter: beside(r, q).join("; "), color: "#b34700", fontWeight: 600 } })) });
           series.push({ name: q + " interval", type: "custom", xAxisIndex: k, yAxisIndex: k, z: 10,
             data: rows.map((r, j) => [j, r[key] ? r[key].lo_ms : null, r[key] ? r[key].hi_ms : null]).filter(d => d[1] !== null && d[2] !== null),
             encode: { y: 0, x: [1, 2] },
