@@ -25,6 +25,7 @@ type Metric string
 const (
 	P50        Metric = "p50"
 	P90        Metric = "p90"
+	P95        Metric = "p95" // not in DefaultMetrics: compared where a study published it (S4)
 	P99        Metric = "p99"
 	P999       Metric = "p99.9"
 	Throughput Metric = "throughput"
@@ -41,6 +42,8 @@ func (m Metric) Percentile() float64 {
 		return 50
 	case P90:
 		return 90
+	case P95:
+		return 95
 	case P99:
 		return 99
 	case P999:
@@ -84,6 +87,7 @@ const (
 var DefaultMargins = map[Metric]float64{
 	P50:        2,   // %
 	P90:        2,   // %
+	P95:        3,   // %
 	P99:        3,   // %
 	P999:       5,   // %
 	Throughput: 1,   // % (at a fixed rate, the achieved rate is the requested one)
@@ -227,6 +231,7 @@ type Group struct {
 	// Pooled percentiles of the merged latency histogram, µs.
 	P50             int64   `json:"p50_us"`
 	P90             int64   `json:"p90_us"`
+	P95             int64   `json:"p95_us"`
 	P99             int64   `json:"p99_us"`
 	P999            int64   `json:"p999_us"`
 	Max             int64   `json:"max_us"`
@@ -249,6 +254,8 @@ func (g *Group) Value(m Metric) float64 {
 		return float64(g.P50)
 	case P90:
 		return float64(g.P90)
+	case P95:
+		return float64(g.P95)
 	case P99:
 		return float64(g.P99)
 	case P999:
@@ -432,6 +439,7 @@ func fillGroup(g *Group) {
 	g.Repeats = len(g.Trials)
 	if merged.TotalCount() > 0 {
 		g.P50, g.P90, g.P99, g.P999 = merged.ValueAtQuantile(50), merged.ValueAtQuantile(90), merged.ValueAtQuantile(99), merged.ValueAtQuantile(99.9)
+		g.P95 = merged.ValueAtQuantile(95)
 		g.Max = merged.ValueAtQuantile(100)
 	}
 	if secs > 0 {
