@@ -107,6 +107,7 @@ func (c *checker) check() {
 	c.meshes()
 	c.settings()
 	c.experiments()
+	c.reproduces()
 }
 
 func (c *checker) substrate() {

@@ -78,7 +78,11 @@ type Spec struct {
 	Meshes    []Mesh    `yaml:"meshes"`
 	// Baseline names the mesh every other mesh is compared against; by default the
 	// mesh with profile none.
-	Baseline    string       `yaml:"baseline,omitempty"`
+	Baseline string `yaml:"baseline,omitempty"`
+	// Reproduces names the published study (S1 to S5, internal/published) this study
+	// reproduces: its report then opens with that study's own tables and its published
+	// figures beside the run's.
+	Reproduces  string       `yaml:"reproduces,omitempty"`
 	Experiments []Experiment `yaml:"experiments"`
 	Repeats     int          `yaml:"repeats"`
 	// Precision, when set, has the runner add repeats of the last stage a round at a
