@@ -213,9 +213,17 @@ func errorsText(r AnswerRow) string {
 // the answer tables, how small a difference the run could see and what its intervals
 // do not cover. With all, every detail follows (WriteRunSummary's tables: per-metric
 // comparisons, the verdict table, percentiles, resources and network per pod).
-func WriteAnswerSummary(w io.Writer, run *results.Run, rep *Report, all bool) error {
+// Openings come between the run and the answer: a published study's own tables when
+// the run reproduces one (internal/reproduce).
+func WriteAnswerSummary(w io.Writer, run *results.Run, rep *Report, all bool, openings ...func(io.Writer) error) error {
 	writeRunHeader(w, run)
 	fmt.Fprintln(w)
+	for _, open := range openings {
+		if err := open(w); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+	}
 	if len(rep.Groups) == 0 {
 		fmt.Fprintln(w, "no load trials stored")
 	} else if err := WriteAnswers(w, run, rep, Answers(run, rep)); err != nil {

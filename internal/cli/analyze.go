@@ -27,5 +27,6 @@ func analyze(run *results.Run, opts analysis.Options) *analysis.Report {
 // printSummary is the terminal summary of a run, the answer first: the same as
 // `meshmark show` (without --all).
 func printSummary(w io.Writer, run *results.Run) error {
-	return analysis.WriteAnswerSummary(w, run, analyze(run, analysis.Options{}), false)
+	rep := analyze(run, analysis.Options{})
+	return analysis.WriteAnswerSummary(w, run, rep, false, openings(run, rep)...)
 }

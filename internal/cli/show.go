@@ -29,7 +29,7 @@ func init() {
 				}
 				run := runs[0]
 				rep := analyze(run, analysis.Options{Resamples: resamples})
-				return analysis.WriteAnswerSummary(cmd.OutOrStdout(), run, rep, all)
+				return analysis.WriteAnswerSummary(cmd.OutOrStdout(), run, rep, all, openings(run, rep)...)
 			},
 		}
 		addDBFlag(c, &db)

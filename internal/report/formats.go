@@ -192,6 +192,7 @@ func renderMarkdown(w io.Writer, s *Summary) error {
 		m.printf("> Status: %s\n\n", mdCell(s.StatusReason))
 	}
 
+	m.reproduction(s)
 	m.answer(s)
 	if m.section(titleVerdicts, len(s.Verdicts) == 0, "No point was measured on two or more meshes, so there is nothing to rank.") {
 		var rows [][]string

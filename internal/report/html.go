@@ -20,6 +20,12 @@ var pageTemplate string
 //go:embed assets/report.js
 var pageJS string
 
+// reproductionJS draws the published study a run reproduces; it runs before pageJS,
+// which marks the page rendered.
+//
+//go:embed assets/reproduction.js
+var reproductionJS string
+
 var page = template.Must(template.New("report").Funcs(template.FuncMap{"mul100": func(f float64) float64 { return 100 * f }}).Parse(pageTemplate))
 
 type pageData struct {
@@ -27,6 +33,7 @@ type pageData struct {
 	Data         template.JS
 	Library      template.JS
 	Script       template.JS
+	Reproduce    template.JS
 	Titles       map[string]string
 	Provenance   [][]string
 	StudyFile    string
@@ -41,12 +48,13 @@ func renderHTML(w io.Writer, s *Summary) error {
 	// The JSON sits inside a <script>; "</" must not end it early.
 	safe := strings.ReplaceAll(string(data), "</", `<\/`)
 	return page.Execute(w, pageData{
-		S:       s,
-		Data:    template.JS(safe),
-		Library: template.JS(echartsJS),
-		Script:  template.JS(pageJS),
+		S:         s,
+		Data:      template.JS(safe),
+		Library:   template.JS(echartsJS),
+		Script:    template.JS(pageJS),
+		Reproduce: template.JS(reproductionJS),
 		Titles: map[string]string{"answer": titleAnswer, "verdicts": titleVerdicts, "comparisons": titleComparisons, "results": titleResults,
-			"capacity": titleCapacity, "resources": titleResources, "cost": titleCost, "checks": titleChecks, "security": titleSecurity, "effort": titleEffort, "provenance": titleProvenance},
+			"capacity": titleCapacity, "resources": titleResources, "cost": titleCost, "checks": titleChecks, "reproduction": titleReproduction, "security": titleSecurity, "effort": titleEffort, "provenance": titleProvenance},
 		Provenance: provenanceRows(s),
 		StudyFile:  s.Provenance.StudyFile, HasStudyFile: s.Provenance.StudyFile != "",
 	})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/cost"
+	"github.com/meshmark/meshmark/internal/reproduce"
 	"github.com/meshmark/meshmark/internal/results"
 )
 
@@ -58,6 +59,9 @@ type Summary struct {
 	Resamples    int       `json:"resamples"`
 
 	Meshes []MeshInfo `json:"meshes"`
+	// Reproduction opens the report when the run's study reproduces a published one:
+	// that study's own tables and its figures beside the run's (internal/reproduce).
+	Reproduction *reproduce.Reproduction `json:"reproduction,omitempty"`
 	// Answers are the answer first: one short table per load point (see
 	// analysis.Answer), in the report's units.
 	Answers []AnswerPoint `json:"answers"`
@@ -466,6 +470,7 @@ func Summarize(run *results.Run, an *analysis.Report, opts Options) *Summary {
 	for _, m := range run.Meshes {
 		s.Meshes = append(s.Meshes, MeshInfo{Label: m.Label, Profile: m.Profile, Options: m.Options, Baseline: m.Label == an.Baseline})
 	}
+	s.Reproduction = reproduce.Build(run, an)
 	s.Answers = answerPoints(analysis.Answers(run, an))
 	s.SLOLine, s.IntervalLine = an.SLOLine(), an.IntervalLine()
 	for _, l := range analysis.CapacityLines(run, an) {
