@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/published"
@@ -313,10 +314,14 @@ func (c *builder) compare(m published.Metric, ka, kb analysis.Key) outcome {
 		return o
 	}
 	if m != published.Throughput && m != published.MeshMemory && ga.Kind != results.KindCapacity {
+		var behind []string
 		for _, g := range []*analysis.Group{ga, gb} {
 			if g.GeneratorBehind > 0 {
-				o.spoiled = fmt.Sprintf("the load generator fell behind in %d of %d trials of %s, so its latency is not what the mesh gave", g.GeneratorBehind, g.Repeats, g.Mesh)
+				behind = append(behind, fmt.Sprintf("%d of %d trials of %s", g.GeneratorBehind, g.Repeats, g.Mesh))
 			}
+		}
+		if len(behind) > 0 {
+			o.spoiled = "the load generator fell behind in " + strings.Join(behind, " and ") + ", so the latency is not what the meshes gave"
 		}
 	}
 	return o

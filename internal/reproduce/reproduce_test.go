@@ -416,3 +416,25 @@ func TestDeclared(t *testing.T) {
 		t.Error("a reproduction of an unknown study")
 	}
 }
+
+// A latency claim at a point where the load generator fell behind is not resolved,
+// however clear the numbers: they are not the mesh's latency.
+func TestGeneratorBehindIsNotResolved(t *testing.T) {
+	run := synthRun(t, fmt.Sprintf(studyOf, "S2"), []mesh{
+		{label: "baseline", profile: "none", medianUs: 1000},
+		{label: "istio-like", profile: "envoy-sidecar", medianUs: 7200},
+		{label: "linkerd", profile: "linkerd", medianUs: 1200},
+	}, []experiment{{name: "rpm-2400", kind: results.KindFixedRate, rates: []float64{40}}})
+	for i := range run.Trials {
+		if run.Trials[i].Mesh == "istio-like" && run.Trials[i].Repeat == 1 {
+			run.Trials[i].Result.Flags = append(run.Trials[i].Result.Flags, results.FlagGeneratorBehind)
+		}
+	}
+	r := build(t, run)
+	wantMarks(t, r, map[string]Mark{"S2/mean-2400/baseline<istio": NotResolved, "S2/mean-2400/istio÷baseline": NotResolved, "S2/mean-2400/linkerd<istio": NotResolved})
+	for _, e := range r.Claims {
+		if !strings.Contains(e.Reason, "fell behind in 1 of 3 trials of istio-like") || e.Ours == "" {
+			t.Errorf("%s: reason %q, ours %q", e.Claim, e.Reason, e.Ours)
+		}
+	}
+}
