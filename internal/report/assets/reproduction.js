@@ -70,7 +70,8 @@
   const marks = {}, order = ["agrees", "disagrees", "not resolved", "not comparable", "not measured"];
   (P.claims || []).forEach(c => { marks[c.mark] = (marks[c.mark] || 0) + 1; });
   section.append(el("h3", {}, P.study + "'s published figures beside this run's: " +
-    (order.filter(m => marks[m]).map(m => marks[m] + " " + m).join(", ") || "no published figure to compare")));
+    (order.filter(m => marks[m]).map(m => marks[m] + " " + (marks[m] > 1 ? m.replace(/^(dis)?agrees$/, s => s.slice(0, -1)) : m)).join(", ") ||
+      "no published figure to compare")));
   const cls = { "agrees": "pass", "disagrees": "fail", "not resolved": "inconclusive", "not comparable": "na", "not measured": "na" };
   table(["Mark", "Published", "Here at", "This run", "Agrees if", "Why"], (P.claims || []).map(c => [
     el("span", { class: cls[c.mark] || "", "data-mark": c.mark, "data-claim": c.claim }, c.mark), c.published + " (" + c.where + ")",
