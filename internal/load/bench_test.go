@@ -135,7 +135,7 @@ func BenchmarkRecord(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			r := newRecorder(now, l)
+			r := newRecorder(now, time.Time{}, l)
 			if l != nil {
 				l.run(now)
 			}

@@ -77,7 +77,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if c.Duration > 0 {
 		e.end = e.start.Add(c.Duration)
 	}
-	e.rec = newRecorder(e.start.Add(c.Warmup), raw)
+	var windowEnd time.Time // a run ended by its count is measured until its last completion
+	if c.Duration > 0 {
+		windowEnd = e.end
+	}
+	e.rec = newRecorder(e.start.Add(c.Warmup), windowEnd, raw)
 	if raw != nil {
 		raw.run(e.start)
 	}
@@ -526,7 +530,7 @@ func (e *engine) startIntervals() func() []Interval {
 		if e.sched != nil {
 			rate = e.sched.RateAt(begin + length/2)
 		}
-		iv := e.rec.rotate(begin, length, rate)
+		iv := e.rec.rotate(begin, length, rate, e.inflight.Load())
 		ivs = append(ivs, iv)
 		if e.cfg.Progress != nil {
 			e.cfg.Progress(Progress{Interval: iv, Elapsed: off, Total: e.cfg.Duration, InFlight: e.inflight.Load()})
@@ -565,21 +569,27 @@ func (e *engine) result(ivs []Interval, user, sys time.Duration) *Result {
 	defer r.mu.Unlock()
 	t := r.total
 	res := &Result{
-		Model:        e.modelName(),
-		Target:       e.cfg.Request.URL,
-		Start:        e.start,
-		Sent:         e.sent.Load(),
-		Completed:    t.completed,
-		Succeeded:    t.succeeded,
-		Errors:       t.errs,
-		BytesIn:      t.bytesIn,
-		Latency:      Histogram{t.latency},
-		Service:      Histogram{t.service},
-		FirstByte:    Histogram{t.firstByte},
-		Clamped:      t.clamped,
-		Intervals:    ivs,
-		StatusCodes:  map[int]int64{},
-		ErrorSamples: append([]string(nil), r.samples...),
+		Model:                e.modelName(),
+		Target:               e.cfg.Request.URL,
+		Start:                e.start,
+		Warmup:               e.cfg.Warmup,
+		Sent:                 e.sent.Load(),
+		Completed:            t.completed,
+		Succeeded:            t.succeeded,
+		CompletedInWindow:    r.inWindow,
+		SucceededInWindow:    r.okInWindow,
+		CompletedAfterWindow: r.afterWindow,
+		Errors:               t.errs,
+		BytesIn:              t.bytesIn,
+		Latency:              Histogram{t.latency},
+		Service:              Histogram{t.service},
+		Answered:             Histogram{t.answered},
+		Failed:               Histogram{t.failed},
+		FirstByte:            Histogram{t.firstByte},
+		Clamped:              t.clamped,
+		Intervals:            ivs,
+		StatusCodes:          map[int]int64{},
+		ErrorSamples:         append([]string(nil), r.samples...),
 	}
 	for code, n := range t.status {
 		if n > 0 {
@@ -589,8 +599,9 @@ func (e *engine) result(ivs []Interval, user, sys time.Duration) *Result {
 	if e.cfg.Users != nil {
 		res.Target = e.cfg.Users.Tasks[0].Request.URL
 	}
-	// A timed run is measured over its window (a straggler completing late must not
-	// dilute the rate); a counted run until its last completion.
+	// A timed run is measured over its window, a counted run until its last
+	// completion. The rate is what completed inside the window: requests answered after
+	// it are not what the target served in it, however long the run waits for them.
 	switch {
 	case e.cfg.Duration > 0 && e.ended.Sub(e.start) >= e.cfg.Duration:
 		res.Elapsed = e.cfg.Duration - e.cfg.Warmup
@@ -598,16 +609,17 @@ func (e *engine) result(ivs []Interval, user, sys time.Duration) *Result {
 		res.Elapsed = r.lastDone.Sub(r.warmupEnd)
 	}
 	if res.Elapsed > 0 {
-		res.AchievedRate = float64(t.completed) / res.Elapsed.Seconds()
+		res.AchievedRate = float64(r.inWindow) / res.Elapsed.Seconds()
 	}
 	if e.sched != nil {
-		span := e.cfg.Duration - e.cfg.Warmup
+		sendEnd := e.cfg.Duration
 		if e.cfg.Duration == 0 {
-			span = time.Duration(e.lastIntended.Load()) - e.cfg.Warmup
+			sendEnd = time.Duration(e.lastIntended.Load())
 		}
-		if span > 0 {
+		if span := sendEnd - e.cfg.Warmup; span > 0 {
 			res.RequestedRate = float64(e.scheduled.Load()) / span.Seconds()
 		}
+		res.Saturation = DetectSaturation(res, min(sendEnd, e.cfg.Warmup+res.Elapsed))
 	}
 	h := &res.Health
 	h.PeakInFlight = e.peak.Load()
@@ -635,24 +647,40 @@ func (e *engine) modelName() string {
 	return "users"
 }
 
-// judge flags runs whose numbers describe the generator rather than the target.
+// judge flags runs whose numbers describe the generator rather than the target, and
+// runs whose target could not keep up. The generator is blamed (Health.Bottleneck) only
+// where it is the cause: its own CPU, or sends that lagged, waited or were dropped while
+// the target kept up. A saturated target makes sends wait and drop too; then those are
+// its doing, and said so.
 func (e *engine) judge(res *Result) {
 	h := &res.Health
 	warn := func(bottleneck bool, format string, args ...any) {
 		res.Warnings = append(res.Warnings, fmt.Sprintf(format, args...))
 		h.Bottleneck = h.Bottleneck || bottleneck
 	}
+	saturated := res.TargetSaturated()
+	if saturated {
+		warn(false, "%s: its latency here is that of a queue growing as long as the run lasts, not its latency at this rate", res.Saturation)
+	}
 	if h.Late > 0 {
-		warn(true, "%d sends waited because max in-flight (%d) was reached: raise --max-inflight or lower the rate", h.Late, e.cfg.Open.MaxInFlight)
+		if saturated {
+			warn(false, "%d sends waited because max in-flight (%d) was reached, held by the saturated target", h.Late, e.cfg.Open.MaxInFlight)
+		} else {
+			warn(true, "%d sends waited because max in-flight (%d) was reached: raise --max-inflight or lower the rate", h.Late, e.cfg.Open.MaxInFlight)
+		}
 	}
 	if h.Dropped > 0 {
-		warn(true, "%d intended sends were dropped (never sent)", h.Dropped)
+		warn(!saturated, "%d intended sends were dropped (never sent)", h.Dropped)
 	}
 	if e.cfg.Open != nil {
 		if lag := h.SendLag.Quantile(99); lag > lagLimit {
-			warn(true, "send lag p99 %v exceeds %v: the generator did not keep to its schedule", lag, lagLimit)
+			if saturated {
+				warn(false, "send lag p99 %v exceeds %v while the target was saturated", lag, lagLimit)
+			} else {
+				warn(true, "send lag p99 %v exceeds %v: the generator did not keep to its schedule", lag, lagLimit)
+			}
 		}
-		if res.RequestedRate > 0 && res.AchievedRate < 0.9*res.RequestedRate && res.Errors.Total() == 0 {
+		if !saturated && res.RequestedRate > 0 && res.AchievedRate < 0.9*res.RequestedRate && res.Errors.Total() == 0 {
 			warn(false, "achieved rate %.1f/s is below 90%% of the requested %.1f/s", res.AchievedRate, res.RequestedRate)
 		}
 	}
@@ -663,10 +691,71 @@ func (e *engine) judge(res *Result) {
 			warn(true, "the generator's process used %.0f%% of its %d CPUs: it may have been the bottleneck", 100*busy, runtime.GOMAXPROCS(0))
 		}
 	}
+	if f := res.Failures(); f > 0 {
+		warn(false, "%d requests failed without a response; latency counts each at its time to failure (answered and failed apart in the JSON result)", f)
+	}
 	if res.Clamped > 0 {
 		warn(false, "%d latencies exceeded %v and were recorded as %v", res.Clamped, time.Duration(HistHighest)*time.Microsecond, time.Duration(HistHighest)*time.Microsecond)
 	}
 	if res.Completed == 0 {
 		warn(false, "no request completed after warm-up")
 	}
+}
+
+// Saturation rule: over the window's second half, the requests in flight at the target
+// stay above what they were at its start by at least saturationMinGrowth requests and
+// saturationGrowth of the requests intended in the window. A target that keeps up holds
+// about rate × latency in flight, which wanders but does not climb; one that cannot
+// piles up the difference between the intended and its served rate, every second. The
+// second half, not just the end, so that one stall just before the end is not a trend.
+const (
+	saturationMinGrowth = 10
+	saturationGrowth    = 0.01
+)
+
+// DetectSaturation judges an open-model result from its intervals' in-flight counts
+// over the window from res.Warmup to sendEnd (the offset at which sending stopped):
+// nil when fewer than two intervals fall in it.
+func DetectSaturation(res *Result, sendEnd time.Duration) *Saturation {
+	from, to := res.Warmup, sendEnd
+	type boundary struct {
+		at       time.Duration
+		inFlight int64
+		iv       *Interval
+	}
+	var bs []boundary
+	start := boundary{} // the run's start: nothing in flight
+	for i := range res.Intervals {
+		iv := &res.Intervals[i]
+		end := iv.Start + iv.Length
+		tol := iv.Length / 10 // intervals close on a ticker, a little after their time
+		switch {
+		case end <= from+tol:
+			start = boundary{end, iv.InFlight, iv}
+		case end <= to+tol:
+			bs = append(bs, boundary{end, iv.InFlight, iv})
+		}
+	}
+	if len(bs) < 2 {
+		return nil
+	}
+	last := bs[len(bs)-1]
+	s := &Saturation{
+		InFlightFrom:  start.inFlight,
+		InFlightTo:    last.inFlight,
+		IntendedRate:  res.RequestedRate,
+		CompletedRate: res.AchievedRate,
+		LatencyFrom:   bs[0].iv.LatencyP50,
+		LatencyTo:     last.iv.LatencyP50,
+	}
+	half := start.at + (last.at-start.at)/2
+	s.InFlightLow = last.inFlight
+	for _, b := range bs {
+		if b.at >= half {
+			s.InFlightLow = min(s.InFlightLow, b.inFlight)
+		}
+	}
+	intended := res.RequestedRate * (last.at - start.at).Seconds()
+	s.Saturated = float64(s.InFlightLow-s.InFlightFrom) >= max(saturationMinGrowth, saturationGrowth*intended)
+	return s
 }

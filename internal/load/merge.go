@@ -26,6 +26,8 @@ func Merge(results []*Result) (*Result, error) {
 		StatusCodes: map[int]int64{},
 		Latency:     Histogram{NewHistogram()},
 		Service:     Histogram{NewHistogram()},
+		Answered:    Histogram{NewHistogram()},
+		Failed:      Histogram{NewHistogram()},
 		FirstByte:   Histogram{NewHistogram()},
 		Health:      Health{SendLag: Histogram{NewHistogram()}},
 	}
@@ -41,9 +43,13 @@ func Merge(results []*Result) (*Result, error) {
 			out.Start = r.Start
 		}
 		out.Elapsed = max(out.Elapsed, r.Elapsed)
+		out.Warmup = max(out.Warmup, r.Warmup)
 		out.Sent += r.Sent
 		out.Completed += r.Completed
 		out.Succeeded += r.Succeeded
+		out.CompletedInWindow += r.CompletedInWindow
+		out.SucceededInWindow += r.SucceededInWindow
+		out.CompletedAfterWindow += r.CompletedAfterWindow
 		out.Errors = out.Errors.plus(r.Errors)
 		for _, s := range r.ErrorSamples {
 			if len(out.ErrorSamples) < maxErrorSamples && !slices.Contains(out.ErrorSamples, s) {
@@ -61,6 +67,7 @@ func Merge(results []*Result) (*Result, error) {
 			name     string
 			into, of Histogram
 		}{{"latency", out.Latency, r.Latency}, {"service", out.Service, r.Service},
+			{"answered latency", out.Answered, r.Answered}, {"failed latency", out.Failed, r.Failed},
 			{"first byte", out.FirstByte, r.FirstByte}, {"send lag", out.Health.SendLag, r.Health.SendLag}} {
 			if err := mergeInto(m.into.Histogram, m.of.Histogram); err != nil {
 				return nil, fmt.Errorf("merge: result %d: %s histogram: %w", i+1, m.name, err)
@@ -91,6 +98,11 @@ func Merge(results []*Result) (*Result, error) {
 		return nil, err
 	}
 	out.Intervals = ivs
+	// The target's backlog is the sum of every generator's; judged again on the sum,
+	// since each generator saw only its share of it.
+	if results[0].Saturation != nil {
+		out.Saturation = DetectSaturation(out, out.Warmup+out.Elapsed)
+	}
 	return out, nil
 }
 
@@ -146,6 +158,7 @@ func MergeIntervals(sets [][]Interval) ([]Interval, error) {
 			iv.RequestedRate += x.RequestedRate
 			iv.AchievedRate += x.AchievedRate
 			iv.SendLagMax = max(iv.SendLagMax, x.SendLagMax)
+			iv.InFlight += x.InFlight
 			for _, m := range []struct {
 				into *hdrhistogram.Histogram
 				enc  string

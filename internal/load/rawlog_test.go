@@ -267,7 +267,7 @@ func TestRawLogNoAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newRecorder(now, l)
+	r := newRecorder(now, time.Time{}, l)
 	l.run(now)
 	tm := timing{intended: now.Add(time.Second), sent: now.Add(time.Second + 3*time.Microsecond), firstByte: now.Add(time.Second + 150*time.Microsecond),
 		done: now.Add(time.Second + 180*time.Microsecond), status: 200, bytesIn: 612}

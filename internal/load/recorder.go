@@ -10,9 +10,11 @@ import (
 const maxErrorSamples = 5
 
 // stats is one set of counters and histograms; the recorder keeps one for the totals and
-// one for the current interval.
+// one for the current interval. latency and service hold every request that ended,
+// answered or failed; the totals also keep the answered and the failed apart.
 type stats struct {
 	latency, service, firstByte, sendLag *hdrhistogram.Histogram
+	answered, failed                     *hdrhistogram.Histogram // totals only
 	completed, succeeded, bytesIn        int64
 	clamped                              int64
 	maxLag                               int64
@@ -24,6 +26,7 @@ func newStats(full bool) *stats {
 	s := &stats{latency: NewHistogram(), service: NewHistogram()}
 	if full {
 		s.firstByte, s.sendLag = NewHistogram(), NewHistogram()
+		s.answered, s.failed = NewHistogram(), NewHistogram()
 	}
 	return s
 }
@@ -52,16 +55,23 @@ func recordUS(h *hdrhistogram.Histogram, d time.Duration) (clamped bool) {
 type recorder struct {
 	mu        sync.Mutex
 	warmupEnd time.Time
-	total     *stats
-	cur       *stats
-	spare     *stats // the previous interval, being summarised outside the lock
-	samples   []string
-	lastDone  time.Time
-	raw       *rawLog // nil without Config.RawLog
+	// windowEnd closes the measured window of a timed run (zero: the window lasts until
+	// the last completion). inWindow counts what completed inside the window whatever
+	// its intended time, okInWindow the successful part of it, and afterWindow what
+	// was intended in the window but completed after it: a target that falls behind
+	// answers its backlog after the end, and those answers are not its rate.
+	windowEnd                         time.Time
+	inWindow, okInWindow, afterWindow int64
+	total                             *stats
+	cur                               *stats
+	spare                             *stats // the previous interval, being summarised outside the lock
+	samples                           []string
+	lastDone                          time.Time
+	raw                               *rawLog // nil without Config.RawLog
 }
 
-func newRecorder(warmupEnd time.Time, raw *rawLog) *recorder {
-	return &recorder{warmupEnd: warmupEnd, total: newStats(true), cur: newStats(false), spare: newStats(false), raw: raw}
+func newRecorder(warmupEnd, windowEnd time.Time, raw *rawLog) *recorder {
+	return &recorder{warmupEnd: warmupEnd, windowEnd: windowEnd, total: newStats(true), cur: newStats(false), spare: newStats(false), raw: raw}
 }
 
 // timing is one request's life: intended send, actual send, first response byte, done.
@@ -111,6 +121,15 @@ func (r *recorder) addAll(t *timing, kind ErrorKind, lag time.Duration) {
 		r.lastDone = t.done
 	}
 	r.add(r.cur, t, kind, lag, false)
+	switch {
+	case !t.done.Before(r.warmupEnd) && (r.windowEnd.IsZero() || !t.done.After(r.windowEnd)):
+		r.inWindow++
+		if kind == KindNone {
+			r.okInWindow++
+		}
+	case !r.windowEnd.IsZero() && t.done.After(r.windowEnd) && !t.intended.Before(r.warmupEnd):
+		r.afterWindow++
+	}
 	if !t.intended.Before(r.warmupEnd) {
 		r.add(r.total, t, kind, lag, true)
 		if len(r.samples) < maxErrorSamples {
@@ -162,8 +181,21 @@ func (r *recorder) add(s *stats, t *timing, kind ErrorKind, lag time.Duration, t
 	if kind != KindNone {
 		s.errs.add(kind, 1)
 	}
+	// A failed request is timed to its failure, so that a target that times out or
+	// resets its slowest requests cannot show a better tail by doing so.
+	latency := t.done.Sub(t.intended)
+	if recordUS(s.latency, latency) {
+		s.clamped++
+	}
+	recordUS(s.service, t.done.Sub(t.sent))
 	if t.err != nil {
-		return // no response: nothing to time
+		if total {
+			recordUS(s.failed, latency)
+		}
+		return // no response: no status, bytes or first byte
+	}
+	if total {
+		recordUS(s.answered, latency)
 	}
 	if kind == KindNone {
 		s.succeeded++
@@ -174,10 +206,6 @@ func (r *recorder) add(s *stats, t *timing, kind ErrorKind, lag time.Duration, t
 		code = 0
 	}
 	s.status[code]++
-	if recordUS(s.latency, t.done.Sub(t.intended)) {
-		s.clamped++
-	}
-	recordUS(s.service, t.done.Sub(t.sent))
 	if total && !t.firstByte.IsZero() {
 		recordUS(s.firstByte, t.firstByte.Sub(t.sent))
 	}
@@ -190,8 +218,9 @@ func (r *recorder) pending() bool {
 	return r.cur.completed > 0
 }
 
-// rotate closes the current interval, which began at offset start from runStart.
-func (r *recorder) rotate(start, length time.Duration, requestedRate float64) Interval {
+// rotate closes the current interval, which began at offset start from runStart; inFlight
+// is how many requests were sent and not yet answered as it closed.
+func (r *recorder) rotate(start, length time.Duration, requestedRate float64, inFlight int64) Interval {
 	r.mu.Lock()
 	s := r.cur
 	r.cur, r.spare = r.spare, nil
@@ -209,6 +238,7 @@ func (r *recorder) rotate(start, length time.Duration, requestedRate float64) In
 		LatencyMax:    Histogram{s.latency}.Quantile(100),
 		ServiceP99:    Histogram{s.service}.Quantile(99),
 		SendLagMax:    time.Duration(s.maxLag),
+		InFlight:      inFlight,
 	}
 	if length > 0 {
 		iv.AchievedRate = float64(s.completed) / length.Seconds()

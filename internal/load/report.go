@@ -38,20 +38,36 @@ func WriteTable(w io.Writer, r *Result) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(w, "%s %s  elapsed %s  sent %d  completed %d  ok %d\n", r.Model, r.Target,
 		r.Elapsed.Round(time.Millisecond), r.Sent, r.Completed, r.Succeeded)
+	after := ""
+	if r.CompletedAfterWindow > 0 {
+		after = fmt.Sprintf("; %d more of its requests completed after it", r.CompletedAfterWindow)
+	}
 	if r.RequestedRate > 0 {
-		fmt.Fprintf(w, "rate: requested %.1f/s  achieved %.1f/s\n", r.RequestedRate, r.AchievedRate)
+		fmt.Fprintf(w, "rate: requested %.1f/s  achieved %.1f/s (completed within the measured window%s)\n", r.RequestedRate, r.AchievedRate, after)
 	} else {
-		fmt.Fprintf(w, "rate: achieved %.1f/s\n", r.AchievedRate)
+		fmt.Fprintf(w, "rate: achieved %.1f/s (completed within the measured window%s)\n", r.AchievedRate, after)
+	}
+	if r.TargetSaturated() {
+		fmt.Fprintf(w, "TARGET SATURATED: requests in flight at the target grew from %d to %d over the window; it completed %.1f/s of the %.1f/s intended. The latency below is that of a backlog that grows as long as the run lasts, not the target's latency at this rate.\n",
+			r.Saturation.InFlightFrom, r.Saturation.InFlightTo, r.Saturation.CompletedRate, r.Saturation.IntendedRate)
 	}
 	fmt.Fprint(tw, "\t")
 	for _, q := range Spectrum {
 		fmt.Fprintf(tw, "%s\t", pctName(q))
 	}
 	fmt.Fprintln(tw, "mean\t")
-	for _, row := range []struct {
+	type row struct {
 		name string
 		h    Histogram
-	}{{"latency (from intended)", r.Latency}, {"service (from send)", r.Service}, {"send lag", r.Health.SendLag}} {
+	}
+	rows := []row{{"latency (from intended)", r.Latency}}
+	if r.Failures() > 0 {
+		// every request, and the two kinds apart, so that neither hides the other
+		rows[0].name = "latency, all requests"
+		rows = append(rows, row{"  answered", r.Answered}, row{"  failed (to failure)", r.Failed})
+	}
+	rows = append(rows, row{"service (from send)", r.Service}, row{"send lag", r.Health.SendLag})
+	for _, row := range rows {
 		fmt.Fprintf(tw, "%s\t", row.name)
 		for _, q := range Spectrum {
 			fmt.Fprintf(tw, "%s\t", fmtDur(row.h.Quantile(q)))
@@ -66,8 +82,12 @@ func WriteTable(w io.Writer, r *Result) error {
 		return err
 	}
 	e := r.Errors
-	fmt.Fprintf(w, "errors: %d (refused %d, reset %d, timeout %d, non-2xx %d, other %d)\n",
-		e.Total(), e.Refused, e.Reset, e.Timeout, e.Non2xx, e.Other)
+	failures := ""
+	if f := r.Failures(); f > 0 {
+		failures = fmt.Sprintf("; %d without a response, in the latency at their time to failure", f)
+	}
+	fmt.Fprintf(w, "errors: %d (refused %d, reset %d, timeout %d, non-2xx %d, other %d)%s\n",
+		e.Total(), e.Refused, e.Reset, e.Timeout, e.Non2xx, e.Other, failures)
 	for _, s := range r.ErrorSamples {
 		fmt.Fprintf(w, "  e.g. %s\n", s)
 	}
@@ -82,6 +102,9 @@ func WriteTable(w io.Writer, r *Result) error {
 	}
 	fmt.Fprintln(w)
 	h := r.Health
+	if r.Saturation != nil && !r.Saturation.Saturated {
+		fmt.Fprintf(w, "target: kept up (in flight %d at the window's start, %d at its end)\n", r.Saturation.InFlightFrom, r.Saturation.InFlightTo)
+	}
 	fmt.Fprintf(w, "generator: peak in-flight %d, connections %d, late %d, dropped %d, aborted %d, cpu %s user + %s sys (%s/request)\n",
 		h.PeakInFlight, h.Connections, h.Late, h.Dropped, h.Aborted,
 		h.CPUUser.Round(time.Millisecond), h.CPUSystem.Round(time.Millisecond), fmtDur(h.CPUPerRequest))
@@ -119,7 +142,7 @@ func WriteCSV(w io.Writer, r *Result) error {
 	cw := csv.NewWriter(w)
 	_ = cw.Write([]string{"start_s", "length_s", "requested_rps", "achieved_rps", "completed",
 		"errors", "refused", "reset", "timeout", "non2xx", "other",
-		"latency_p50_us", "latency_p90_us", "latency_p99_us", "latency_max_us", "service_p99_us", "send_lag_max_us"})
+		"latency_p50_us", "latency_p90_us", "latency_p99_us", "latency_max_us", "service_p99_us", "send_lag_max_us", "in_flight"})
 	us := func(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 	n := func(v int64) string { return strconv.FormatInt(v, 10) }
@@ -127,7 +150,7 @@ func WriteCSV(w io.Writer, r *Result) error {
 		e := iv.Errors
 		_ = cw.Write([]string{f(iv.Start.Seconds()), f(iv.Length.Seconds()), f(iv.RequestedRate), f(iv.AchievedRate),
 			n(iv.Completed), n(e.Total()), n(e.Refused), n(e.Reset), n(e.Timeout), n(e.Non2xx), n(e.Other),
-			us(iv.LatencyP50), us(iv.LatencyP90), us(iv.LatencyP99), us(iv.LatencyMax), us(iv.ServiceP99), us(iv.SendLagMax)})
+			us(iv.LatencyP50), us(iv.LatencyP90), us(iv.LatencyP99), us(iv.LatencyMax), us(iv.ServiceP99), us(iv.SendLagMax), n(iv.InFlight)})
 	}
 	cw.Flush()
 	return cw.Error()

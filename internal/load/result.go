@@ -119,8 +119,11 @@ type Interval struct {
 	LatencyMax    time.Duration `json:"latency_max"`
 	ServiceP99    time.Duration `json:"service_p99"`
 	SendLagMax    time.Duration `json:"send_lag_max"`
-	Latency       string        `json:"latency_hist"` // V2 compressed, base64
-	Service       string        `json:"service_hist"`
+	// InFlight is how many requests had been sent and not yet answered when the
+	// interval closed: a target that cannot keep up makes it grow.
+	InFlight int64  `json:"in_flight"`
+	Latency  string `json:"latency_hist"` // V2 compressed, base64; answered and failed requests
+	Service  string `json:"service_hist"`
 }
 
 // Health describes the generator itself, so that a run it could not drive is flagged.
@@ -144,30 +147,86 @@ type Health struct {
 	Bottleneck    bool          `json:"bottleneck"` // the generator, not the target, limited the run
 }
 
-// Result is everything one run measured. Latency is from the intended send time
-// (corrected for coordinated omission), Service from the actual send; both only count
-// requests that got a complete response (any status), measured after Warmup.
-type Result struct {
-	Model         string        `json:"model"` // open/constant, open/poisson, closed, users ...
-	Target        string        `json:"target"`
-	Start         time.Time     `json:"start"`
-	Elapsed       time.Duration `json:"elapsed"`   // measured part: after warmup until the last completion
-	Sent          int64         `json:"sent"`      // after warmup
-	Completed     int64         `json:"completed"` // after warmup, responses and failures
-	Succeeded     int64         `json:"succeeded"` // 2xx
-	Errors        Errors        `json:"errors"`
-	ErrorSamples  []string      `json:"error_samples,omitempty"` // first few distinct messages
-	StatusCodes   map[int]int64 `json:"status_codes"`
-	BytesIn       int64         `json:"bytes_in"`
-	RequestedRate float64       `json:"requested_rate,omitempty"`
-	AchievedRate  float64       `json:"achieved_rate"`
-	Latency       Histogram     `json:"latency_hist"`
-	Service       Histogram     `json:"service_hist"`
-	FirstByte     Histogram     `json:"first_byte_hist"` // actual send to first response byte
-	Clamped       int64         `json:"clamped,omitempty"`
-	Intervals     []Interval    `json:"intervals"`
-	Health        Health        `json:"generator"`
-	RawLog        *RawLogStatus `json:"raw_log,omitempty"` // with Config.RawLog
-	Warnings      []string      `json:"warnings,omitempty"`
-	Incomplete    bool          `json:"incomplete,omitempty"` // cancelled before the end
+// Saturation is the evidence on whether the target kept up with an open-model run: the
+// requests it had been sent and not yet answered at the start and at the end of the
+// measured window, and the rate it completed against the rate intended. A target that
+// cannot serve the intended rate builds a backlog that grows for as long as the run
+// lasts, and then its latency is the length of that queue, not its latency at the rate.
+type Saturation struct {
+	// Saturated: the target fell behind (see DetectSaturation for the rule).
+	Saturated bool `json:"saturated"`
+	// InFlightFrom and InFlightTo are the requests in flight at the target at the
+	// window's start and end; InFlightLow is the fewest at any interval boundary of
+	// the window's second half.
+	InFlightFrom int64 `json:"in_flight_from"`
+	InFlightTo   int64 `json:"in_flight_to"`
+	InFlightLow  int64 `json:"in_flight_low"`
+	// IntendedRate is the requests per second intended in the window, CompletedRate
+	// those completed inside it (answered or failed, whatever their intended time).
+	IntendedRate  float64 `json:"intended_rate"`
+	CompletedRate float64 `json:"completed_rate"`
+	// LatencyFrom and LatencyTo are the median latency of the window's first and last
+	// intervals.
+	LatencyFrom time.Duration `json:"latency_p50_from"`
+	LatencyTo   time.Duration `json:"latency_p50_to"`
 }
+
+// String says what the evidence shows, in one line.
+func (s *Saturation) String() string {
+	what := "the target kept up"
+	if s.Saturated {
+		what = "target saturated"
+	}
+	return fmt.Sprintf("%s: requests in flight at the target went from %d to %d over the window, and it completed %.1f/s of the %.1f/s intended (p50 %s in the first interval, %s in the last)",
+		what, s.InFlightFrom, s.InFlightTo, s.CompletedRate, s.IntendedRate, fmtDur(s.LatencyFrom), fmtDur(s.LatencyTo))
+}
+
+// Result is everything one run measured. Latency is from the intended send time
+// (corrected for coordinated omission), Service from the actual send; both count every
+// request measured after Warmup that ended, answered (any status) or failed without a
+// response (timeout, reset, refused: timed to the failure). Answered and Failed keep
+// the two apart, so that neither hides the other.
+type Result struct {
+	Model   string        `json:"model"` // open/constant, open/poisson, closed, users ...
+	Target  string        `json:"target"`
+	Start   time.Time     `json:"start"`
+	Warmup  time.Duration `json:"warmup,omitempty"`
+	Elapsed time.Duration `json:"elapsed"` // the measured window: after warmup until the end of a timed run, or the last completion
+	Sent    int64         `json:"sent"`    // after warmup
+	// Completed is every request intended after warmup that ended (responses and
+	// failures), whenever it ended; Succeeded those answered 2xx.
+	Completed int64 `json:"completed"`
+	Succeeded int64 `json:"succeeded"`
+	// CompletedInWindow is every request that ended inside the measured window,
+	// whatever its intended time, SucceededInWindow the 2xx part of it: the rate the
+	// target actually served is CompletedInWindow / Elapsed (AchievedRate).
+	// CompletedAfterWindow is what was intended in the window but ended after it.
+	CompletedInWindow    int64         `json:"completed_in_window"`
+	SucceededInWindow    int64         `json:"succeeded_in_window"`
+	CompletedAfterWindow int64         `json:"completed_after_window"`
+	Errors               Errors        `json:"errors"`
+	ErrorSamples         []string      `json:"error_samples,omitempty"` // first few distinct messages
+	StatusCodes          map[int]int64 `json:"status_codes"`
+	BytesIn              int64         `json:"bytes_in"`
+	RequestedRate        float64       `json:"requested_rate,omitempty"`
+	AchievedRate         float64       `json:"achieved_rate"` // completed inside the window, per second
+	Latency              Histogram     `json:"latency_hist"`
+	Service              Histogram     `json:"service_hist"`
+	Answered             Histogram     `json:"answered_latency_hist"` // latency of the requests that got a response
+	Failed               Histogram     `json:"failed_latency_hist"`   // latency (time to failure) of those that did not
+	FirstByte            Histogram     `json:"first_byte_hist"`       // actual send to first response byte
+	Clamped              int64         `json:"clamped,omitempty"`
+	Intervals            []Interval    `json:"intervals"`
+	// Saturation is set for open-model runs whose window spans two intervals or more.
+	Saturation *Saturation   `json:"target_saturation,omitempty"`
+	Health     Health        `json:"generator"`
+	RawLog     *RawLogStatus `json:"raw_log,omitempty"` // with Config.RawLog
+	Warnings   []string      `json:"warnings,omitempty"`
+	Incomplete bool          `json:"incomplete,omitempty"` // cancelled before the end
+}
+
+// TargetSaturated reports whether the run found the target unable to keep up.
+func (r *Result) TargetSaturated() bool { return r.Saturation != nil && r.Saturation.Saturated }
+
+// Failures is how many requests ended without a response (transport errors).
+func (r *Result) Failures() int64 { return r.Errors.Total() - r.Errors.Non2xx }
