@@ -55,6 +55,13 @@ func recordUS(h *hdrhistogram.Histogram, d time.Duration) (clamped bool) {
 type recorder struct {
 	mu        sync.Mutex
 	warmupEnd time.Time
+	total     *stats
+	cur       *stats
+	spare     *stats // the previous interval, being summarised outside the lock
+	samples   []string
+	lastDone  time.Time
+	raw       *rawLog // nil without Config.RawLog
+
 	// windowEnd closes the measured window of a timed run (zero: the window lasts until
 	// the last completion). inWindow counts what completed inside the window whatever
 	// its intended time, okInWindow the successful part of it, and afterWindow what
@@ -62,12 +69,6 @@ type recorder struct {
 	// answers its backlog after the end, and those answers are not its rate.
 	windowEnd                         time.Time
 	inWindow, okInWindow, afterWindow int64
-	total                             *stats
-	cur                               *stats
-	spare                             *stats // the previous interval, being summarised outside the lock
-	samples                           []string
-	lastDone                          time.Time
-	raw                               *rawLog // nil without Config.RawLog
 }
 
 func newRecorder(warmupEnd, windowEnd time.Time, raw *rawLog) *recorder {
