@@ -77,6 +77,10 @@ const (
 	// it is too small to matter.
 	Equal        Verdict = "equal"
 	Inconclusive Verdict = "inconclusive"
+	// Saturated: the system under test could not keep up with the load in some trial
+	// of either group (results.FlagTargetSaturated), so the latencies compared are
+	// those of a growing queue, not of the meshes at this rate; no verdict is given.
+	Saturated Verdict = "saturated"
 )
 
 // DefaultMargins are the practical-equivalence margins: a difference smaller than this
@@ -239,6 +243,11 @@ type Group struct {
 	ErrorRate       float64 `json:"error_rate"`
 	GeneratorBehind int     `json:"generator_behind"` // trials whose generator fell behind
 	ProxyBypassed   int     `json:"proxy_bypassed"`   // trials in which traffic went around the mesh
+	// Saturated counts trials whose target could not keep up (see Saturated).
+	Saturated int `json:"saturated"`
+	// Failures is how many requests failed without a response; the latencies count
+	// them at their time to failure (in runs stored since meshmark timed them).
+	Failures int64 `json:"failures"`
 	// Outliers are ids of trials outside Tukey's fences on trial p99 (kept, not removed).
 	Outliers []int64 `json:"outliers,omitempty"`
 	// MixedParams is set when the repeats of this step ran with different load
@@ -340,7 +349,7 @@ type ExcludedTrial struct {
 	TrialID int64           `json:"trial_id"`
 	Repeat  int             `json:"repeat"`
 	Label   string          `json:"label"`
-	Flag    string          `json:"flag"` // results.FlagFault or results.FlagSuperseded
+	Flag    string          `json:"flag"` // results.FlagFault, FlagSuperseded or FlagBackedOff
 	Faults  []results.Fault `json:"faults,omitempty"`
 }
 
@@ -353,8 +362,11 @@ func Excluded(run *results.Run) []ExcludedTrial {
 			continue
 		}
 		flag := results.FlagSuperseded
-		if t.Result.HasFlag(results.FlagFault) {
+		switch {
+		case t.Result.HasFlag(results.FlagFault):
 			flag = results.FlagFault
+		case t.Result.HasFlag(results.FlagBackedOff):
+			flag = results.FlagBackedOff
 		}
 		out = append(out, ExcludedTrial{Key: Key{Mesh: t.Mesh, Experiment: t.Experiment, Step: t.Params.Step}, TrialID: t.ID,
 			Repeat: t.Repeat, Label: paramLabel(t), Flag: flag, Faults: t.Result.Faults})
@@ -419,10 +431,12 @@ func paramLabel(t *results.Trial) string {
 func fillGroup(g *Group) {
 	merged := results.NewLatencyHistogram()
 	var secs float64
+	var served int64
 	for _, t := range g.Trials {
 		merged.Merge(t.Result.Latency)
 		g.Requests += t.Result.Requests
 		g.Errors += t.Result.Errors
+		served += t.Result.Served()
 		secs += t.Duration().Seconds()
 		g.TrialIDs = append(g.TrialIDs, t.ID)
 		if t.Result.Generator.Behind || t.Result.HasFlag(results.FlagGeneratorBehind) {
@@ -431,6 +445,10 @@ func fillGroup(g *Group) {
 		if t.Result.HasFlag(results.FlagProxyBypassed) {
 			g.ProxyBypassed++
 		}
+		if t.Result.Saturated() {
+			g.Saturated++
+		}
+		g.Failures += t.Result.Failures()
 		p, q := t.Params, g.Params
 		if p.RequestedRate != q.RequestedRate || p.Connections != q.Connections || p.Users != q.Users {
 			g.MixedParams = true
@@ -443,7 +461,7 @@ func fillGroup(g *Group) {
 		g.Max = merged.ValueAtQuantile(100)
 	}
 	if secs > 0 {
-		g.Throughput = float64(g.Requests-g.Errors) / secs
+		g.Throughput = float64(served) / secs
 	}
 	if g.Requests > 0 {
 		g.ErrorRate = float64(g.Errors) / float64(g.Requests)
@@ -649,6 +667,9 @@ func compareGroups(ref, other *Group, opts Options, floors map[Metric]Floor) []C
 		}
 		c.Margin = opts.Margin(m)
 		c.Verdict = verdict(c)
+		if ref.Saturated > 0 || other.Saturated > 0 {
+			c.Verdict = Saturated
+		}
 		out = append(out, c)
 	}
 	return out
@@ -829,6 +850,8 @@ func Winners(run *results.Run, groups []*Group, opts Options) []Winner {
 				w.Verdict = Better
 			case Equal:
 				w.Verdict = Equal
+			case Saturated:
+				w.Verdict = Saturated
 			}
 			out = append(out, w)
 		}

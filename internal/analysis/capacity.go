@@ -101,6 +101,8 @@ func CapacityOf(steps []*Group, slo SLO) Capacity {
 		p := CapacityPoint{Step: g.Step, Label: g.Label, X: xOf(g), Throughput: g.Throughput, P50: g.P50, P99: g.P99, ErrorRate: g.ErrorRate, Meets: true}
 		if miss := slo.Misses(g); len(miss) > 0 {
 			p.Meets, p.Why = false, miss[0].Why
+		} else if g.Saturated > 0 {
+			p.Meets, p.Why = false, fmt.Sprintf("the target saturated in %d of %d trials", g.Saturated, g.Repeats)
 		}
 		if !failed {
 			if p.Meets {

@@ -142,8 +142,14 @@ func writeRunDetails(w io.Writer, run *results.Run, rep *Report) error {
 		if g.ProxyBypassed > 0 {
 			notes = append(notes, fmt.Sprintf("traffic bypassed the mesh in %d", g.ProxyBypassed))
 		}
+		if g.Saturated > 0 {
+			notes = append(notes, fmt.Sprintf("TARGET SATURATED in %d of %d: latency of a growing queue", g.Saturated, g.Repeats))
+		}
 		if g.GeneratorBehind > 0 {
 			notes = append(notes, fmt.Sprintf("generator behind in %d", g.GeneratorBehind))
+		}
+		if g.Failures > 0 {
+			notes = append(notes, fmt.Sprintf("%d failed without a response (in the latency at their time to failure)", g.Failures))
 		}
 		if g.MixedParams {
 			notes = append(notes, "repeats ran at different load parameters")
@@ -160,6 +166,9 @@ func writeRunDetails(w io.Writer, run *results.Run, rep *Report) error {
 		fmt.Fprintf(w, "\n%d trials left out of every number above:\n", len(rep.Excluded))
 		for _, x := range rep.Excluded {
 			why := "its attempt was cut short by a fault and measured again"
+			if x.Flag == results.FlagBackedOff {
+				why = "a trial at this rate saturated the target, so the experiment was measured again at a lower rate"
+			}
 			if x.Flag == results.FlagFault {
 				var fs []string
 				for _, f := range x.Faults {

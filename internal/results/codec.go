@@ -45,13 +45,23 @@ func SHA256Hex(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Throughput is successful requests per second over the measured window.
+// Throughput is successful requests per second completed inside the measured window
+// (or, for trials stored before that was counted, of those intended in it).
 func (t *Trial) Throughput() float64 {
 	d := t.Duration().Seconds()
 	if d <= 0 {
 		return 0
 	}
-	return float64(t.Result.Requests-t.Result.Errors) / d
+	return float64(t.Result.Served()) / d
+}
+
+// Served is the successful requests the target served inside the measured window:
+// Window.Succeeded, or Requests less Errors for trials stored before it was counted.
+func (r *TrialResult) Served() int64 {
+	if r.Window != nil {
+		return r.Window.Succeeded
+	}
+	return r.Requests - r.Errors
 }
 
 // ErrorRate is the fraction of requests that failed, 0 when there were none.
@@ -86,19 +96,31 @@ func (r TrialResult) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	ans, err := EncodeHistogram(r.AnsweredLatency)
+	if err != nil {
+		return nil, err
+	}
+	fail, err := EncodeHistogram(r.FailedLatency)
+	if err != nil {
+		return nil, err
+	}
 	return json.Marshal(struct {
 		trialResultJSON
-		Latency     string `json:"latency_hdr,omitempty"`
-		ServiceTime string `json:"service_time_hdr,omitempty"`
-	}{trialResultJSON(r), lat, svc})
+		Latency         string `json:"latency_hdr,omitempty"`
+		ServiceTime     string `json:"service_time_hdr,omitempty"`
+		AnsweredLatency string `json:"answered_latency_hdr,omitempty"`
+		FailedLatency   string `json:"failed_latency_hdr,omitempty"`
+	}{trialResultJSON(r), lat, svc, ans, fail})
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote.
 func (r *TrialResult) UnmarshalJSON(b []byte) error {
 	var v struct {
 		trialResultJSON
-		Latency     string `json:"latency_hdr"`
-		ServiceTime string `json:"service_time_hdr"`
+		Latency         string `json:"latency_hdr"`
+		ServiceTime     string `json:"service_time_hdr"`
+		AnsweredLatency string `json:"answered_latency_hdr"`
+		FailedLatency   string `json:"failed_latency_hdr"`
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
@@ -111,7 +133,23 @@ func (r *TrialResult) UnmarshalJSON(b []byte) error {
 	if r.ServiceTime, err = DecodeHistogram(v.ServiceTime); err != nil {
 		return fmt.Errorf("service_time_hdr: %w", err)
 	}
+	if r.AnsweredLatency, err = DecodeHistogram(v.AnsweredLatency); err != nil {
+		return fmt.Errorf("answered_latency_hdr: %w", err)
+	}
+	if r.FailedLatency, err = DecodeHistogram(v.FailedLatency); err != nil {
+		return fmt.Errorf("failed_latency_hdr: %w", err)
+	}
+	r.CompleteOld()
 	return nil
+}
+
+// CompleteOld completes a result read back from a run stored before failures were
+// timed: its latency histogram held the answered requests only, so that is its
+// AnsweredLatency, and its FailedLatency stays nil (not recorded).
+func (r *TrialResult) CompleteOld() {
+	if r.AnsweredLatency == nil && r.FailedLatency == nil {
+		r.AnsweredLatency = r.Latency
+	}
 }
 
 type intervalJSON Interval

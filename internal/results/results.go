@@ -213,14 +213,27 @@ func (t *Trial) Duration() time.Duration { return t.End.Sub(t.Start) }
 type TrialResult struct {
 	// Requests is every request whose intended send time fell in the measured window;
 	// Errors is how many of them failed (any kind). Both latency histograms record
-	// every request that got an outcome, failed ones included.
+	// every request that got an outcome: answered ones at their response, ones that
+	// failed without a response (timeout, reset, refused) at their failure.
 	Requests int64 `json:"requests"`
 	Errors   int64 `json:"errors"`
 	// Latency is total latency measured from the intended send time (corrected for
 	// coordinated omission), µs.
 	Latency *hdrhistogram.Histogram `json:"-"`
 	// ServiceTime is latency measured from the actual send time, µs.
-	ServiceTime  *hdrhistogram.Histogram `json:"-"`
+	ServiceTime *hdrhistogram.Histogram `json:"-"`
+	// AnsweredLatency and FailedLatency are Latency's two parts kept apart: the
+	// requests that got a response (any status), and those that failed without one.
+	// Trials stored before meshmark timed failures left them out of Latency; read
+	// back, their AnsweredLatency is their Latency and FailedLatency is nil.
+	AnsweredLatency *hdrhistogram.Histogram `json:"-"`
+	FailedLatency   *hdrhistogram.Histogram `json:"-"`
+	// Window counts what completed inside the measured window (nil in trials stored
+	// before meshmark counted it; Throughput then counts Requests).
+	Window *WindowCount `json:"window,omitempty"`
+	// Saturation is the evidence on whether the target kept up with an open-loop
+	// trial (FlagTargetSaturated when it did not); nil for other trials.
+	Saturation   *Saturation             `json:"saturation,omitempty"`
 	Intervals    []Interval              `json:"intervals,omitempty"`
 	StatusCodes  map[int]int64           `json:"status_codes,omitempty"`
 	ErrorsByKind map[string]int64        `json:"errors_by_kind,omitempty"`
@@ -239,6 +252,40 @@ type TrialResult struct {
 	Mix []VersionShare `json:"mix,omitempty"`
 	// Security holds a security trial's probe results (kind security only).
 	Security []SecurityProbe `json:"security,omitempty"`
+}
+
+// WindowCount is what a trial's target served inside the measured window, as opposed
+// to the requests intended in it, which a target that fell behind answers after it.
+type WindowCount struct {
+	// Completed is every request that ended inside the window (answered or failed),
+	// whatever its intended time; Succeeded the 2xx part of it.
+	Completed int64 `json:"completed"`
+	Succeeded int64 `json:"succeeded"`
+	// After is the requests intended in the window that ended after it.
+	After int64 `json:"after"`
+}
+
+// Saturation is the evidence on whether the target kept up with an open-loop trial:
+// the requests in flight at the target at the window's start and end (and the fewest
+// in its second half), and the rate it completed against the rate intended.
+type Saturation struct {
+	Saturated     bool    `json:"saturated"`
+	InFlightFrom  int64   `json:"in_flight_from"`
+	InFlightTo    int64   `json:"in_flight_to"`
+	InFlightLow   int64   `json:"in_flight_low"`
+	IntendedRate  float64 `json:"intended_rate"`
+	CompletedRate float64 `json:"completed_rate"`
+	// LatencyFromUS and LatencyToUS are the median latency of the window's first and
+	// last intervals, µs.
+	LatencyFromUS int64 `json:"latency_p50_from_us"`
+	LatencyToUS   int64 `json:"latency_p50_to_us"`
+}
+
+// String is the evidence in one line, for progress output and reports.
+func (s *Saturation) String() string {
+	return fmt.Sprintf("in flight at the target %d → %d over the window, completed %.0f of %.0f req/s intended, p50 %v → %v",
+		s.InFlightFrom, s.InFlightTo, s.CompletedRate, s.IntendedRate,
+		Duration(s.LatencyFromUS).Round(10*time.Microsecond), Duration(s.LatencyToUS).Round(10*time.Microsecond))
 }
 
 // MixTolerance is how far (absolute share of a service's requests) a version's share
@@ -290,7 +337,17 @@ func (f Fault) String() string {
 
 // Flags the runner or analysis may attach to a trial.
 const (
+	// FlagGeneratorBehind: the load generator itself could not keep to the load (its
+	// own CPU, or sends late while the target kept up).
 	FlagGeneratorBehind = "generator-behind"
+	// FlagTargetSaturated: the system under test could not serve the trial's rate: the
+	// requests in flight at it grew through the trial (see TrialResult.Saturation).
+	// Its latency is that of a growing queue; verdicts at its point say so.
+	FlagTargetSaturated = "target-saturated"
+	// FlagBackedOff: a trial at this rate saturated the target, so the runner measured
+	// the experiment again, at a lower rate; the trials at this rate are kept and shown
+	// but left out like superseded ones.
+	FlagBackedOff = "backed-off"
 	// FlagProxyBypassed: the mesh's proxies at the entry service counted fewer requests than were
 	// answered, so some traffic did not cross the mesh.
 	FlagProxyBypassed = "proxy-bypassed"
@@ -313,9 +370,26 @@ const (
 )
 
 // Excluded reports whether the trial must be left out of pooled results, capacities
-// and verdicts (a fault, or an attempt measured again).
+// and verdicts (a fault, or an attempt or rate measured again).
 func (r *TrialResult) Excluded() bool {
-	return r.HasFlag(FlagFault) || r.HasFlag(FlagSuperseded)
+	return r.HasFlag(FlagFault) || r.HasFlag(FlagSuperseded) || r.HasFlag(FlagBackedOff)
+}
+
+// Saturated reports whether the target could not keep up with the trial.
+func (r *TrialResult) Saturated() bool {
+	return r.HasFlag(FlagTargetSaturated) || (r.Saturation != nil && r.Saturation.Saturated)
+}
+
+// Failures is how many requests failed without a response (Errors less the non-2xx
+// answers), from ErrorsByKind.
+func (r *TrialResult) Failures() int64 {
+	var n int64
+	for k, v := range r.ErrorsByKind {
+		if k != "non2xx" {
+			n += v
+		}
+	}
+	return n
 }
 
 // Interval is one second (or other fixed slice) of a trial.

@@ -89,7 +89,8 @@ func (s *Store) loadConfigs(ctx context.Context, run *results.Run) error {
 
 func (s *Store) loadTrials(ctx context.Context, run *results.Run) error {
 	rows, err := s.db.QueryContext(ctx, `SELECT id, repeat, mesh, experiment, kind, params, warmup_ns, cooldown_ns, start_ns, end_ns,
-		error, requests, errors, latency_hdr, service_hdr, status_codes, errors_by_kind, generator, flags, faults, mix, security
+		error, requests, errors, latency_hdr, service_hdr, status_codes, errors_by_kind, generator, flags, faults, mix, security,
+		answered_hdr, failed_hdr, in_window, saturation
 		FROM trials WHERE run_id = ? ORDER BY id`, run.ID)
 	if err != nil {
 		return fmt.Errorf("load run %s trials: %w", run.ID, err)
@@ -97,10 +98,11 @@ func (s *Store) loadTrials(ctx context.Context, run *results.Run) error {
 	byID := map[int64]int{}
 	for rows.Next() {
 		var t results.Trial
-		var params, lat, svc, codes, kinds, gen, flags, faults, mix, security string
+		var params, lat, svc, codes, kinds, gen, flags, faults, mix, security, answered, failed, window, saturation string
 		var warm, cool, start, end int64
 		if err := rows.Scan(&t.ID, &t.Repeat, &t.Mesh, &t.Experiment, &t.Kind, &params, &warm, &cool, &start, &end,
-			&t.Error, &t.Result.Requests, &t.Result.Errors, &lat, &svc, &codes, &kinds, &gen, &flags, &faults, &mix, &security); err != nil {
+			&t.Error, &t.Result.Requests, &t.Result.Errors, &lat, &svc, &codes, &kinds, &gen, &flags, &faults, &mix, &security,
+			&answered, &failed, &window, &saturation); err != nil {
 			rows.Close()
 			return fmt.Errorf("load run %s trials: %w", run.ID, err)
 		}
@@ -113,7 +115,8 @@ func (s *Store) loadTrials(ctx context.Context, run *results.Run) error {
 			dst  any
 		}{{"params", params, &t.Params}, {"status_codes", codes, &t.Result.StatusCodes},
 			{"errors_by_kind", kinds, &t.Result.ErrorsByKind}, {"generator", gen, &t.Result.Generator}, {"flags", flags, &t.Result.Flags},
-			{"faults", faults, &t.Result.Faults}, {"mix", mix, &t.Result.Mix}, {"security", security, &t.Result.Security}} {
+			{"faults", faults, &t.Result.Faults}, {"mix", mix, &t.Result.Mix}, {"security", security, &t.Result.Security},
+			{"in_window", window, &t.Result.Window}, {"saturation", saturation, &t.Result.Saturation}} {
 			if err := json.Unmarshal([]byte(f.src), f.dst); err != nil {
 				rows.Close()
 				return fmt.Errorf("%s: %s: %w", where, f.name, err)
@@ -127,6 +130,15 @@ func (s *Store) loadTrials(ctx context.Context, run *results.Run) error {
 			rows.Close()
 			return fmt.Errorf("%s: service time: %w", where, err)
 		}
+		if t.Result.AnsweredLatency, err = results.DecodeHistogram(answered); err != nil {
+			rows.Close()
+			return fmt.Errorf("%s: answered latency: %w", where, err)
+		}
+		if t.Result.FailedLatency, err = results.DecodeHistogram(failed); err != nil {
+			rows.Close()
+			return fmt.Errorf("%s: failed latency: %w", where, err)
+		}
+		t.Result.CompleteOld()
 		byID[t.ID] = len(run.Trials)
 		run.Trials = append(run.Trials, t)
 	}

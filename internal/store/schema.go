@@ -145,4 +145,15 @@ ALTER TABLE trials ADD COLUMN mix TEXT NOT NULL DEFAULT '[]';
 	`
 ALTER TABLE trials ADD COLUMN security TEXT NOT NULL DEFAULT '[]';
 `,
+	// 5: latency kept apart for answered requests and for failures timed to their
+	// failure (latency_hdr holds both from now on; '' in older rows, whose latency_hdr
+	// holds the answered only), what completed inside the measured window
+	// (results.WindowCount) and the evidence on a saturated target (results.Saturation),
+	// as JSON ('null' in older rows).
+	`
+ALTER TABLE trials ADD COLUMN answered_hdr TEXT NOT NULL DEFAULT '';
+ALTER TABLE trials ADD COLUMN failed_hdr TEXT NOT NULL DEFAULT '';
+ALTER TABLE trials ADD COLUMN in_window TEXT NOT NULL DEFAULT 'null';
+ALTER TABLE trials ADD COLUMN saturation TEXT NOT NULL DEFAULT 'null';
+`,
 }

@@ -333,6 +333,14 @@ func (s *Store) AddTrial(ctx context.Context, runID string, trial *results.Trial
 	if err != nil {
 		return err
 	}
+	answered, err := results.EncodeHistogram(r.AnsweredLatency)
+	if err != nil {
+		return err
+	}
+	failed, err := results.EncodeHistogram(r.FailedLatency)
+	if err != nil {
+		return err
+	}
 	if r.Generator.SendLag != nil {
 		r.Generator.SendLagP99 = r.Generator.SendLag.ValueAtQuantile(99)
 	}
@@ -372,11 +380,13 @@ func (s *Store) AddTrial(ctx context.Context, runID string, trial *results.Trial
 		security = []results.SecurityProbe{}
 	}
 	res, err := tx.ExecContext(ctx, `INSERT INTO trials (run_id, repeat, mesh, experiment, kind, params, warmup_ns, cooldown_ns,
-		start_ns, end_ns, error, requests, errors, latency_hdr, service_hdr, status_codes, errors_by_kind, generator, flags, faults, mix, security)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		start_ns, end_ns, error, requests, errors, latency_hdr, service_hdr, status_codes, errors_by_kind, generator, flags, faults, mix, security,
+		answered_hdr, failed_hdr, in_window, saturation)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		runID, trial.Repeat, trial.Mesh, trial.Experiment, trial.Kind, mustJSON(trial.Params),
 		int64(trial.WarmupTrimmed), int64(trial.CooldownTrimmed), unixNano(trial.Start), unixNano(trial.End), trial.Error,
-		r.Requests, r.Errors, lat, svc, mustJSON(r.StatusCodes), mustJSON(r.ErrorsByKind), string(gen), mustJSON(flags), mustJSON(faults), mustJSON(mix), mustJSON(security))
+		r.Requests, r.Errors, lat, svc, mustJSON(r.StatusCodes), mustJSON(r.ErrorsByKind), string(gen), mustJSON(flags), mustJSON(faults), mustJSON(mix), mustJSON(security),
+		answered, failed, mustJSON(r.Window), mustJSON(r.Saturation))
 	if err != nil {
 		return fmt.Errorf("run %s: add trial: %w", runID, err)
 	}

@@ -209,6 +209,56 @@ func TestRoundTripIsLossless(t *testing.T) {
 	}
 }
 
+// A trial's failures timed apart from its answers, what completed inside its window and
+// the evidence that its target saturated all come back from the store and from a JSON
+// export as written.
+func TestSaturationAndFailuresRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTemp(t)
+	run := sampleRun()
+	if err := s.CreateRun(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 11, 22, 4, 0, 0, 0, time.UTC)
+	tr := syntheticTrial(rand.New(rand.NewPCG(5, 5)), "sidecar", 0, 1000, start)
+	answered, failed := results.NewLatencyHistogram(), results.NewLatencyHistogram()
+	answered.Merge(tr.Result.Latency)
+	for range 7 {
+		_ = failed.RecordValue(2_000_000) // timed out at 2 s
+	}
+	tr.Result.Latency.Merge(failed)
+	tr.Result.AnsweredLatency, tr.Result.FailedLatency = answered, failed
+	tr.Result.ErrorsByKind = map[string]int64{"timeout": 7, "non2xx": 2}
+	tr.Result.Window = &results.WindowCount{Completed: 980, Succeeded: 971, After: 30}
+	tr.Result.Saturation = &results.Saturation{Saturated: true, InFlightFrom: 3, InFlightTo: 240, InFlightLow: 120,
+		IntendedRate: 200, CompletedRate: 196, LatencyFromUS: 2100, LatencyToUS: 1_200_000}
+	tr.Result.Flags = []string{results.FlagTargetSaturated}
+	if err := s.AddTrial(ctx, run.ID, tr); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.LoadRun(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exp bytes.Buffer
+	if err := WriteJSON(&exp, got); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadJSON(&exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range map[string]results.TrialResult{"store": got.Trials[0].Result, "JSON export": back.Trials[0].Result} {
+		if !r.AnsweredLatency.Equals(answered) || !r.FailedLatency.Equals(failed) || r.Latency.TotalCount() != 1007 {
+			t.Errorf("%s: answered %d, failed %d, all %d latencies", name, r.AnsweredLatency.TotalCount(), r.FailedLatency.TotalCount(), r.Latency.TotalCount())
+		}
+		if !reflect.DeepEqual(r.Window, tr.Result.Window) || !reflect.DeepEqual(r.Saturation, tr.Result.Saturation) || !r.Saturated() ||
+			r.Failures() != 7 || r.Served() != 971 {
+			t.Errorf("%s: window %+v, saturation %+v, failures %d, served %d", name, r.Window, r.Saturation, r.Failures(), r.Served())
+		}
+	}
+}
+
 func TestResolveRun(t *testing.T) {
 	ctx := context.Background()
 	s, _ := openTemp(t)
@@ -309,6 +359,13 @@ func TestVersion1DatabaseMigrates(t *testing.T) {
 	}
 	if len(got.Trials) != 1 || got.Trials[0].Result.Requests != 500 || len(got.Trials[0].Result.Resources) != 1 || got.Trials[0].Result.Network != nil {
 		t.Fatalf("version 1 run after migration: %+v", got.Trials)
+	}
+	// Before failures were timed, the latency held the answered requests only, and
+	// nothing counted what completed inside the window.
+	if r := got.Trials[0].Result; r.AnsweredLatency != r.Latency || r.FailedLatency != nil || r.Window != nil || r.Saturation != nil ||
+		r.Served() != 498 || r.Saturated() {
+		t.Errorf("version 1 trial: answered %p (latency %p), failed %v, window %v, saturation %v, served %d",
+			r.AnsweredLatency, r.Latency, r.FailedLatency, r.Window, r.Saturation, r.Served())
 	}
 	fresh := sampleRun()
 	tr = syntheticTrial(rng, "sidecar", 0, 500, start.Add(time.Hour))
