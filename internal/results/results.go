@@ -233,13 +233,13 @@ type TrialResult struct {
 	Window *WindowCount `json:"window,omitempty"`
 	// Saturation is the evidence on whether the target kept up with an open-loop
 	// trial (FlagTargetSaturated when it did not); nil for other trials.
-	Saturation   *Saturation             `json:"saturation,omitempty"`
-	Intervals    []Interval              `json:"intervals,omitempty"`
-	StatusCodes  map[int]int64           `json:"status_codes,omitempty"`
-	ErrorsByKind map[string]int64        `json:"errors_by_kind,omitempty"`
-	Generator    GeneratorHealth         `json:"generator"`
-	Resources    []ResourceSample        `json:"resources,omitempty"`
-	ProxyStats   []ProxyStats            `json:"proxy_stats,omitempty"`
+	Saturation   *Saturation      `json:"saturation,omitempty"`
+	Intervals    []Interval       `json:"intervals,omitempty"`
+	StatusCodes  map[int]int64    `json:"status_codes,omitempty"`
+	ErrorsByKind map[string]int64 `json:"errors_by_kind,omitempty"`
+	Generator    GeneratorHealth  `json:"generator"`
+	Resources    []ResourceSample `json:"resources,omitempty"`
+	ProxyStats   []ProxyStats     `json:"proxy_stats,omitempty"`
 	// Network is one reading per pod interface per sampling round (cumulative
 	// counters, see NetSample).
 	Network []NetSample `json:"network,omitempty"`
