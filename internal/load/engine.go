@@ -655,8 +655,12 @@ func (e *engine) modelName() string {
 func (e *engine) judge(res *Result) {
 	h := &res.Health
 	warn := func(bottleneck bool, format string, args ...any) {
-		res.Warnings = append(res.Warnings, fmt.Sprintf(format, args...))
-		h.Bottleneck = h.Bottleneck || bottleneck
+		msg := fmt.Sprintf(format, args...)
+		res.Warnings = append(res.Warnings, msg)
+		if bottleneck {
+			h.Bottleneck = true
+			h.Why = append(h.Why, msg)
+		}
 	}
 	saturated := res.TargetSaturated()
 	if saturated {

@@ -84,6 +84,9 @@ func Merge(results []*Result) (*Result, error) {
 		h.SpinWait += r.Health.SpinWait
 		h.SpinWindow = max(h.SpinWindow, r.Health.SpinWindow)
 		h.Bottleneck = h.Bottleneck || r.Health.Bottleneck
+		for _, w := range r.Health.Why {
+			h.Why = append(h.Why, fmt.Sprintf("generator %d: %s", i+1, w))
+		}
 		for _, w := range r.Warnings {
 			out.Warnings = append(out.Warnings, fmt.Sprintf("generator %d: %s", i+1, w))
 		}

@@ -145,6 +145,8 @@ type Health struct {
 	// process that does other work too it is an upper bound.
 	CPUPerRequest time.Duration `json:"cpu_per_request"`
 	Bottleneck    bool          `json:"bottleneck"` // the generator, not the target, limited the run
+	// Why lists the warnings that set Bottleneck.
+	Why []string `json:"why,omitempty"`
 }
 
 // Saturation is the evidence on whether the target kept up with an open-model run: the
