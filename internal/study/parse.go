@@ -389,7 +389,7 @@ func (c *checker) settings() {
 // kindFields lists, per kind, the kind-specific fields it accepts; every other
 // kind-specific field is an error so a misplaced setting is never silently ignored.
 var kindFields = map[ExperimentKind][]string{
-	KindCapacity:    {"duration", "requests", "connections", "search", "arrival"},
+	KindCapacity:    {"duration", "requests", "connections", "search", "capacity", "arrival"},
 	KindFixedRate:   {"duration", "connections", "rate", "capacityFrom", "arrival"},
 	KindSteps:       {"connections", "from", "to", "step", "each", "arrival"},
 	KindSoak:        {"duration", "connections", "rate", "capacityFrom", "arrival"},
@@ -398,7 +398,7 @@ var kindFields = map[ExperimentKind][]string{
 	KindSecurity:    {"requests", "probes"},
 }
 
-var kindSpecific = []string{"duration", "requests", "connections", "rate", "capacityFrom", "arrival", "search",
+var kindSpecific = []string{"duration", "requests", "connections", "rate", "capacityFrom", "arrival", "search", "capacity",
 	"from", "to", "step", "each", "users", "spawnRate", "thinkTime", "requestsPerUser", "tasks", "probes"}
 
 // loadFields are the common fields that shape load; a security experiment sends its
@@ -578,6 +578,21 @@ func (c *checker) singleConnections(p string, e *Experiment) {
 func (c *checker) capacity(p string, e *Experiment) {
 	if e.Search == nil && len(e.Connections) == 0 {
 		c.errAt(p, "a capacity experiment needs connections (a closed-loop sweep) or search (an SLO-bounded rate search), or both")
+	}
+	switch e.CapacityBy {
+	case "":
+		e.CapacityBy = CapacityOpenLoop
+	case CapacityOpenLoop:
+	case CapacityClosedLoop:
+		if len(e.Connections) == 0 {
+			c.errAt(p+".connections", "missing: capacity: closed-loop is the best throughput of a closed-loop sweep over these connection counts")
+		}
+		if e.Search != nil {
+			c.errAt(p+".search", "a rate search finds an open-loop capacity; with capacity: closed-loop it would not be used (remove one of them)")
+		}
+	default:
+		c.errAt(p+".capacity", "%q: want %s (the highest open-loop rate the target sustains under the SLO, the default) or %s (the best closed-loop throughput)",
+			e.CapacityBy, CapacityOpenLoop, CapacityClosedLoop)
 	}
 	if !c.has(p+".duration") && e.Requests == 0 {
 		c.errAt(p+".duration", "missing: how long each point runs, like \"30s\"")

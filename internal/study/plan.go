@@ -114,6 +114,27 @@ func (s *Study) ExtraRound(repeat int, before []Trial) []Trial {
 	return all[len(before):]
 }
 
+// Remeasure returns plan with the trials of experiment exp among plan[:at+1] run again
+// right after plan[at], in their order: what the runner does when it lowers the rate of
+// that experiment because a trial at the old rate saturated its target, so that every
+// mesh and repeat is measured at the same rate. Sequence numbers and bring-ups are set
+// anew from the inserted trials on, as Plan sets them.
+func (s *Study) Remeasure(plan []Trial, at int, exp *Experiment) []Trial {
+	out := slices.Clone(plan[:at+1])
+	for _, t := range plan[:at+1] {
+		if t.Experiment == exp {
+			out = append(out, t)
+		}
+	}
+	out = append(out, plan[at+1:]...)
+	for i := at + 1; i < len(out); i++ {
+		t := &out[i]
+		t.Seq = i
+		t.BringUp = s.Spec.needsBringUp(s.Spec.previousFor(out[:i], t), t)
+	}
+	return out
+}
+
 // securityLast moves the security experiments of a stage after its load experiments,
 // keeping file order within each.
 func securityLast(all []Experiment, exps []int) []int {

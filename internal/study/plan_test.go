@@ -266,3 +266,46 @@ func countBringUps(plan []Trial) int {
 	}
 	return n
 }
+
+// Remeasure runs an experiment's trials so far again after the one that called for it:
+// the same meshes and repeats in the same order, numbered on, with a bring-up wherever
+// the mesh changes, and the rest of the plan after them.
+func TestRemeasure(t *testing.T) {
+	s := planStudy(t, "interleaved", 3, 7)
+	plan := s.Plan()
+	lat := s.Experiment("lat")
+	at := -1
+	var again []string
+	for i, tr := range plan {
+		if tr.Experiment == lat {
+			again = append(again, fmt.Sprintf("%d/%s", tr.Repeat, tr.Mesh.Name))
+			if len(again) == 5 {
+				at = i
+				break
+			}
+		}
+	}
+	if at < 0 {
+		t.Fatal("the plan has fewer than 5 lat trials")
+	}
+	out := s.Remeasure(plan, at, lat)
+	if len(out) != len(plan)+5 {
+		t.Fatalf("%d trials, want %d", len(out), len(plan)+5)
+	}
+	var got []string
+	for _, tr := range out[at+1 : at+6] {
+		got = append(got, fmt.Sprintf("%d/%s", tr.Repeat, tr.Mesh.Name))
+	}
+	if !reflect.DeepEqual(got, again) {
+		t.Errorf("measured again: %v, want %v", got, again)
+	}
+	if !reflect.DeepEqual(signature(out[:at+1]), signature(plan[:at+1])) || !reflect.DeepEqual(out[at+6:][0].Mesh, plan[at+1].Mesh) {
+		t.Errorf("the plan around the inserted trials changed")
+	}
+	for i, tr := range out {
+		bringUp := i == 0 || out[i-1].Mesh != tr.Mesh
+		if tr.Seq != i || tr.BringUp != bringUp {
+			t.Errorf("trial %d: seq %d, bring-up %v; want %d, %v", i, tr.Seq, tr.BringUp, i, bringUp)
+		}
+	}
+}

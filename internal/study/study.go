@@ -241,6 +241,10 @@ type Experiment struct {
 
 	// Search is the SLO-bounded open-loop rate search of a capacity experiment.
 	Search *Search `yaml:"search,omitempty"`
+	// CapacityBy says what a capacity experiment reports as the capacity (the one
+	// relative rates take a share of): CapacityOpenLoop (the default) or
+	// CapacityClosedLoop.
+	CapacityBy CapacityBasis `yaml:"capacity,omitempty"`
 
 	// From, To, Step and Each describe a steps experiment (rates in requests/s).
 	From float64  `yaml:"from,omitempty"`
@@ -268,6 +272,22 @@ type Search struct {
 	Max       float64 `yaml:"max"`
 	Precision Percent `yaml:"precision"`
 }
+
+// CapacityBasis is how a capacity experiment measures the capacity it reports.
+type CapacityBasis string
+
+const (
+	// CapacityOpenLoop: the highest open-loop rate that meets the SLO with the target
+	// in steady state (not saturated), found by Search; without one, by a search
+	// between 80% and 100% of the closed-loop sweep's best throughput. Every rate
+	// below it was sustained, not just served for a while.
+	CapacityOpenLoop CapacityBasis = "open-loop"
+	// CapacityClosedLoop: the best throughput of the closed-loop sweep over
+	// Connections. A closed loop slows its sending to what the target answers, so this
+	// is the rate at the knee, where latency is already climbing: a rate of 75% of it
+	// may still saturate a target whose capacity varies between bring-ups.
+	CapacityClosedLoop CapacityBasis = "closed-loop"
+)
 
 // Task is one weighted action of a simulated user.
 type Task struct {
