@@ -6,7 +6,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,10 +50,15 @@ func (r *runner) runExperiment(ctx context.Context, d *deployment, t *study.Tria
 				cfg = r.openConfig(d, e, rate, e.Duration.D(), e.Warmup.D())
 				cfg.Open.Connections, cfg.Open.MaxInFlight = c, c
 				params.RequestedRate = rate
+				params.Extra = r.rateParams(e)
 			} else {
 				cfg = r.closedConfig(d, e, c)
 			}
-			if _, err := r.measure(ctx, d, t, cfg, params); err != nil {
+			res, err := r.measure(ctx, d, t, cfg, params)
+			if err != nil {
+				return err
+			}
+			if err := r.backOff(t, res, params.RequestedRate); err != nil {
 				return err
 			}
 		}
@@ -85,15 +90,19 @@ func (r *runner) runExperiment(ctx context.Context, d *deployment, t *study.Tria
 			return fmt.Errorf("experiment %s: no rate", e.Name)
 		}
 		cfg := r.openConfig(d, e, rate, e.Duration.D(), e.Warmup.D())
-		_, err = r.measure(ctx, d, t, cfg, results.TrialParams{RequestedRate: rate})
-		return err
+		res, err := r.measure(ctx, d, t, cfg, results.TrialParams{RequestedRate: rate, Extra: r.rateParams(e)})
+		if err != nil {
+			return err
+		}
+		return r.backOff(t, res, rate)
 	}
 }
 
 // runCapacity finds how much the mesh can carry: the best closed-loop throughput over
-// the connection counts, and, when a search is given, the highest open-loop rate that
-// meets the SLO (bisection). The SLO-bounded rate is the capacity when both are run,
-// because latency at saturation is not a latency anyone should quote.
+// the connection counts, and the highest open-loop rate that meets the SLO with the
+// target in steady state (bisection; see searchCapacity). The open-loop rate is the
+// capacity unless the study asks for the closed-loop one, because latency at
+// saturation is not a latency anyone should quote, and a closed loop finds the knee.
 func (r *runner) runCapacity(ctx context.Context, d *deployment, t *study.Trial) error {
 	e := t.Experiment
 	return r.searchCapacity(t, capacityProbes{
@@ -114,8 +123,19 @@ type capacityProbes struct {
 	open   func(rate float64, step int) (*load.Result, error)
 }
 
+// Without a search in the study, an open-loop capacity is searched between
+// derivedSearchStart and 100% of the closed-loop sweep's best throughput, to
+// derivedSearchPrecision: usually two or three probes, since a target that keeps up
+// in a closed loop at its best rate sustains some rate not far below it open-loop.
+const (
+	derivedSearchStart     = 0.8
+	derivedSearchPrecision = 10 // %
+)
+
 // searchCapacity runs a capacity experiment with the substrate's probes and records the
-// capacity it found for the trial's mesh.
+// capacity it found for the trial's mesh: the best closed-loop throughput (capacity:
+// closed-loop), or the highest open-loop rate that meets the SLO without saturating the
+// target, searched as the study says or below the closed-loop best.
 func (r *runner) searchCapacity(t *study.Trial, probes capacityProbes) error {
 	e := t.Experiment
 	step := 0
@@ -140,7 +160,16 @@ func (r *runner) searchCapacity(t *study.Trial, probes capacityProbes) error {
 			best = res.AchievedRate
 		}
 	}
-	if s := e.Search; s != nil {
+	closedBest := best
+	s, bisections := e.Search, 20
+	if s == nil && e.CapacityBy != study.CapacityClosedLoop && closedBest > 0 {
+		// Below a few halvings from 80% of what the closed loop served, the target is
+		// not one whose capacity a latency point should be a share of.
+		s, bisections = &study.Search{Start: derivedSearchStart * closedBest, Max: closedBest, Precision: derivedSearchPrecision}, 6
+		r.progress.note(fmt.Sprintf("capacity %s %s repeat %d: closed-loop best %.0f req/s; searching the open-loop rate it sustains between %.0f and %.0f req/s",
+			t.Mesh.Name, e.Name, t.Repeat+1, closedBest, s.Start, s.Max))
+	}
+	if s != nil {
 		precision := s.Precision.Fraction()
 		if precision <= 0 {
 			precision = 0.05
@@ -162,7 +191,7 @@ func (r *runner) searchCapacity(t *study.Trial, probes capacityProbes) error {
 		if !ok {
 			lo, hi = 0, s.Start
 		}
-		for n := 0; n < 20 && hi-lo > precision*hi; n++ {
+		for n := 0; n < bisections && hi-lo > precision*hi; n++ {
 			mid := (lo + hi) / 2
 			ok, err := probe(mid)
 			if err != nil {
@@ -178,14 +207,18 @@ func (r *runner) searchCapacity(t *study.Trial, probes capacityProbes) error {
 	}
 	if best <= 0 {
 		why := "no search probe met the SLO"
-		if e.Search == nil {
+		if s == nil {
 			why = fmt.Sprintf("every closed-loop trial failed more than %.2f%% of its requests (%s)", 100*bound, strings.Join(refused, "; "))
 		}
 		return fmt.Errorf("capacity of %s in %s (repeat %d): %s, so there is no capacity to report or to derive rates from",
 			t.Mesh.Name, e.Name, t.Repeat+1, why)
 	}
 	r.addCapacity(e.Name, t.Mesh.Name, best)
-	r.progress.note(fmt.Sprintf("capacity %s %s repeat %d: %.0f req/s", t.Mesh.Name, e.Name, t.Repeat+1, best))
+	how := "closed-loop best"
+	if s != nil {
+		how = "open-loop, sustained under the SLO"
+	}
+	r.progress.note(fmt.Sprintf("capacity %s %s repeat %d: %.0f req/s (%s)", t.Mesh.Name, e.Name, t.Repeat+1, best, how))
 	return nil
 }
 
@@ -205,11 +238,13 @@ func errorRate(res *load.Result) float64 {
 	return float64(res.Errors.Total()) / float64(res.Completed)
 }
 
-// meetsSLO judges one probe: percentiles and error rate within the SLO and the rate
-// actually achieved (a generator that fell behind proves nothing).
+// meetsSLO judges one probe: the target in steady state (a rate it cannot sustain is
+// no capacity, however briefly it served it), the rate actually served inside the
+// window, percentiles and error rate within the SLO (a generator that fell behind
+// proves nothing).
 func (r *runner) meetsSLO(res *load.Result, rate float64) bool {
 	slo := r.study.Spec.SLO
-	if res.AchievedRate < 0.95*rate || res.Health.Bottleneck {
+	if res.TargetSaturated() || res.AchievedRate < 0.95*rate || res.Health.Bottleneck {
 		return false
 	}
 	if slo == nil {
@@ -237,8 +272,9 @@ func (r *runner) addCapacity(exp, mesh string, v float64) {
 	r.capacities[exp][mesh] = append(r.capacities[exp][mesh], v)
 }
 
-// rateOf resolves an experiment's rate; relative rates use each mesh's median capacity
-// over the repeats measured so far (all of them: the plan runs capacity stages first).
+// rateOf resolves an experiment's rate. A relative rate is a share of the capacity
+// every repeat of the mesh sustained (the lowest of its repeats; the plan runs capacity
+// stages first), lowered by the back-offs the experiment has taken (see backOff).
 func (r *runner) rateOf(e *study.Experiment, mesh string) (float64, bool, error) {
 	if e.Rate.IsZero() {
 		return 0, false, nil
@@ -248,27 +284,99 @@ func (r *runner) rateOf(e *study.Experiment, mesh string) (float64, bool, error)
 	}
 	caps := map[string]float64{}
 	for m, vs := range r.capacities[e.CapacityFrom] {
-		caps[m] = median(vs)
+		caps[m] = slices.Min(vs)
 	}
 	v, err := e.Rate.Resolve(caps)
 	if err != nil {
 		return 0, false, fmt.Errorf("experiment %s: %w", e.Name, err)
+	}
+	v *= math.Pow(1-backoffStep, float64(len(r.backoffs[e.Name])))
+	if !r.rateNoted[e.Name] {
+		if r.rateNoted == nil {
+			r.rateNoted = map[string]bool{}
+		}
+		r.rateNoted[e.Name] = true
+		r.progress.note(fmt.Sprintf("%s at %s = %.0f req/s; %s", e.Name, e.Rate, math.Round(v), r.capacitySpread(e.CapacityFrom)))
 	}
 	// Whole requests per second: a rate like 428.125 suggests a precision capacity
 	// measurements do not have.
 	return max(1, math.Round(v)), true, nil
 }
 
-func median(vs []float64) float64 {
-	if len(vs) == 0 {
-		return 0
+// capacitySpread says what each mesh sustained in each repeat of a capacity
+// experiment: "capacity per repeat: baseline 498-530 (512, 530, 498), ...".
+func (r *runner) capacitySpread(exp string) string {
+	var parts []string
+	for _, m := range r.study.Spec.Meshes {
+		vs := r.capacities[exp][m.Name]
+		if len(vs) == 0 {
+			continue
+		}
+		each := make([]string, len(vs))
+		for i, v := range vs {
+			each[i] = strconv.FormatFloat(math.Round(v), 'f', -1, 64)
+		}
+		parts = append(parts, fmt.Sprintf("%s %.0f–%.0f (%s)", m.Name, slices.Min(vs), slices.Max(vs), strings.Join(each, ", ")))
 	}
-	s := append([]float64(nil), vs...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
+	return fmt.Sprintf("capacity in req/s over the repeats of %s, lowest sustained by every repeat: %s", exp, strings.Join(parts, "; "))
+}
+
+// rateParams is what a trial at a relative rate stores about it: where the rate came
+// from, and the back-offs that lowered it.
+func (r *runner) rateParams(e *study.Experiment) map[string]string {
+	if !e.Rate.IsRelative() {
+		return nil
 	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	out := map[string]string{"rate_basis": e.Rate.String() + "; " + r.capacitySpread(e.CapacityFrom)}
+	if b := r.backoffs[e.Name]; len(b) > 0 {
+		out["backoff"] = fmt.Sprintf("%d × %.0f%%: %s", len(b), 100*backoffStep, strings.Join(b, "; "))
+	}
+	return out
+}
+
+// Back-off: when a trial at a relative rate saturates its target, the rate was not
+// below every mesh's knee after all (capacity varies between bring-ups). The runner
+// then lowers the experiment's rate by backoffStep and measures the experiment again
+// from its first trial, every mesh and repeat at the new rate, at most maxBackoffs
+// times; the trials at the old rate stay stored, flagged FlagBackedOff and left out.
+// After the last back-off a saturated trial stays in, flagged, and its point's
+// verdicts say "saturated".
+const (
+	backoffStep = 0.10
+	maxBackoffs = 3
+)
+
+// backoffError asks execute to measure an experiment again at a lower rate.
+type backoffError struct {
+	exp *study.Experiment
+}
+
+func (b *backoffError) Error() string {
+	return fmt.Sprintf("experiment %s saturated its target; measured again at a lower rate", b.exp.Name)
+}
+
+// backOff returns a backoffError when the trial that produced res ran at a relative
+// rate, saturated its target and back-offs remain; it says why in the progress output.
+func (r *runner) backOff(t *study.Trial, res *load.Result, rate float64) error {
+	e := t.Experiment
+	if !e.Rate.IsRelative() || res == nil || !res.TargetSaturated() {
+		return nil
+	}
+	done := r.backoffs[e.Name]
+	if len(done) >= maxBackoffs {
+		r.progress.note(fmt.Sprintf("%s on %s (repeat %d) saturated its target at %.0f req/s after %d back-offs; the trial stays flagged and its point's verdicts say saturated",
+			e.Name, t.Mesh.Name, t.Repeat+1, rate, len(done)))
+		return nil
+	}
+	if r.backoffs == nil {
+		r.backoffs = map[string][]string{}
+	}
+	why := fmt.Sprintf("%s saturated at %.0f req/s in repeat %d (%s)", t.Mesh.Name, rate, t.Repeat+1, convertSaturation(res.Saturation))
+	r.backoffs[e.Name] = append(done, why)
+	next, _, _ := r.rateOf(e, t.Mesh.Name)
+	r.progress.note(fmt.Sprintf("back-off %d of %d: %s; measuring %s again for every mesh and repeat at %.0f req/s (%.0f%% lower)",
+		len(done)+1, maxBackoffs, why, e.Name, next, 100*backoffStep))
+	return &backoffError{exp: e}
 }
 
 // targetURL is where the experiment sends requests: the entry service, or the ingress

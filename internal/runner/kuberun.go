@@ -839,6 +839,7 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 		trial.Result.Flags = append(trial.Result.Flags, results.FlagGeneratorBehind)
 		r.progress.note(fmt.Sprintf("warning: a load generator fell behind in %s on %s; this trial is flagged", label, t.Mesh.Name))
 	}
+	r.flagSaturated(trial, label)
 	if err := r.opts.Store.AddTrial(ctx, r.run.ID, trial); err != nil {
 		return nil, err
 	}

@@ -109,14 +109,18 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 		Requests: uint64(res.Completed), AchievedRPS: res.AchievedRate,
 		LoadGenCores: 1, LoadGenWaitVCPU: spinShare(res),
 	})
+	var behind []string
 	if serr == nil && sum.LoadGen.Saturated {
 		res.Health.Bottleneck = true
+		behind = append(behind, fmt.Sprintf("its process used %.2f of its core", sum.LoadGen.AvgVCPU))
 	}
 	if res.Health.Bottleneck {
 		trial.Result.Generator.Behind = true
 		trial.Result.Flags = append(trial.Result.Flags, results.FlagGeneratorBehind)
-		r.progress.note(fmt.Sprintf("warning: the load generator fell behind in %s on %s; this trial is flagged", label, t.Mesh.Name))
+		r.progress.note(fmt.Sprintf("warning: the load generator fell behind in %s on %s (%s); this trial is flagged",
+			label, t.Mesh.Name, strings.Join(append(behind, res.Health.Why...), "; ")))
 	}
+	r.flagSaturated(trial, label)
 	if len(faults) > 0 {
 		trial.Result.Flags = append(trial.Result.Flags, results.FlagFault)
 		trial.Result.Faults = faults
@@ -140,6 +144,17 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 		return nil, &faultError{label: fmt.Sprintf("%s (repeat %d)", label, t.Repeat+1), mesh: t.Mesh.Name, faults: faults}
 	}
 	return res, nil
+}
+
+// flagSaturated flags a trial whose target could not keep up, which its result holds
+// the evidence of, and says so.
+func (r *runner) flagSaturated(trial *results.Trial, label string) {
+	if !trial.Result.Saturated() {
+		return
+	}
+	trial.Result.Flags = append(trial.Result.Flags, results.FlagTargetSaturated)
+	r.progress.note(fmt.Sprintf("target saturated in %s on %s (repeat %d): %s; this trial is flagged",
+		label, trial.Mesh, trial.Repeat+1, trial.Result.Saturation))
 }
 
 // spinShare is the share of a core the load generator spent spinning before sends,
@@ -168,11 +183,15 @@ func describe(p results.TrialParams) string {
 // convert turns the engine's result into the stored model, dropping warm-up intervals.
 func convert(res *load.Result, warmup time.Duration) results.TrialResult {
 	out := results.TrialResult{
-		Requests:    res.Completed,
-		Errors:      res.Errors.Total(),
-		Latency:     res.Latency.Histogram,
-		ServiceTime: res.Service.Histogram,
-		StatusCodes: res.StatusCodes,
+		Requests:        res.Completed,
+		Errors:          res.Errors.Total(),
+		Latency:         res.Latency.Histogram,
+		ServiceTime:     res.Service.Histogram,
+		AnsweredLatency: res.Answered.Histogram,
+		FailedLatency:   res.Failed.Histogram,
+		Window:          &results.WindowCount{Completed: res.CompletedInWindow, Succeeded: res.SucceededInWindow, After: res.CompletedAfterWindow},
+		Saturation:      convertSaturation(res.Saturation),
+		StatusCodes:     res.StatusCodes,
 		ErrorsByKind: map[string]int64{
 			"refused": res.Errors.Refused, "reset": res.Errors.Reset, "timeout": res.Errors.Timeout,
 			"non2xx": res.Errors.Non2xx, "other": res.Errors.Other,
@@ -215,6 +234,16 @@ func convert(res *load.Result, warmup time.Duration) results.TrialResult {
 		})
 	}
 	return out
+}
+
+// convertSaturation is the stored form of the engine's evidence on the target.
+func convertSaturation(s *load.Saturation) *results.Saturation {
+	if s == nil {
+		return nil
+	}
+	return &results.Saturation{Saturated: s.Saturated, InFlightFrom: s.InFlightFrom, InFlightTo: s.InFlightTo, InFlightLow: s.InFlightLow,
+		IntendedRate: s.IntendedRate, CompletedRate: s.CompletedRate,
+		LatencyFromUS: s.LatencyFrom.Microseconds(), LatencyToUS: s.LatencyTo.Microseconds()}
 }
 
 // targets lists what the sampler reads: every process of the testbed, and meshmark

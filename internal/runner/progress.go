@@ -78,9 +78,13 @@ func (p *progress) end(res *load.Result) {
 	defer p.mu.Unlock()
 	p.spent += p.current
 	p.current = 0
-	p.printf("[%s]      done: %.0f req/s achieved, p50 %s, p99 %s, errors %d\n", p.clock(),
+	sat := ""
+	if res.TargetSaturated() {
+		sat = " · TARGET SATURATED"
+	}
+	p.printf("[%s]      done: %.0f req/s achieved, p50 %s, p99 %s, errors %d%s\n", p.clock(),
 		res.AchievedRate, res.Latency.Quantile(50).Round(time.Microsecond),
-		res.Latency.Quantile(99).Round(time.Microsecond), res.Errors.Total())
+		res.Latency.Quantile(99).Round(time.Microsecond), res.Errors.Total(), sat)
 }
 
 func (p *progress) done() {
@@ -130,6 +134,8 @@ func loadTime(plan []study.Trial) time.Duration {
 			n := len(e.Connections)
 			if e.Search != nil {
 				n += 6
+			} else if e.CapacityBy != study.CapacityClosedLoop {
+				n += 3 // derived search below the closed-loop best
 			}
 			per *= time.Duration(n)
 		case study.KindConnections:

@@ -61,7 +61,11 @@ type runner struct {
 	plan  []study.Trial
 	// capacities[experiment][mesh] lists the capacity each repeat measured.
 	capacities map[string]map[string][]float64
-	progress   *progress
+	// backoffs[experiment] says why each back-off of its rate was taken (see backOff);
+	// rateNoted[experiment] is set once its rate was said.
+	backoffs  map[string][]string
+	rateNoted map[string]bool
+	progress  *progress
 	// substrate says where the run measures, as stored with it.
 	substrate string
 	// startCPUs is the CPU mask meshmark had before the placement pinned it.
@@ -243,6 +247,14 @@ func (r *runner) execute(ctx context.Context) error {
 			}
 			first := len(r.run.Trials)
 			err := r.runExperiment(ctx, cur, t)
+			var be *backoffError
+			if errors.As(err, &be) {
+				if err := r.flagBackedOff(ctx, be.exp); err != nil {
+					return err
+				}
+				r.plan = r.study.Remeasure(r.plan, i, be.exp)
+				break
+			}
 			var fe *faultError
 			if !errors.As(err, &fe) {
 				if err != nil {
@@ -389,6 +401,24 @@ func (r *runner) supersede(ctx context.Context, first int) error {
 		return nil
 	}
 	return r.opts.Store.FlagTrials(ctx, r.run.ID, results.FlagSuperseded, ids...)
+}
+
+// flagBackedOff flags every trial of exp measured so far (and not already left out)
+// FlagBackedOff: the experiment is measured again at a lower rate.
+func (r *runner) flagBackedOff(ctx context.Context, exp *study.Experiment) error {
+	var ids []int64
+	for i := range r.run.Trials {
+		tr := &r.run.Trials[i]
+		if tr.Experiment != exp.Name || tr.Result.Excluded() {
+			continue
+		}
+		tr.Result.Flags = append(tr.Result.Flags, results.FlagBackedOff)
+		ids = append(ids, tr.ID)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	return r.opts.Store.FlagTrials(ctx, r.run.ID, results.FlagBackedOff, ids...)
 }
 
 // tearDown removes a deployment and says how long that took.

@@ -1,0 +1,210 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/meshmark/meshmark/internal/analysis"
+	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/store"
+	"github.com/meshmark/meshmark/internal/study"
+)
+
+// burnGraph is one service that burns burnMS of CPU per request. Pinned to one CPU
+// (cpuPlacement sut: "0"), it can serve at most 1000/burnMS requests a second, less
+// its HTTP handling and whatever else runs on that CPU.
+const (
+	burnMS    = 4
+	burnGraph = `name: burn
+services:
+  - name: front
+    isEntrypoint: true
+    script:
+      - cpu: 4ms
+`
+)
+
+const saturationStudy = `apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: runner-saturation}
+spec:
+  substrate:
+    local:
+      nodes: 2
+      loadgenNode: 1
+      cpuPlacement: {loadgen: "1", sut: "0"}
+  workload: {graph: burn.yaml}
+  meshes:
+    - {name: base, profile: none}
+    - {name: other, profile: none}
+  experiments:
+    - {name: capacity, kind: capacity, connections: 8, duration: 3s, warmup: 1s}
+    - {name: below, kind: fixed-rate, rate: 75% of lowest capacity, connections: 8, duration: 4s, warmup: 1s}
+    - {name: over, kind: fixed-rate, rate: 200% of lowest capacity, connections: 8, duration: 3s, warmup: 1s}
+  repeats: 1
+  seed: 3
+  slo: {p99: 200ms, errorRate: 1%}
+`
+
+// A service of known capacity, measured through the whole runner: its capacity is the
+// open-loop rate it sustained (searched below the closed-loop best, not the closed-loop
+// best itself); at 75% of it nothing is flagged and the rate is served; at 200% every
+// trial saturates the target, which the runner stores with the evidence, backs off
+// from three times by 10% (keeping the trials it backed off from, flagged and left
+// out), and, still saturated, leaves in with its point's verdicts saying saturated.
+func TestSaturatedTargetFlaggedAndBackedOff(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "burn.yaml"), []byte(burnGraph), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "study.yaml")
+	if err := os.WriteFile(path, []byte(saturationStudy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := study.ParseFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	run, db := runStudyTo(t, st, &out)
+	progress := out.String()
+	stored, err := db.LoadRun(context.Background(), run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ceiling := 1000.0 / burnMS * 1.05 // what one CPU can do, and a little for timing
+
+	// Capacity: an open-loop search ran below the closed-loop best, and its result is what
+	// the relative rates are shares of.
+	probes := 0
+	for _, tr := range stored.Trials {
+		if tr.Experiment == "capacity" && tr.Params.Extra["search"] == "probe" {
+			probes++
+		}
+	}
+	if probes < 2*2 || !strings.Contains(progress, "open-loop, sustained under the SLO") {
+		t.Errorf("%d open-loop search probes over two meshes; progress:\n%s", probes, progress)
+	}
+	var lowest float64
+	for i, m := range []string{"base", "other"} {
+		caps := capacityIn(t, progress, m)
+		if i == 0 || caps < lowest {
+			lowest = caps
+		}
+	}
+	if lowest <= 0 || lowest > ceiling {
+		t.Fatalf("lowest capacity %.0f req/s; one CPU at %d ms a request serves at most %.0f", lowest, burnMS, ceiling)
+	}
+
+	var below, over []results.Trial
+	for _, tr := range stored.Trials {
+		switch tr.Experiment {
+		case "below":
+			below = append(below, tr)
+		case "over":
+			over = append(over, tr)
+		}
+	}
+	if len(below) != 2 {
+		t.Fatalf("%d trials at 75%%, want one per mesh", len(below))
+	}
+	for _, tr := range below {
+		w := tr.Result.Window
+		served := float64(w.Completed) / tr.Duration().Seconds()
+		t.Logf("75%%: %s at %.0f req/s served %.1f/s, %s", tr.Mesh, tr.Params.RequestedRate, served, tr.Result.Saturation)
+		if tr.Params.RequestedRate != math.Round(0.75*lowest) {
+			t.Errorf("75%% of lowest capacity %.0f ran at %.0f req/s", lowest, tr.Params.RequestedRate)
+		}
+		if tr.Result.Saturated() || tr.Result.Saturation == nil || len(tr.Result.Flags) > 0 {
+			t.Errorf("%s at 75%% of capacity: flags %v, evidence %v", tr.Mesh, tr.Result.Flags, tr.Result.Saturation)
+		}
+		if d := served/tr.Params.RequestedRate - 1; d < -0.05 || d > 0.05 {
+			t.Errorf("%s at 75%% of capacity served %.1f of %.0f req/s", tr.Mesh, served, tr.Params.RequestedRate)
+		}
+		if !strings.Contains(tr.Params.Extra["rate_basis"], "lowest sustained by every repeat") {
+			t.Errorf("%s: rate basis %q", tr.Mesh, tr.Params.Extra["rate_basis"])
+		}
+	}
+
+	// At 200%: base's trial saturated, was backed off from three times, and then stayed;
+	// other ran once at the lowered rate and saturated too.
+	if len(over) != 5 {
+		t.Fatalf("%d trials at 200%%, want base measured 4 times (3 back-offs) and other once", len(over))
+	}
+	rate := math.Round(2 * lowest)
+	for i, tr := range over {
+		s := tr.Result.Saturation
+		served := float64(tr.Result.Window.Completed) / tr.Duration().Seconds()
+		t.Logf("over %d: %s at %.0f req/s served %.1f/s, flags %v, %s, backoff %q", i, tr.Mesh, tr.Params.RequestedRate, served, tr.Result.Flags, s, tr.Params.Extra["backoff"])
+		if i < 4 && tr.Mesh != "base" || i == 4 && tr.Mesh != "other" {
+			t.Errorf("trial %d at 200%% is %s's", i, tr.Mesh)
+		}
+		if want := math.Round(rate * math.Pow(0.9, float64(min(i, 3)))); math.Abs(tr.Params.RequestedRate-want) > 1 {
+			t.Errorf("trial %d at 200%% ran at %.0f req/s, want %.0f (%d back-offs of 10%%)", i, tr.Params.RequestedRate, want, min(i, 3))
+		}
+		if !tr.Result.HasFlag(results.FlagTargetSaturated) || s == nil || s.InFlightTo <= s.InFlightFrom ||
+			s.CompletedRate > 0.8*s.IntendedRate || served > ceiling {
+			t.Errorf("trial %d at 200%%: flags %v, evidence %v, served %.1f/s (at most %.0f)", i, tr.Result.Flags, s, served, ceiling)
+		}
+		if backedOff := tr.Result.HasFlag(results.FlagBackedOff); backedOff != (i < 3) {
+			t.Errorf("trial %d at 200%%: backed-off %v", i, backedOff)
+		}
+		if want := fmt.Sprintf("%d × 10%%", min(i, 3)); i > 0 && !strings.HasPrefix(tr.Params.Extra["backoff"], want) {
+			t.Errorf("trial %d at 200%%: backoff %q, want it to start %q", i, tr.Params.Extra["backoff"], want)
+		}
+	}
+	if !strings.Contains(progress, "back-off 3 of 3") || !strings.Contains(progress, "after 3 back-offs") {
+		t.Errorf("progress does not say it backed off:\n%s", progress)
+	}
+
+	rep := analysis.Analyze(stored, analysis.Options{Seed: 1}, nil)
+	for _, c := range rep.Comparisons {
+		if saturated := c.Verdict == analysis.Saturated; saturated != (c.Experiment == "over") {
+			t.Errorf("%s %s %s: verdict %s", c.Experiment, c.Mesh, c.Metric, c.Verdict)
+		}
+	}
+	if len(rep.Excluded) != 3 || rep.Excluded[0].Flag != results.FlagBackedOff {
+		t.Errorf("excluded: %+v, want the 3 trials backed off from", rep.Excluded)
+	}
+}
+
+// runStudyTo is runStudy with the progress output also written to w.
+func runStudyTo(t *testing.T, st *study.Study, w io.Writer) (*results.Run, *store.Store) {
+	t.Helper()
+	db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "results.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	run, err := Run(context.Background(), st, Options{Store: db, ServiceBinary: meshmarkBin, Progress: io.MultiWriter(testWriter{t}, w)})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if run.Status != results.StatusComplete {
+		t.Fatalf("run status %s (%s)", run.Status, run.StatusReason)
+	}
+	return run, db
+}
+
+// capacityIn reads the capacity the progress output gives a mesh's only repeat.
+func capacityIn(t *testing.T, progress, mesh string) float64 {
+	t.Helper()
+	prefix := "capacity " + mesh + " capacity repeat 1: "
+	for _, line := range strings.Split(progress, "\n") {
+		if i := strings.Index(line, prefix); i >= 0 && strings.Contains(line, "sustained") {
+			var v float64
+			if _, err := fmt.Sscanf(line[i+len(prefix):], "%g req/s", &v); err == nil {
+				return v
+			}
+		}
+	}
+	t.Fatalf("no capacity of %s in the progress output", mesh)
+	return 0
+}
