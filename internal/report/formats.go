@@ -172,6 +172,14 @@ const (
 	titleProvenance  = "Provenance"
 )
 
+// saturatedCell says in how many of a group's trials the target saturated.
+func saturatedCell(n, of int) string {
+	if n == 0 {
+		return "no"
+	}
+	return fmt.Sprintf("**%d of %d**", n, of)
+}
+
 // networkHeader is the header of the network table (Markdown and HTML).
 var networkHeader = []string{"Mesh", "Pod", "Interface", "Rx KiB/s", "Tx KiB/s", "Rx pkt/s", "Tx pkt/s", "Dropped rx / tx"}
 
@@ -219,9 +227,11 @@ func renderMarkdown(w io.Writer, s *Summary) error {
 		for _, g := range s.Groups {
 			rows = append(rows, []string{g.Label, g.Mesh, strconv.Itoa(g.Repeats), strconv.FormatInt(g.Requests, 10),
 				sig(float64(g.Throughput)), sig(float64(g.P50Ms)), sig(float64(g.P90Ms)), sig(float64(g.P99Ms)), sig(float64(g.P999Ms)),
-				sig(float64(g.MaxMs)), sig(100 * float64(g.ErrorRate))})
+				sig(float64(g.MaxMs)), sig(100 * float64(g.ErrorRate)), strconv.FormatInt(g.Failures, 10), saturatedCell(g.Saturated, g.Repeats)})
 		}
-		m.table([]string{"Point", "Mesh", "Repeats", "Requests", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors %"}, rows)
+		m.table([]string{"Point", "Mesh", "Repeats", "Requests", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors %",
+			"failed without response", "target saturated"}, rows)
+		m.printf("req/s is what the target served inside each trial's measured window. Latencies count every request, those that failed without a response at their time to failure.\n\n")
 	}
 	if m.section(titleCapacity, len(s.Capacity) == 0, "This run has no sweep (steps, connections or users), so no capacity was searched.") {
 		m.printf("SLO: p50 ≤ %g ms, p99 ≤ %g ms, errors ≤ %g%%, served ≥ %g%% of the requested rate.\n\n",

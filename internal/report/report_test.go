@@ -273,7 +273,7 @@ func TestMarkdownTables(t *testing.T) {
 	want := map[string][]string{
 		titleVerdicts:    {"Point", "Metric", "Best", "Value", "Runner-up", "Runner-up value", "Runner-up vs best", "Interval", "Verdict"},
 		titleComparisons: {"Point", "Mesh", "Metric", "Baseline", "Mesh value", "Δ", "Δ interval", "Δ%", "Δ% interval", "Noise floor", "Verdict"},
-		titleResults:     {"Point", "Mesh", "Repeats", "Requests", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors %"},
+		titleResults:     {"Point", "Mesh", "Repeats", "Requests", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors %", "failed without response", "target saturated"},
 		titleCapacity:    {"Experiment", "Mesh", "Capacity", "req/s at capacity", "Knee", "Limited by"},
 		titleResources:   {"Mesh", "Component", "Role", "Pod", "CPU avg (cores)", "CPU peak (cores)", "RSS avg (MiB)", "RSS peak (MiB)"},
 		titleCost: {"Mesh", "vCPU", "Memory (MiB)", "Mesh vCPU", "Mesh memory (MiB)", "req/s", "Extra vCPU", "Extra GiB",

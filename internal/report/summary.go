@@ -209,6 +209,10 @@ type GroupRow struct {
 	Throughput      Num     `json:"throughput_rps"`
 	ErrorRate       Num     `json:"error_rate"`
 	GeneratorBehind int     `json:"generator_behind_trials"`
+	// Saturated counts trials whose target could not keep up; Failures the requests
+	// that failed without a response (in the latencies at their time to failure).
+	Saturated       int     `json:"saturated_trials"`
+	Failures        int64   `json:"failures"`
 	Outliers        []int64 `json:"outlier_trials,omitempty"`
 	Start           time.Time
 	End             time.Time
@@ -543,7 +547,8 @@ func groupRows(groups []*analysis.Group) []GroupRow {
 			RequestedRate: g.Params.RequestedRate, Connections: g.Params.Connections, Repeats: g.Repeats,
 			Requests: g.Requests, Errors: g.Errors, MinMs: ms(h.Min()), MeanMs: Num(h.Mean() / 1000),
 			P50Ms: ms(g.P50), P90Ms: ms(g.P90), P99Ms: ms(g.P99), P999Ms: ms(g.P999), MaxMs: ms(g.Max),
-			Throughput: Num(g.Throughput), ErrorRate: Num(g.ErrorRate), GeneratorBehind: g.GeneratorBehind, Outliers: g.Outliers}
+			Throughput: Num(g.Throughput), ErrorRate: Num(g.ErrorRate), GeneratorBehind: g.GeneratorBehind, Outliers: g.Outliers,
+			Saturated: g.Saturated, Failures: g.Failures}
 		for i, t := range g.Trials {
 			if i == 0 || t.Start.Before(r.Start) {
 				r.Start = t.Start
@@ -1179,6 +1184,9 @@ func checkRows(run *results.Run, groups []*analysis.Group) []CheckRow {
 			out = append(out, CheckRow{Mesh: m.Label, Check: "every request crossed the mesh's proxies at the entry service", Pass: bypassed == 0,
 				Detail: fmt.Sprintf("in %d of %d trials the proxies counted fewer requests (or, for L4 proxies, no connection) than were answered", bypassed, total)})
 		}
+		if row, ok := saturationCheck(run, m.Label); ok {
+			out = append(out, row)
+		}
 		if row, ok := faultCheck(run, m.Label); ok {
 			out = append(out, row)
 		}
@@ -1226,6 +1234,43 @@ func mixCheck(run *results.Run, m results.Mesh) (CheckRow, bool) {
 	}
 	return CheckRow{Mesh: m.Label, Check: "request mix matches the graph's weights", Pass: skewed == 0,
 		Detail: fmt.Sprintf("%d of %d trials off by more than %.0f points for some service (%s)%s", skewed, judged, 100*results.MixTolerance, balancing, worst)}, true
+}
+
+// saturationCheck says whether the mesh's system under test kept up with every
+// open-loop trial, and where it did not, with the evidence; trials the runner backed off
+// from are counted apart, since they are left out.
+func saturationCheck(run *results.Run, mesh string) (CheckRow, bool) {
+	judged, backedOff := 0, 0
+	var saturated []string
+	for i := range run.Trials {
+		t := &run.Trials[i]
+		if t.Mesh != mesh || t.Result.Saturation == nil && !t.Result.Saturated() {
+			continue
+		}
+		judged++
+		switch {
+		case t.Result.HasFlag(results.FlagBackedOff):
+			backedOff++
+		case t.Result.Saturated() && !t.Result.Excluded():
+			what := "saturated"
+			if s := t.Result.Saturation; s != nil {
+				what = s.String()
+			}
+			saturated = append(saturated, fmt.Sprintf("trial %d (%s, repeat %d): %s", t.ID, t.Experiment, t.Repeat+1, what))
+		}
+	}
+	if judged == 0 {
+		return CheckRow{}, false
+	}
+	row := CheckRow{Mesh: mesh, Check: "the system under test kept up with the load (no saturated trial)", Pass: len(saturated) == 0,
+		Detail: fmt.Sprintf("in flight at the target held steady in all %d open-loop trials", judged-backedOff)}
+	if len(saturated) > 0 {
+		row.Detail = strings.Join(saturated, "; ") + ". Their latency is that of a growing queue; verdicts at their points say saturated"
+	}
+	if backedOff > 0 {
+		row.Detail += fmt.Sprintf(" (%d trials saturated at a rate the runner then lowered; they are kept but left out)", backedOff)
+	}
+	return row, true
 }
 
 // faultCheck says whether every process of the mesh's system under test stayed up

@@ -195,9 +195,10 @@
   } else empty("comparisons", "No mesh shares a point with the baseline.");
 
   if (R.groups && R.groups.length) {
-    table("results", ["Point", "Mesh", "Repeats", "Requests", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors %", "generator behind"],
+    table("results", ["Point", "Mesh", "Repeats", "Requests", "req/s", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms", "errors %", "failed without response", "generator behind", "target saturated"],
       R.groups.map(g => [g.label, g.mesh, g.repeats, g.requests, fmt(g.throughput_rps), fmt(g.p50_ms), fmt(g.p90_ms), fmt(g.p99_ms),
-        fmt(g.p999_ms), fmt(g.max_ms), fmt(100 * g.error_rate), g.generator_behind_trials]), [0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]);
+        fmt(g.p999_ms), fmt(g.max_ms), fmt(100 * g.error_rate), g.failures || 0, g.generator_behind_trials,
+        g.saturated_trials ? el("span", { class: "saturated" }, g.saturated_trials + " of " + g.repeats) : "no"]), [0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0]);
   } else empty("results", "This run has no successful trials.");
 
   // Percentile spectrum: x is 1/(1-q) on a log axis, as HdrHistogram plots draw it.
