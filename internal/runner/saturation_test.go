@@ -119,7 +119,7 @@ func TestSaturatedTargetFlaggedAndBackedOff(t *testing.T) {
 		w := tr.Result.Window
 		served := float64(w.Completed) / tr.Duration().Seconds()
 		t.Logf("75%%: %s at %.0f req/s served %.1f/s, %s", tr.Mesh, tr.Params.RequestedRate, served, tr.Result.Saturation)
-		if tr.Params.RequestedRate != math.Round(0.75*lowest) {
+		if math.Abs(tr.Params.RequestedRate-0.75*lowest) > 1 { // the capacity is read as printed, rounded
 			t.Errorf("75%% of lowest capacity %.0f ran at %.0f req/s", lowest, tr.Params.RequestedRate)
 		}
 		if tr.Result.Saturated() || tr.Result.Saturation == nil || len(tr.Result.Flags) > 0 {
@@ -133,20 +133,21 @@ func TestSaturatedTargetFlaggedAndBackedOff(t *testing.T) {
 		}
 	}
 
-	// At 200%: base's trial saturated, was backed off from three times, and then stayed;
-	// other ran once at the lowered rate and saturated too.
+	// At 200%: the first mesh's trial saturated, was backed off from three times, and
+	// then stayed; the other mesh ran once at the lowered rate and saturated too.
 	if len(over) != 5 {
-		t.Fatalf("%d trials at 200%%, want base measured 4 times (3 back-offs) and other once", len(over))
+		t.Fatalf("%d trials at 200%%, want the first mesh's measured 4 times (3 back-offs) and the other's once", len(over))
 	}
 	rate := math.Round(2 * lowest)
+	first := over[0].Mesh // the plan's order of meshes is drawn from the seed
 	for i, tr := range over {
 		s := tr.Result.Saturation
 		served := float64(tr.Result.Window.Completed) / tr.Duration().Seconds()
 		t.Logf("over %d: %s at %.0f req/s served %.1f/s, flags %v, %s, backoff %q", i, tr.Mesh, tr.Params.RequestedRate, served, tr.Result.Flags, s, tr.Params.Extra["backoff"])
-		if i < 4 && tr.Mesh != "base" || i == 4 && tr.Mesh != "other" {
-			t.Errorf("trial %d at 200%% is %s's", i, tr.Mesh)
+		if (i < 4) != (tr.Mesh == first) {
+			t.Errorf("trial %d at 200%% is %s's, want the first mesh's (%s) four times, then the other's", i, tr.Mesh, first)
 		}
-		if want := math.Round(rate * math.Pow(0.9, float64(min(i, 3)))); math.Abs(tr.Params.RequestedRate-want) > 1 {
+		if want := math.Round(rate * math.Pow(0.9, float64(min(i, 3)))); math.Abs(tr.Params.RequestedRate-want) > 2 {
 			t.Errorf("trial %d at 200%% ran at %.0f req/s, want %.0f (%d back-offs of 10%%)", i, tr.Params.RequestedRate, want, min(i, 3))
 		}
 		if !tr.Result.HasFlag(results.FlagTargetSaturated) || s == nil || s.InFlightTo <= s.InFlightFrom ||

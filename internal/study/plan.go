@@ -115,14 +115,21 @@ func (s *Study) ExtraRound(repeat int, before []Trial) []Trial {
 }
 
 // Remeasure returns plan with the trials of experiment exp among plan[:at+1] run again
-// right after plan[at], in their order: what the runner does when it lowers the rate of
-// that experiment because a trial at the old rate saturated its target, so that every
-// mesh and repeat is measured at the same rate. Sequence numbers and bring-ups are set
-// anew from the inserted trials on, as Plan sets them.
+// right after plan[at], each (repeat, mesh) once, in the order they first ran: what the
+// runner does when it lowers the rate of that experiment because a trial at the old
+// rate saturated its target, so that every mesh and repeat is measured at the same
+// rate. Sequence numbers and bring-ups are set anew from the inserted trials on, as Plan
+// sets them.
 func (s *Study) Remeasure(plan []Trial, at int, exp *Experiment) []Trial {
 	out := slices.Clone(plan[:at+1])
+	type key struct {
+		repeat int
+		mesh   *Mesh
+	}
+	seen := map[key]bool{}
 	for _, t := range plan[:at+1] {
-		if t.Experiment == exp {
+		if k := (key{t.Repeat, t.Mesh}); t.Experiment == exp && !seen[k] {
+			seen[k] = true
 			out = append(out, t)
 		}
 	}

@@ -308,4 +308,14 @@ func TestRemeasure(t *testing.T) {
 			t.Errorf("trial %d: seq %d, bring-up %v; want %d, %v", i, tr.Seq, tr.BringUp, i, bringUp)
 		}
 	}
+	// Backing off again from the last of them measures the same five again, not the
+	// ten that ran.
+	again2 := s.Remeasure(out, at+5, lat)
+	got = nil
+	for _, tr := range again2[at+6 : at+11] {
+		got = append(got, fmt.Sprintf("%d/%s", tr.Repeat, tr.Mesh.Name))
+	}
+	if len(again2) != len(out)+5 || !reflect.DeepEqual(got, again) {
+		t.Errorf("second back-off: %d trials, measured again %v; want %d, %v", len(again2), got, len(out)+5, again)
+	}
 }
