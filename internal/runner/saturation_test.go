@@ -45,8 +45,9 @@ spec:
     - {name: other, profile: none}
   experiments:
     - {name: capacity, kind: capacity, connections: 8, duration: 3s, warmup: 1s}
-    - {name: below, kind: fixed-rate, rate: 75% of lowest capacity, connections: 8, duration: 4s, warmup: 1s}
-    - {name: over, kind: fixed-rate, rate: 200% of lowest capacity, connections: 8, duration: 3s, warmup: 1s}
+    - {name: closed, kind: capacity, capacity: closed-loop, connections: 8, duration: 3s, warmup: 1s}
+    - {name: below, kind: fixed-rate, rate: 75% of lowest capacity, capacityFrom: capacity, connections: 8, duration: 4s, warmup: 1s}
+    - {name: over, kind: fixed-rate, rate: 300% of lowest capacity, capacityFrom: closed, connections: 8, duration: 3s, warmup: 1s}
   repeats: 1
   seed: 3
   slo: {p99: 200ms, errorRate: 1%}
@@ -54,8 +55,10 @@ spec:
 
 // A service of known capacity, measured through the whole runner: its capacity is the
 // open-loop rate it sustained (searched below the closed-loop best, not the closed-loop
-// best itself); at 75% of it nothing is flagged and the rate is served; at 200% every
-// trial saturates the target, which the runner stores with the evidence, backs off
+// best itself); at 75% of it nothing is flagged on the target and the rate is served;
+// at 300% of its closed-loop best (capacity: closed-loop, which a busy machine does not
+// bend as it bends an open-loop search, whose probes fail when the generator is starved)
+// every trial saturates the target, which the runner stores with the evidence, backs off
 // from three times by 10% (keeping the trials it backed off from, flagged and left
 // out), and, still saturated, leaves in with its point's verdicts saying saturated.
 func TestSaturatedTargetFlaggedAndBackedOff(t *testing.T) {
@@ -92,15 +95,10 @@ func TestSaturatedTargetFlaggedAndBackedOff(t *testing.T) {
 	if probes < 2*2 || !strings.Contains(progress, "open-loop, sustained under the SLO") {
 		t.Errorf("%d open-loop search probes over two meshes; progress:\n%s", probes, progress)
 	}
-	var lowest float64
-	for i, m := range []string{"base", "other"} {
-		caps := capacityIn(t, progress, m)
-		if i == 0 || caps < lowest {
-			lowest = caps
-		}
-	}
-	if lowest <= 0 || lowest > ceiling {
-		t.Fatalf("lowest capacity %.0f req/s; one CPU at %d ms a request serves at most %.0f", lowest, burnMS, ceiling)
+	lowest := min(capacityIn(t, progress, "base", "capacity"), capacityIn(t, progress, "other", "capacity"))
+	closedLowest := min(capacityIn(t, progress, "base", "closed"), capacityIn(t, progress, "other", "closed"))
+	if lowest <= 0 || lowest > ceiling || closedLowest > ceiling {
+		t.Fatalf("lowest capacity %.0f req/s, closed-loop %.0f; one CPU at %d ms a request serves at most %.0f", lowest, closedLowest, burnMS, ceiling)
 	}
 
 	var below, over []results.Trial
@@ -122,10 +120,13 @@ func TestSaturatedTargetFlaggedAndBackedOff(t *testing.T) {
 		if math.Abs(tr.Params.RequestedRate-0.75*lowest) > 1 { // the capacity is read as printed, rounded
 			t.Errorf("75%% of lowest capacity %.0f ran at %.0f req/s", lowest, tr.Params.RequestedRate)
 		}
-		if tr.Result.Saturated() || tr.Result.Saturation == nil || len(tr.Result.Flags) > 0 {
+		// a starved generator may be flagged; the target may not
+		if tr.Result.Saturated() || tr.Result.Saturation == nil || len(tr.Result.Flags) > 0 && tr.Result.Flags[0] != results.FlagGeneratorBehind {
 			t.Errorf("%s at 75%% of capacity: flags %v, evidence %v", tr.Mesh, tr.Result.Flags, tr.Result.Saturation)
 		}
-		if d := served/tr.Params.RequestedRate - 1; d < -0.05 || d > 0.05 {
+		// within 5%, or a request or two at the few requests a second a busy machine's
+		// search may come to
+		if d := math.Abs(served-tr.Params.RequestedRate) * tr.Duration().Seconds(); d > max(0.05*tr.Params.RequestedRate*tr.Duration().Seconds(), 2) {
 			t.Errorf("%s at 75%% of capacity served %.1f of %.0f req/s", tr.Mesh, served, tr.Params.RequestedRate)
 		}
 		if !strings.Contains(tr.Params.Extra["rate_basis"], "lowest sustained by every repeat") {
@@ -133,32 +134,32 @@ func TestSaturatedTargetFlaggedAndBackedOff(t *testing.T) {
 		}
 	}
 
-	// At 200%: the first mesh's trial saturated, was backed off from three times, and
+	// At 300%: the first mesh's trial saturated, was backed off from three times, and
 	// then stayed; the other mesh ran once at the lowered rate and saturated too.
 	if len(over) != 5 {
-		t.Fatalf("%d trials at 200%%, want the first mesh's measured 4 times (3 back-offs) and the other's once", len(over))
+		t.Fatalf("%d trials at 300%%, want the first mesh's measured 4 times (3 back-offs) and the other's once", len(over))
 	}
-	rate := math.Round(2 * lowest)
+	rate := math.Round(3 * closedLowest)
 	first := over[0].Mesh // the plan's order of meshes is drawn from the seed
 	for i, tr := range over {
 		s := tr.Result.Saturation
 		served := float64(tr.Result.Window.Completed) / tr.Duration().Seconds()
 		t.Logf("over %d: %s at %.0f req/s served %.1f/s, flags %v, %s, backoff %q", i, tr.Mesh, tr.Params.RequestedRate, served, tr.Result.Flags, s, tr.Params.Extra["backoff"])
 		if (i < 4) != (tr.Mesh == first) {
-			t.Errorf("trial %d at 200%% is %s's, want the first mesh's (%s) four times, then the other's", i, tr.Mesh, first)
+			t.Errorf("trial %d at 300%% is %s's, want the first mesh's (%s) four times, then the other's", i, tr.Mesh, first)
 		}
 		if want := math.Round(rate * math.Pow(0.9, float64(min(i, 3)))); math.Abs(tr.Params.RequestedRate-want) > 2 {
-			t.Errorf("trial %d at 200%% ran at %.0f req/s, want %.0f (%d back-offs of 10%%)", i, tr.Params.RequestedRate, want, min(i, 3))
+			t.Errorf("trial %d at 300%% ran at %.0f req/s, want %.0f (%d back-offs of 10%%)", i, tr.Params.RequestedRate, want, min(i, 3))
 		}
 		if !tr.Result.HasFlag(results.FlagTargetSaturated) || s == nil || s.InFlightTo <= s.InFlightFrom ||
 			s.CompletedRate > 0.8*s.IntendedRate || served > ceiling {
-			t.Errorf("trial %d at 200%%: flags %v, evidence %v, served %.1f/s (at most %.0f)", i, tr.Result.Flags, s, served, ceiling)
+			t.Errorf("trial %d at 300%%: flags %v, evidence %v, served %.1f/s (at most %.0f)", i, tr.Result.Flags, s, served, ceiling)
 		}
 		if backedOff := tr.Result.HasFlag(results.FlagBackedOff); backedOff != (i < 3) {
-			t.Errorf("trial %d at 200%%: backed-off %v", i, backedOff)
+			t.Errorf("trial %d at 300%%: backed-off %v", i, backedOff)
 		}
 		if want := fmt.Sprintf("%d × 10%%", min(i, 3)); i > 0 && !strings.HasPrefix(tr.Params.Extra["backoff"], want) {
-			t.Errorf("trial %d at 200%%: backoff %q, want it to start %q", i, tr.Params.Extra["backoff"], want)
+			t.Errorf("trial %d at 300%%: backoff %q, want it to start %q", i, tr.Params.Extra["backoff"], want)
 		}
 	}
 	if !strings.Contains(progress, "back-off 3 of 3") || !strings.Contains(progress, "after 3 back-offs") {
@@ -167,6 +168,9 @@ func TestSaturatedTargetFlaggedAndBackedOff(t *testing.T) {
 
 	rep := analysis.Analyze(stored, analysis.Options{Seed: 1}, nil)
 	for _, c := range rep.Comparisons {
+		if c.Experiment != "below" && c.Experiment != "over" {
+			continue // the capacity searches' probes above capacity saturate by design
+		}
 		if saturated := c.Verdict == analysis.Saturated; saturated != (c.Experiment == "over") {
 			t.Errorf("%s %s %s: verdict %s", c.Experiment, c.Mesh, c.Metric, c.Verdict)
 		}
@@ -194,13 +198,15 @@ func runStudyTo(t *testing.T, st *study.Study, w io.Writer) (*results.Run, *stor
 	return run, db
 }
 
-// capacityIn reads the capacity the progress output gives a mesh's only repeat.
-func capacityIn(t *testing.T, progress, mesh string) float64 {
+// capacityIn reads the capacity the progress output gives a mesh's only repeat in a
+// capacity experiment.
+func capacityIn(t *testing.T, progress, mesh, exp string) float64 {
 	t.Helper()
-	prefix := "capacity " + mesh + " capacity repeat 1: "
+	prefix := "capacity " + mesh + " " + exp + " repeat 1: "
 	for _, line := range strings.Split(progress, "\n") {
-		if i := strings.Index(line, prefix); i >= 0 && strings.Contains(line, "sustained") {
+		if i := strings.Index(line, prefix); i >= 0 {
 			var v float64
+			// the result, not the line that starts a search ("closed-loop best ...")
 			if _, err := fmt.Sscanf(line[i+len(prefix):], "%g req/s", &v); err == nil {
 				return v
 			}
