@@ -99,7 +99,7 @@ func (r AnswerRow) Beside(field string) []Flag {
 // (one added later) stands beside the mesh, so it is never dropped.
 var trialFlagField = map[string]string{
 	results.FlagGeneratorBehind: FieldLatency,
-	"target-saturated":          FieldLatency,
+	results.FlagTargetSaturated: FieldLatency,
 	results.FlagMixSkewed:       FieldLatency,
 	results.FlagOutlier:         FieldP99,
 	results.FlagProxyBypassed:   FieldSecurity,
@@ -109,7 +109,7 @@ var trialFlagField = map[string]string{
 // spoilsLatency are trial flags whose trials did not measure the mesh's latency: the
 // verdict names them before any number.
 var spoilsLatency = map[string]string{
-	"target-saturated":          "saturated",
+	results.FlagTargetSaturated: "saturated",
 	results.FlagGeneratorBehind: "the load generator fell behind",
 }
 
