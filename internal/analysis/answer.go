@@ -488,7 +488,10 @@ type CapacityLine struct {
 
 // CapacityLines says what every closed-loop capacity point measured, per mesh: the
 // pooled rate and the lowest and highest repeat, since a rate taken as a share of "the
-// lowest capacity" is only below every knee if every repeat sustained it.
+// lowest capacity" is only below every knee if every repeat sustained it; then, for
+// every experiment at a relative rate, the open-loop capacity each repeat sustained
+// that its rate was taken from, and the back-offs that lowered it, as the runner
+// stored them with its trials.
 func CapacityLines(run *results.Run, rep *Report) []CapacityLine {
 	var out []CapacityLine
 	for _, pt := range points(rep.Groups) {
@@ -496,14 +499,14 @@ func CapacityLines(run *results.Run, rep *Report) []CapacityLine {
 		label := ""
 		for _, m := range run.Meshes {
 			g := rep.Group(Key{Mesh: m.Label, Experiment: pt.Experiment, Step: pt.Step})
-			if g == nil || g.Kind != results.KindCapacity {
-				continue
+			if g == nil || g.Kind != results.KindCapacity || g.Params.RequestedRate > 0 {
+				continue // an open-loop search's probe is not a capacity by itself
 			}
 			label = g.Label
 			lo, hi := math.Inf(1), math.Inf(-1)
 			for _, t := range g.Trials {
-				if d := t.Duration().Seconds(); d > 0 {
-					x := float64(t.Result.Requests-t.Result.Errors) / d
+				if t.Duration() > 0 {
+					x := t.Throughput()
 					lo, hi = min(lo, x), max(hi, x)
 				}
 			}
@@ -516,6 +519,20 @@ func CapacityLines(run *results.Run, rep *Report) []CapacityLine {
 		if len(parts) > 0 {
 			out = append(out, CapacityLine{Experiment: pt.Experiment, Label: label, Line: "closed-loop capacity, " + label + ": " + strings.Join(parts, ", ")})
 		}
+	}
+	said := map[string]bool{}
+	for i := range run.Trials {
+		t := &run.Trials[i]
+		basis := t.Params.Extra["rate_basis"]
+		if basis == "" || t.Result.Excluded() || said[t.Experiment] {
+			continue
+		}
+		said[t.Experiment] = true
+		line := fmt.Sprintf("%s at %s", t.Experiment, basis)
+		if b := t.Params.Extra["backoff"]; b != "" {
+			line += fmt.Sprintf("; backed off %s, to %.0f req/s", b, t.Params.RequestedRate)
+		}
+		out = append(out, CapacityLine{Experiment: t.Experiment, Label: t.Experiment, Line: line})
 	}
 	return out
 }

@@ -178,6 +178,16 @@ func TestSaturatedTargetFlaggedAndBackedOff(t *testing.T) {
 	if len(rep.Excluded) != 3 || rep.Excluded[0].Flag != results.FlagBackedOff {
 		t.Errorf("excluded: %+v, want the 3 trials backed off from", rep.Excluded)
 	}
+	// The answer says what each relative rate was a share of, and the back-offs.
+	var lines []string
+	for _, l := range analysis.CapacityLines(stored, rep) {
+		lines = append(lines, l.Line)
+	}
+	all := strings.Join(lines, "\n")
+	if !strings.Contains(all, "below at 75% of lowest capacity; capacity in req/s over the repeats of capacity") ||
+		!strings.Contains(all, "over at 300% of lowest capacity; capacity in req/s over the repeats of closed") || !strings.Contains(all, "backed off 3 × 10%") {
+		t.Errorf("capacity lines:\n%s", all)
+	}
 }
 
 // runStudyTo is runStudy with the progress output also written to w.
