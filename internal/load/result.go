@@ -168,7 +168,7 @@ type Saturation struct {
 	IntendedRate  float64 `json:"intended_rate"`
 	CompletedRate float64 `json:"completed_rate"`
 	// LatencyFrom and LatencyTo are the median latency of the window's first and last
-	// intervals.
+	// intervals in which any request completed.
 	LatencyFrom time.Duration `json:"latency_p50_from"`
 	LatencyTo   time.Duration `json:"latency_p50_to"`
 }
