@@ -687,7 +687,11 @@ func (e *engine) judge(res *Result) {
 		// a request or two in flight across the window's edges is no shortfall at a few per second
 		short := (res.RequestedRate - res.AchievedRate) * res.Elapsed.Seconds()
 		if !saturated && res.RequestedRate > 0 && res.AchievedRate < 0.9*res.RequestedRate && short >= 3 && res.Errors.Total() == 0 {
-			warn(false, "achieved rate %.1f/s is below 90%% of the requested %.1f/s", res.AchievedRate, res.RequestedRate)
+			why := ""
+			if h.Bottleneck {
+				why = ", as the generator fell behind"
+			}
+			warn(false, "achieved rate %.1f/s is below 90%% of the requested %.1f/s%s", res.AchievedRate, res.RequestedRate, why)
 		}
 	}
 	if res.Elapsed > 0 {
