@@ -76,8 +76,8 @@ func dash(s string) string {
 func trialThroughputs(g *analysis.Group) (lo, hi float64) {
 	lo, hi = math.Inf(1), math.Inf(-1)
 	for _, t := range g.Trials {
-		if d := t.Duration().Seconds(); d > 0 {
-			x := float64(t.Result.Requests-t.Result.Errors) / d
+		if t.Duration() > 0 {
+			x := t.Throughput() // served inside the window
 			lo, hi = min(lo, x), max(hi, x)
 		}
 	}
@@ -104,6 +104,9 @@ func (c *builder) s1Tables() []Table {
 			Note:   "closed loop, each mesh as fast as it goes; p50 and p99 at that load, which S1 compared too; throughput per repeat shows their spread",
 			Header: []string{"Mesh", "Capacity (req/s)", "Repeats", "p50 at max load", "p99 at max load", "Errors"}}
 		for _, st := range c.steps(exp) {
+			if st.Params.RequestedRate > 0 {
+				continue // an open-loop search's probe, not S1's closed-loop capacity
+			}
 			for _, m := range c.meshes() {
 				g := c.group(m, exp, st.Step)
 				if g == nil {
@@ -206,7 +209,9 @@ func (c *builder) s1Verdicts() Table {
 	}
 	for _, exp := range c.experiments(results.KindCapacity, nil) {
 		for _, st := range c.steps(exp) {
-			add("capacity ("+st.Label+")", published.Throughput, exp, st.Step)
+			if st.Params.RequestedRate == 0 { // closed-loop points, not a search's probes
+				add("capacity ("+st.Label+")", published.Throughput, exp, st.Step)
+			}
 		}
 	}
 	for _, exp := range c.experiments(results.KindFixedRate, nil) {
