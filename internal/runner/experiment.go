@@ -123,12 +123,14 @@ type capacityProbes struct {
 	open   func(rate float64, step int) (*load.Result, error)
 }
 
-// Without a search in the study, an open-loop capacity is searched between
-// derivedSearchStart and 100% of the closed-loop sweep's best throughput, to
-// derivedSearchPrecision: usually two or three probes, since a target that keeps up
-// in a closed loop at its best rate sustains some rate not far below it open-loop.
+// Without a search in the study, an open-loop capacity is searched below the
+// closed-loop sweep's best throughput: first at derivedSearchStart of it, then by
+// bisection to derivedSearchPrecision, never below derivedSearchFloor of it. Usually two
+// or three probes, since a target that keeps up in a closed loop at its best rate
+// sustains some rate not far below it open-loop.
 const (
 	derivedSearchStart     = 0.8
+	derivedSearchFloor     = 0.5
 	derivedSearchPrecision = 10 // %
 )
 
@@ -161,14 +163,14 @@ func (r *runner) searchCapacity(t *study.Trial, probes capacityProbes) error {
 		}
 	}
 	closedBest := best
-	s, bisections := e.Search, 20
+	s, floor := e.Search, 0.0
 	if s == nil && e.CapacityBy != study.CapacityClosedLoop && closedBest > 0 {
-		// Below a few halvings from 80% of what the closed loop served, the target is
-		// not one whose capacity a latency point should be a share of.
-		s, bisections = &study.Search{Start: derivedSearchStart * closedBest, Max: closedBest, Precision: derivedSearchPrecision}, 6
+		s = &study.Search{Start: derivedSearchStart * closedBest, Max: closedBest, Precision: derivedSearchPrecision}
+		floor = derivedSearchFloor * closedBest
 		r.progress.note(fmt.Sprintf("capacity %s %s repeat %d: closed-loop best %.0f req/s; searching the open-loop rate it sustains between %.0f and %.0f req/s",
-			t.Mesh.Name, e.Name, t.Repeat+1, closedBest, s.Start, s.Max))
+			t.Mesh.Name, e.Name, t.Repeat+1, closedBest, floor, s.Max))
 	}
+	var missed string // why the last probe that failed did
 	if s != nil {
 		precision := s.Precision.Fraction()
 		if precision <= 0 {
@@ -180,7 +182,11 @@ func (r *runner) searchCapacity(t *study.Trial, probes capacityProbes) error {
 			if err != nil {
 				return false, err
 			}
-			return r.meetsSLO(res, rate), nil
+			if why := r.sloMiss(res, rate); why != "" {
+				missed = fmt.Sprintf("at %.0f req/s %s", rate, why)
+				return false, nil
+			}
+			return true, nil
 		}
 		// Invariant: lo meets the SLO (or is 0), hi is the highest rate not yet known to.
 		lo, hi := s.Start, s.Max
@@ -190,8 +196,21 @@ func (r *runner) searchCapacity(t *study.Trial, probes capacityProbes) error {
 		}
 		if !ok {
 			lo, hi = 0, s.Start
+			if floor > 0 {
+				// A derived search goes no lower than its floor: a target that does not
+				// sustain that, or a generator that cannot drive it, is a finding to
+				// state, not a capacity to take shares of.
+				if ok, err = probe(floor); err != nil {
+					return err
+				}
+				if ok {
+					lo = floor
+				} else {
+					hi = lo
+				}
+			}
 		}
-		for n := 0; n < bisections && hi-lo > precision*hi; n++ {
+		for n := 0; n < 20 && hi-lo > precision*hi; n++ {
 			mid := (lo + hi) / 2
 			ok, err := probe(mid)
 			if err != nil {
@@ -206,7 +225,10 @@ func (r *runner) searchCapacity(t *study.Trial, probes capacityProbes) error {
 		best = lo
 	}
 	if best <= 0 {
-		why := "no search probe met the SLO"
+		why := "no search probe met the SLO (" + missed + ")"
+		if floor > 0 {
+			why = fmt.Sprintf("it did not sustain %.0f%% of its closed-loop best in steady state (%s)", 100*derivedSearchFloor, missed)
+		}
 		if s == nil {
 			why = fmt.Sprintf("every closed-loop trial failed more than %.2f%% of its requests (%s)", 100*bound, strings.Join(refused, "; "))
 		}
@@ -238,31 +260,44 @@ func errorRate(res *load.Result) float64 {
 	return float64(res.Errors.Total()) / float64(res.Completed)
 }
 
-// meetsSLO judges one probe: the target in steady state (a rate it cannot sustain is
-// no capacity, however briefly it served it), the rate actually served inside the
-// window, percentiles and error rate within the SLO (a generator that fell behind
-// proves nothing).
-func (r *runner) meetsSLO(res *load.Result, rate float64) bool {
+// sloMiss judges one probe, "" when it met the SLO, else why not: the target must be
+// in steady state (a rate it cannot sustain is no capacity, however briefly it served
+// it), the generator not behind (then the probe proves nothing), the rate served
+// inside the window, percentiles and error rate within the SLO (without one, no errors).
+func (r *runner) sloMiss(res *load.Result, rate float64) string {
 	slo := r.study.Spec.SLO
-	if res.TargetSaturated() || res.AchievedRate < 0.95*rate || res.Health.Bottleneck {
-		return false
+	switch {
+	case res.TargetSaturated():
+		return "the target saturated: " + convertSaturation(res.Saturation).String()
+	case res.Health.Bottleneck:
+		return "the load generator fell behind: " + strings.Join(res.Health.Why, "; ")
+	case res.AchievedRate < 0.95*rate:
+		return fmt.Sprintf("%.0f req/s served", res.AchievedRate)
+	}
+	errRate := 0.0
+	if res.Completed > 0 {
+		errRate = float64(res.Errors.Total()) / float64(res.Completed)
 	}
 	if slo == nil {
-		return res.Errors.Total() == 0
+		if res.Errors.Total() > 0 {
+			return fmt.Sprintf("%d errors (no SLO: none allowed)", res.Errors.Total())
+		}
+		return ""
 	}
 	h := res.Latency
-	check := func(limit study.Duration, q float64) bool {
-		return limit.IsZero() || h.Histogram == nil || h.Quantile(q) <= limit.D()
-	}
-	if !check(slo.P50, 50) || !check(slo.P90, 90) || !check(slo.P95, 95) || !check(slo.P99, 99) || !check(slo.P999, 99.9) {
-		return false
-	}
-	if res.Completed > 0 {
-		if float64(res.Errors.Total())/float64(res.Completed) > slo.ErrorRate.Fraction() {
-			return false
+	for _, c := range []struct {
+		name  string
+		limit study.Duration
+		q     float64
+	}{{"p50", slo.P50, 50}, {"p90", slo.P90, 90}, {"p95", slo.P95, 95}, {"p99", slo.P99, 99}, {"p99.9", slo.P999, 99.9}} {
+		if !c.limit.IsZero() && h.Histogram != nil && h.Quantile(c.q) > c.limit.D() {
+			return fmt.Sprintf("%s %v > %v", c.name, h.Quantile(c.q).Round(time.Microsecond), c.limit.D())
 		}
 	}
-	return true
+	if errRate > slo.ErrorRate.Fraction() {
+		return fmt.Sprintf("errors %.2f%% > %.2f%%", 100*errRate, 100*slo.ErrorRate.Fraction())
+	}
+	return ""
 }
 
 func (r *runner) addCapacity(exp, mesh string, v float64) {
@@ -291,16 +326,17 @@ func (r *runner) rateOf(e *study.Experiment, mesh string) (float64, bool, error)
 		return 0, false, fmt.Errorf("experiment %s: %w", e.Name, err)
 	}
 	v *= math.Pow(1-backoffStep, float64(len(r.backoffs[e.Name])))
+	// Whole requests per second: a rate like 428.125 suggests a precision capacity
+	// measurements do not have.
+	rate := max(1, math.Round(v))
 	if !r.rateNoted[e.Name] {
 		if r.rateNoted == nil {
 			r.rateNoted = map[string]bool{}
 		}
 		r.rateNoted[e.Name] = true
-		r.progress.note(fmt.Sprintf("%s at %s = %.0f req/s; %s", e.Name, e.Rate, math.Round(v), r.capacitySpread(e.CapacityFrom)))
+		r.progress.note(fmt.Sprintf("%s at %s = %.0f req/s; %s", e.Name, e.Rate, rate, r.capacitySpread(e.CapacityFrom)))
 	}
-	// Whole requests per second: a rate like 428.125 suggests a precision capacity
-	// measurements do not have.
-	return max(1, math.Round(v)), true, nil
+	return rate, true, nil
 }
 
 // capacitySpread says what each mesh sustained in each repeat of a capacity
