@@ -529,9 +529,10 @@ func TestCapacitySearchFeedsRelativeRate(t *testing.T) {
 			probes++
 			p99 := results.Duration(tr.Result.Latency.ValueAtQuantile(99))
 			// served inside the window, and the target in steady state, as the runner judges
+			// (a generator that fell behind only made the latency worse)
 			achieved := float64(tr.Result.Window.Completed) / tr.Duration().Seconds()
 			met := tr.Result.Errors*1000 <= tr.Result.Requests && p99 <= 20*time.Millisecond &&
-				achieved >= 0.95*tr.Params.RequestedRate && !tr.Result.Generator.Behind && !tr.Result.Saturated()
+				achieved >= 0.95*tr.Params.RequestedRate && !tr.Result.Saturated()
 			t.Logf("probe %.0f req/s: achieved %.0f, p99 %v, saturated %v, met %v", tr.Params.RequestedRate, achieved, p99, tr.Result.Saturated(), met)
 			if met && tr.Params.RequestedRate > best {
 				best = tr.Params.RequestedRate
