@@ -179,8 +179,12 @@ func (s *Saturation) String() string {
 	if s.Saturated {
 		what = "target saturated"
 	}
-	return fmt.Sprintf("%s: requests in flight at the target went from %d to %d over the window, and it completed %.1f/s of the %.1f/s intended (p50 %s in the first interval, %s in the last)",
-		what, s.InFlightFrom, s.InFlightTo, s.CompletedRate, s.IntendedRate, fmtDur(s.LatencyFrom), fmtDur(s.LatencyTo))
+	out := fmt.Sprintf("%s: requests in flight at the target went from %d to %d over the window, and it completed %.1f/s of the %.1f/s intended",
+		what, s.InFlightFrom, s.InFlightTo, s.CompletedRate, s.IntendedRate)
+	if s.LatencyTo > 0 { // zero: nothing completed in any interval of the window
+		out += fmt.Sprintf(" (p50 %s in the first interval, %s in the last)", fmtDur(s.LatencyFrom), fmtDur(s.LatencyTo))
+	}
+	return out
 }
 
 // Result is everything one run measured. Latency is from the intended send time

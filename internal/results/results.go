@@ -283,9 +283,12 @@ type Saturation struct {
 
 // String is the evidence in one line, for progress output and reports.
 func (s *Saturation) String() string {
-	return fmt.Sprintf("in flight at the target %d → %d over the window, completed %.0f of %.0f req/s intended, p50 %v → %v",
-		s.InFlightFrom, s.InFlightTo, s.CompletedRate, s.IntendedRate,
-		Duration(s.LatencyFromUS).Round(10*time.Microsecond), Duration(s.LatencyToUS).Round(10*time.Microsecond))
+	out := fmt.Sprintf("in flight at the target %d → %d over the window, completed %.0f of %.0f req/s intended",
+		s.InFlightFrom, s.InFlightTo, s.CompletedRate, s.IntendedRate)
+	if s.LatencyToUS > 0 { // zero: nothing completed in any interval of the window
+		out += fmt.Sprintf(", p50 %v → %v", Duration(s.LatencyFromUS).Round(10*time.Microsecond), Duration(s.LatencyToUS).Round(10*time.Microsecond))
+	}
+	return out
 }
 
 // MixTolerance is how far (absolute share of a service's requests) a version's share
