@@ -1,16 +1,14 @@
 // Package analysis turns stored trials into answers: pooled percentiles (histograms
 // are merged across repeats, percentiles are never averaged), overhead of each mesh
-// against the baseline as Δ and % with bootstrap confidence intervals over repeats,
-// a noise floor, better/worse/equal/inconclusive verdicts, capacity under an SLO, outlier
-// flags and regression gates between two runs.
+// against the baseline as Δ and % with t confidence intervals over repeats (see
+// studentT), a noise floor, better/worse/equal/inconclusive verdicts, capacity under
+// an SLO, outlier flags and regression gates between two runs.
 package analysis
 
 import (
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -81,6 +79,10 @@ const (
 	// of either group (results.FlagTargetSaturated), so the latencies compared are
 	// those of a growing queue, not of the meshes at this rate; no verdict is given.
 	Saturated Verdict = "saturated"
+	// NoInterval: a group had fewer than two repeats, so nothing measured how much
+	// the difference varies from repeat to repeat, and no interval would hold its
+	// stated level.
+	NoInterval Verdict = "inconclusive: too few repeats for an interval"
 )
 
 // DefaultMargins are the practical-equivalence margins: a difference smaller than this
@@ -104,28 +106,25 @@ func (m Metric) AbsoluteMargin() bool { return m == ErrorRate }
 
 // Options tune the analysis. The zero value means the defaults.
 type Options struct {
-	// Resamples is the number of bootstrap resamples (default 4000, clamped to
-	// 2000..100000).
-	Resamples int
 	// Confidence is the two-sided interval level (default 0.95).
 	Confidence float64
-	// Seed makes every interval reproducible; each comparison derives its own stream
-	// from it and its name, so results do not depend on the order of analysis.
+	// Seed seeds an interval method that resamples (the bootstraps the coverage test
+	// plugs in); studentT draws no random numbers, so the same trials always give the
+	// same intervals.
 	Seed    uint64
 	Metrics []Metric
-	// MinRepeats is the number of repeats from which repeats are resampled (default
-	// 3). With fewer, the bootstrap resamples one-second intervals instead, which
-	// misses run-to-run drift; Comparison.Unit says which was used.
-	MinRepeats int
 	// TukeyK is the fence multiplier for outlier trials (default 1.5).
 	TukeyK float64
 	// Margins override DefaultMargins per metric (see Equal); a metric not named
 	// keeps its default.
 	Margins map[Metric]float64
-	// Unpaired resamples the two groups of a comparison independently even when their
+	// Unpaired treats the two groups of a comparison as independent even when their
 	// repeats ran interleaved in blocks (see pairedByRepeat); for measuring what the
 	// pairing gains.
 	Unpaired bool
+
+	// method computes the intervals (studentT unless a test plugs in another).
+	method intervalMethod
 }
 
 // Margin is the practical-equivalence margin of a metric under these options.
@@ -137,29 +136,19 @@ func (o Options) Margin(m Metric) float64 {
 }
 
 func (o Options) withDefaults() Options {
-	if o.Resamples == 0 {
-		o.Resamples = 4000
-	}
-	o.Resamples = min(max(o.Resamples, 2000), 100000)
 	if o.Confidence <= 0 || o.Confidence >= 1 {
 		o.Confidence = 0.95
 	}
 	if len(o.Metrics) == 0 {
 		o.Metrics = DefaultMetrics
 	}
-	if o.MinRepeats < 2 {
-		o.MinRepeats = 3
+	if o.method == nil {
+		o.method = studentT{}
 	}
 	if o.TukeyK <= 0 {
 		o.TukeyK = 1.5
 	}
 	return o
-}
-
-func (o Options) rng(name string) *rand.Rand {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	return rand.New(rand.NewPCG(o.Seed, h.Sum64()))
 }
 
 // Key identifies a group of trials that measure the same thing: one mesh, one
@@ -254,6 +243,13 @@ type Group struct {
 	// parameters (e.g. a rate search probing different rates at the same step index):
 	// pooling them is then questionable and reports should say so.
 	MixedParams bool `json:"mixed_params,omitempty"`
+
+	// perTrial holds each metric's value in each trial, in the order of Trials: the
+	// intervals are computed from how these vary (see studentT).
+	perTrial map[Metric][]float64
+	// latency is the trials' histograms as counts, for each trial's share of the
+	// pooled percentiles (see contributions).
+	latency *latencyCounts
 }
 
 // Value returns the group's pooled value of a metric.
@@ -298,13 +294,17 @@ type Comparison struct {
 	// points for the error rate; see DefaultMargins).
 	Margin  float64 `json:"margin"`
 	Verdict Verdict `json:"verdict"`
-	// Unit is what the bootstrap resampled: "repeats" or "intervals".
+	// Unit is what the interval's spread was measured over: "repeats" (each an
+	// interleaved block when Paired), or "" when there is no interval (NoInterval).
 	Unit string `json:"unit"`
-	// Paired says the repeats were resampled in pairs, one repeat's trial of each
-	// group together, because they ran in the same interleaved block.
-	Paired      bool `json:"paired,omitempty"`
-	Repeats     int  `json:"repeats"`
-	BaseRepeats int  `json:"base_repeats"`
+	// Paired says the difference was taken repeat by repeat, one repeat's trial of
+	// each group together, because they ran in the same interleaved block.
+	Paired bool `json:"paired,omitempty"`
+	// Method names how the interval was computed, e.g. "paired t on 100 interleaved
+	// blocks of 1s" (see studentT).
+	Method      string `json:"method"`
+	Repeats     int    `json:"repeats"`
+	BaseRepeats int    `json:"base_repeats"`
 }
 
 // Report is everything Analyze finds in one run.
@@ -455,6 +455,8 @@ func fillGroup(g *Group) {
 		}
 	}
 	g.Repeats = len(g.Trials)
+	g.latency = newLatencyCounts(g.Trials)
+	g.perTrial = trialValues(g)
 	if merged.TotalCount() > 0 {
 		g.P50, g.P90, g.P99, g.P999 = merged.ValueAtQuantile(50), merged.ValueAtQuantile(90), merged.ValueAtQuantile(99), merged.ValueAtQuantile(99.9)
 		g.P95 = merged.ValueAtQuantile(95)
@@ -466,6 +468,35 @@ func fillGroup(g *Group) {
 	if g.Requests > 0 {
 		g.ErrorRate = float64(g.Errors) / float64(g.Requests)
 	}
+}
+
+// trialValues is every default metric's value in each trial of g: its own percentiles,
+// throughput and error rate, as fillGroup computes them over the pooled trials.
+func trialValues(g *Group) map[Metric][]float64 {
+	var ms []Metric
+	var qs []float64
+	// P95 is compared only where a study published it, but then with the same method.
+	for _, m := range append(slices.Clone(DefaultMetrics), P95) {
+		if p := m.Percentile(); p >= 0 && !slices.Contains(ms, m) {
+			ms, qs = append(ms, m), append(qs, p)
+		}
+	}
+	out := map[Metric][]float64{}
+	for i, t := range g.Trials {
+		for k, v := range g.latency.percentiles(i, i+1, qs) {
+			out[ms[k]] = append(out[ms[k]], v)
+		}
+		var tput, errRate float64
+		if secs := t.Duration().Seconds(); secs > 0 {
+			tput = float64(t.Result.Requests-t.Result.Errors) / secs
+		}
+		if t.Result.Requests > 0 {
+			errRate = float64(t.Result.Errors) / float64(t.Result.Requests)
+		}
+		out[Throughput] = append(out[Throughput], tput)
+		out[ErrorRate] = append(out[ErrorRate], errRate)
+	}
+	return out
 }
 
 // Analyze pools every group of a run, compares each mesh with the baseline at every
@@ -529,54 +560,13 @@ type Floor struct {
 	Source string
 }
 
-// resamplingSamples chooses the bootstrap unit for a pair of groups: repeats when
-// both have at least MinRepeats, else intervals when both have interval histograms,
-// else repeats anyway.
-func resamplingSamples(a, b *Group, opts Options) (sa, sb *sample, unitName string) {
-	if len(a.Trials) >= opts.MinRepeats && len(b.Trials) >= opts.MinRepeats {
-		return trialSample(a.Trials), trialSample(b.Trials), "repeats"
-	}
-	ia, ib := intervalSample(a.Trials), intervalSample(b.Trials)
-	if ia != nil && ib != nil && len(ia.units) >= 2 && len(ib.units) >= 2 {
-		return ia, ib, "intervals"
-	}
-	return trialSample(a.Trials), trialSample(b.Trials), "repeats"
-}
-
-func percentilesOf(ms []Metric) []float64 {
-	var qs []float64
-	for _, m := range ms {
-		if p := m.Percentile(); p >= 0 {
-			qs = append(qs, p)
-		}
-	}
-	sort.Float64s(qs)
-	return qs
-}
-
-func statOf(p pooled, qs []float64, m Metric) float64 {
-	switch m {
-	case Throughput:
-		return p.throughput
-	case ErrorRate:
-		return p.errorRate
-	}
-	want := m.Percentile()
-	for i, q := range qs {
-		if q == want {
-			return p.quantiles[i]
-		}
-	}
-	return math.NaN()
-}
-
-// pairedByRepeat says whether the repeats of a and b can be resampled in pairs: both
-// hold the same repeats, and each repeat's trials of both ran in one block, before any
+// pairedByRepeat says whether the repeats of a and b can be taken in pairs: both hold
+// the same repeats, and each repeat's trials of both ran in one block, before any
 // trial of the next repeat, as interleaved order runs them. Drift of the machine over
 // the run (minutes of other work, thermal or frequency changes) then moves both trials
-// of a pair alike, and resampling pairs takes it out of the difference instead of
-// counting it as noise twice. Sequential order, or a repeat measured again after later
-// ones, is resampled unpaired.
+// of a pair alike, and differences within pairs take it out instead of counting it as
+// noise twice. Sequential order, or a repeat measured again after later ones, is
+// treated as unpaired.
 func pairedByRepeat(a, b *Group) bool {
 	if len(a.Trials) != len(b.Trials) || len(a.Trials) < 2 {
 		return false
@@ -601,72 +591,34 @@ func pairedByRepeat(a, b *Group) bool {
 	return true
 }
 
-// bootstrap draws resamples of both samples and returns, per metric, the resampled
-// values of the reference and of the other group. Paired samples (unit i of one goes
-// with unit i of the other) are drawn with the same indices.
-func bootstrap(ref, other *sample, ms []Metric, resamples int, rng *rand.Rand, paired bool) (refVals, otherVals map[Metric][]float64) {
-	qs := percentilesOf(ms)
-	refVals, otherVals = map[Metric][]float64{}, map[Metric][]float64{}
-	draw := func(s *sample, idx []int, into map[Metric][]float64) {
-		for i := range idx {
-			idx[i] = rng.IntN(len(s.units))
-		}
-		p := s.pool(idx, qs)
-		for _, m := range ms {
-			into[m] = append(into[m], statOf(p, qs, m))
-		}
-	}
-	ri, oi := make([]int, len(ref.units)), make([]int, len(other.units))
-	for i := 0; i < resamples; i++ {
-		draw(ref, ri, refVals)
-		if paired {
-			copy(oi, ri)
-			p := other.pool(oi, qs)
-			for _, m := range ms {
-				otherVals[m] = append(otherVals[m], statOf(p, qs, m))
-			}
-			continue
-		}
-		draw(other, oi, otherVals)
-	}
-	return refVals, otherVals
-}
-
 // compareGroups compares other against ref on every metric.
 func compareGroups(ref, other *Group, opts Options, floors map[Metric]Floor) []Comparison {
 	opts = opts.withDefaults()
-	sr, so, unitName := resamplingSamples(ref, other, opts)
-	paired := unitName == "repeats" && !opts.Unpaired && pairedByRepeat(ref, other)
-	rng := opts.rng(fmt.Sprintf("%s|%s|%s|%d", ref.Mesh, other.Mesh, ref.Experiment, ref.Step))
-	rv, ov := bootstrap(sr, so, opts.Metrics, opts.Resamples, rng, paired)
-	alpha := (1 - opts.Confidence) / 2
+	paired := !opts.Unpaired && pairedByRepeat(ref, other)
+	ivs := opts.method.change(ref, other, paired, opts)
 	var out []Comparison
 	for _, m := range opts.Metrics {
 		base, val := ref.Value(m), other.Value(m)
-		deltas := make([]float64, 0, len(rv[m]))
-		pcts := make([]float64, 0, len(rv[m]))
-		for i := range rv[m] {
-			d := ov[m][i] - rv[m][i]
-			if math.IsNaN(d) {
-				continue
-			}
-			deltas = append(deltas, d)
-			if rv[m][i] != 0 {
-				pcts = append(pcts, 100*d/rv[m][i])
-			}
+		b, ok := ivs.byMetric[m]
+		if !ok {
+			b = noBounds
 		}
 		c := Comparison{Point: Point{other.Experiment, other.Step}, Label: other.Label, Mesh: other.Mesh, Reference: ref.Mesh,
-			Metric: m, Base: base, Value: val, Unit: unitName, Paired: paired, Repeats: len(other.Trials), BaseRepeats: len(ref.Trials)}
-		c.Delta = Estimate{Value: val - base, Lo: quantile(deltas, alpha), Hi: quantile(deltas, 1-alpha)}
+			Metric: m, Base: base, Value: val, Unit: ivs.unit, Paired: ivs.paired, Method: ivs.how,
+			Repeats: len(other.Trials), BaseRepeats: len(ref.Trials)}
+		c.Delta = Estimate{Value: val - base, Lo: b.deltaLo, Hi: b.deltaHi}
 		c.Pct = Estimate{Value: math.NaN(), Lo: math.NaN(), Hi: math.NaN()}
-		if base != 0 && len(pcts) == len(deltas) {
-			c.Pct = Estimate{Value: 100 * (val - base) / base, Lo: quantile(pcts, alpha), Hi: quantile(pcts, 1-alpha)}
+		if base != 0 {
+			c.Pct = Estimate{Value: 100 * (val - base) / base, Lo: b.pctLo, Hi: b.pctHi}
 		}
 		if f, ok := floors[m]; ok {
 			c.NoiseFloorPct, c.NoiseSource = f.Pct, f.Source
 		}
 		c.Margin = opts.Margin(m)
-		c.Verdict = verdict(c)
+		c.Verdict = NoInterval
+		if ivs.unit != "" {
+			c.Verdict = verdict(c)
+		}
 		if ref.Saturated > 0 || other.Saturated > 0 {
 			c.Verdict = Saturated
 		}
@@ -723,10 +675,11 @@ func quantile(xs []float64, q float64) float64 {
 //   - A/A: when two meshes at the point have the same profile and options, the floor
 //     is the largest |%| bound of the interval of one against the other, taken both
 //     ways round (the worst pair when there are several);
-//   - otherwise the baseline's own spread: two independent bootstrap resamples of the
-//     baseline are compared many times and the floor is the 95th percentile of
-//     |Δ%| between them, i.e. a difference the baseline reaches against itself one
-//     time in twenty.
+//   - otherwise the baseline's own spread: the difference that two independent
+//     measurements of the baseline, each as many repeats as it had, exceed one time
+//     in twenty (intervalMethod.spread).
+//
+// With fewer than two repeats of the baseline there is no floor.
 func NoiseFloor(run *results.Run, groups []*Group, pt Point, opts Options) map[Metric]Floor {
 	opts = opts.withDefaults()
 	floors := map[Metric]Floor{}
@@ -767,19 +720,9 @@ func NoiseFloor(run *results.Run, groups []*Group, pt Point, opts Options) map[M
 	if base == nil {
 		return floors
 	}
-	sa, sb, unitName := resamplingSamples(base, base, opts)
-	rng := opts.rng("noise|" + base.Mesh + "|" + pt.Experiment + fmt.Sprint(pt.Step))
-	av, bv := bootstrap(sa, sb, opts.Metrics, opts.Resamples, rng, false)
-	for _, m := range opts.Metrics {
-		ref := base.Value(m)
-		if ref == 0 {
-			continue
-		}
-		var rel []float64
-		for i := range av[m] {
-			rel = append(rel, math.Abs(100*(bv[m][i]-av[m][i])/ref))
-		}
-		floors[m] = Floor{Pct: quantile(rel, 0.95), Source: "baseline spread (" + unitName + ")"}
+	spread, unit := opts.method.spread(base, opts)
+	for m, pct := range spread {
+		floors[m] = Floor{Pct: pct, Source: "baseline spread (" + unit + ")"}
 	}
 	return floors
 }
@@ -848,10 +791,8 @@ func Winners(run *results.Run, groups []*Group, opts Options) []Winner {
 			switch c.Verdict {
 			case Worse:
 				w.Verdict = Better
-			case Equal:
-				w.Verdict = Equal
-			case Saturated:
-				w.Verdict = Saturated
+			case Equal, NoInterval, Saturated:
+				w.Verdict = c.Verdict
 			}
 			out = append(out, w)
 		}

@@ -11,36 +11,13 @@ import (
 )
 
 // IntervalLine names how the run's intervals were computed, in one line: "95%
-// intervals: percentile bootstrap over 3 repeats per mesh, paired by interleaved
-// block in 12 of 12 comparisons (4000 resamples)". Empty without comparisons.
+// intervals: paired t on 3 interleaved blocks of 10s" (see studentT and
+// IntervalMethods). Empty without comparisons.
 func (r *Report) IntervalLine() string {
 	if len(r.Comparisons) == 0 {
 		return ""
 	}
-	paired, intervals := 0, 0
-	lo, hi := math.MaxInt, 0
-	for _, c := range r.Comparisons {
-		if c.Paired {
-			paired++
-		}
-		if c.Unit == "intervals" {
-			intervals++
-		}
-		n := min(c.Repeats, c.BaseRepeats)
-		lo, hi = min(lo, n), max(hi, n)
-	}
-	repeats := fmt.Sprint(lo)
-	if hi != lo {
-		repeats = fmt.Sprintf("%d–%d", lo, hi)
-	}
-	what := fmt.Sprintf("over %s repeats per mesh", repeats)
-	if paired > 0 {
-		what += fmt.Sprintf(", paired by interleaved block in %d of %d comparisons", paired, len(r.Comparisons))
-	}
-	if intervals > 0 {
-		what += fmt.Sprintf("; %d comparisons with too few repeats resample one-second intervals within trials instead, which misses the spread between bring-ups", intervals)
-	}
-	return fmt.Sprintf("%.0f%% intervals: percentile bootstrap %s (%d resamples)", 100*r.Options.Confidence, what, r.Options.Resamples)
+	return fmt.Sprintf("%.0f%% intervals: %s", 100*r.Options.Confidence, IntervalMethods(r.Comparisons))
 }
 
 // SLOLine states the SLO the answer's flags judge by and where it came from.

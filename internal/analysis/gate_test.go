@@ -81,6 +81,12 @@ func TestGateCheck(t *testing.T) {
 			t.Errorf("%s on Δ%v: failed=%v (%s), want %v", c.gate, c.on.Pct, f, why, c.fail)
 		}
 	}
+	// One repeat: no interval, so no failing, and the reason says so.
+	single := worse
+	single.Delta, single.Pct, single.Verdict, single.Repeats, single.BaseRepeats = Estimate{200, math.NaN(), math.NaN()}, Estimate{20, math.NaN(), math.NaN()}, NoInterval, 1, 1
+	if f, why := (Gate{Metric: P99, Op: ">", Value: 10, Relative: true}).Check(single); f || !strings.Contains(why, "no interval") {
+		t.Errorf("one repeat: failed=%v (%s), want not failing for want of an interval", f, why)
+	}
 	g, _ := ParseGate("error_rate > +10%")
 	fromZero := Comparison{Metric: ErrorRate, Base: 0, Value: 0.02, Delta: Estimate{0.02, 0.01, 0.03}, Pct: Estimate{math.NaN(), math.NaN(), math.NaN()}}
 	if f, _ := g.Check(fromZero); !f {

@@ -14,19 +14,22 @@ type Sensitivity struct {
 	Pct         float64 `json:"pct"`
 	Repeats     int     `json:"repeats"`
 	Comparisons int     `json:"comparisons"`
-	// Unit is what the intervals resampled: "repeats", or "intervals" when there were
-	// too few repeats (then At cannot scale it by repeats honestly).
+	// Unit is what the intervals measured their spread over: "repeats" (the only unit
+	// studentT uses; At scales by it).
 	Unit string `json:"unit"`
+	// Paired: every one of these comparisons took its repeats in pairs (interleaved
+	// blocks), so its t interval had one degree of freedom less than the repeats.
+	Paired bool `json:"paired,omitempty"`
 }
 
 // SensitivityOf summarises comparisons per metric, in the order of DefaultMetrics.
-// Comparisons that resampled repeats are preferred: they carry the variance between
-// bring-ups, which dominates on this testbed; interval-resampled ones are used only
-// for a metric that has no other.
+// Comparisons without an interval (NoInterval) are left out. Comparisons over repeats
+// are preferred to any other unit.
 func SensitivityOf(cs []Comparison) []Sensitivity {
 	type acc struct {
-		half    []float64
-		repeats []int
+		half     []float64
+		repeats  []int
+		unpaired bool
 	}
 	by := map[Metric]map[string]*acc{}
 	for _, c := range cs {
@@ -43,6 +46,7 @@ func SensitivityOf(cs []Comparison) []Sensitivity {
 		}
 		a.half = append(a.half, (c.Pct.Hi-c.Pct.Lo)/2)
 		a.repeats = append(a.repeats, min(c.Repeats, c.BaseRepeats))
+		a.unpaired = a.unpaired || !c.Paired
 	}
 	var out []Sensitivity
 	for _, m := range DefaultMetrics {
@@ -58,20 +62,27 @@ func SensitivityOf(cs []Comparison) []Sensitivity {
 		}
 		slices.Sort(a.repeats)
 		out = append(out, Sensitivity{Metric: m, Pct: quantile(a.half, 0.5), Repeats: a.repeats[len(a.repeats)/2],
-			Comparisons: len(a.half), Unit: unit})
+			Comparisons: len(a.half), Unit: unit, Paired: !a.unpaired})
 	}
 	return out
 }
 
 // At estimates the sensitivity with another number of repeats per mesh, the repeats'
-// spread staying what this run measured (trial durations assumed unchanged). A
-// bootstrap interval of a mean of n repeats is as wide as σ·√(n−1)/n, not σ/√n: it
-// resamples the n values it has, whose spread is (n−1)/n of the true variance. So
-// it narrows a little more slowly than one over √n from a pilot of few repeats.
+// spread staying what this run measured (trial durations assumed unchanged). A t
+// interval of n repeats is t(0.975; ν)·s/√n wide each way, with ν = n−1 degrees of
+// freedom when paired (about 2(n−1) when not), and its s from few repeats is on
+// average c4(ν)·σ: so the width scales as t(0.975; ν)·c4(ν)/√n. From three repeats,
+// where t is 4.30, more repeats narrow it much faster than one over √n.
 func (s Sensitivity) At(repeats int) float64 {
 	if repeats < 2 || s.Repeats < 2 {
 		return math.NaN()
 	}
-	width := func(n float64) float64 { return math.Sqrt(n-1) / n }
-	return s.Pct * width(float64(repeats)) / width(float64(s.Repeats))
+	width := func(n int) float64 {
+		df := float64(n - 1)
+		if !s.Paired {
+			df *= 2
+		}
+		return tQuantile(0.975, df) * c4(df) / math.Sqrt(float64(n))
+	}
+	return s.Pct * width(repeats) / width(s.Repeats)
 }

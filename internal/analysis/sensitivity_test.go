@@ -29,7 +29,7 @@ func bringUpRun(seed uint64, repeats int, spread, drift float64) *results.Run {
 // The plan's rule: a sensitivity measured with few repeats, scaled to more, predicts
 // the sensitivity a run with that many achieves, within a factor of 2 — over twenty
 // independent pairs of runs (4 repeats planning 16), the median within a third. The
-// repeats are resampled in pairs (one interleaved block each), so a 4-repeat pilot
+// repeats are taken in pairs (one interleaved block each), so a 4-repeat pilot
 // knows the spread from 3 differences only: one time in six or seven it misjudges it
 // by more than 2 (40 pairs of runs: 6 outside); the test allows a fifth.
 func TestSensitivityScalesWithRepeats(t *testing.T) {
@@ -44,7 +44,7 @@ func TestSensitivityScalesWithRepeats(t *testing.T) {
 		for _, s := range pilot {
 			if s.Metric == P50 {
 				if s.Unit != "repeats" || s.Repeats != 4 {
-					t.Fatalf("pilot sensitivity %+v: want repeats resampled at 4", s)
+					t.Fatalf("pilot sensitivity %+v: want an interval over 4 repeats", s)
 				}
 				planned = s.At(16)
 			}
@@ -89,9 +89,17 @@ func TestSensitivityOf(t *testing.T) {
 	if got[1].Metric != P99 || got[1].Unit != "intervals" || got[1].Pct != 20 {
 		t.Errorf("a metric with interval comparisons only: %+v", got[1])
 	}
-	// ±5% at 5 repeats: σ·√4/5 = 5, so σ = 12.5, and at 20 repeats 12.5·√19/20.
-	if a, want := got[0].At(20), 12.5*math.Sqrt(19)/20; math.Abs(a-want) > 1e-9 {
-		t.Errorf("At(20) = %v, want %v", a, want)
+	// ±5% at 5 unpaired repeats: t(0.975; 8) = 2.306 and c4(8) = 0.9693 (tables), so
+	// 5 = 2.306·0.9693·σ/√5 and σ = 5.002; at 20 repeats t(0.975; 38) = 2.024 and
+	// c4(38) = 0.9934: 2.024·0.9934·σ/√20 = 2.249.
+	if a := got[0].At(20); math.Abs(a-2.249) > 0.005 {
+		t.Errorf("At(20) = %v, want 2.249", a)
+	}
+	// Paired, the degrees of freedom are 4 and 19: 2.776·0.9400/√5 against 2.093·0.9869/√20.
+	paired := got[0]
+	paired.Paired = true
+	if a := paired.At(20); math.Abs(a-5*(2.093*0.9869/math.Sqrt(20))/(2.776*0.9400/math.Sqrt(5))) > 0.005 {
+		t.Errorf("paired At(20) = %v", a)
 	}
 	if a := got[0].At(5); math.Abs(a-5) > 1e-9 {
 		t.Errorf("At(its own repeats) = %v, want 5", a)

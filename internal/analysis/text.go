@@ -57,8 +57,11 @@ func FormatDelta(m Metric, v float64) string {
 }
 
 func pct(e Estimate) string {
-	if math.IsNaN(e.Value) {
+	switch {
+	case math.IsNaN(e.Value):
 		return "-"
+	case math.IsNaN(e.Lo) || math.IsNaN(e.Hi):
+		return fmt.Sprintf("%+.1f%% [-, -]", e.Value) // no interval (NoInterval)
 	}
 	return fmt.Sprintf("%+.1f%% [%+.1f, %+.1f]", e.Value, e.Lo, e.Hi)
 }
@@ -180,7 +183,7 @@ func writeRunDetails(w io.Writer, run *results.Run, rep *Report) error {
 		}
 	}
 	if len(rep.Comparisons) > 0 {
-		fmt.Fprintf(w, "\noverhead against %s (%.0f%% bootstrap intervals, %d resamples):\n", rep.Baseline, 100*rep.Options.Confidence, rep.Options.Resamples)
+		fmt.Fprintf(w, "\noverhead against %s (%.0f%% intervals: %s):\n", rep.Baseline, 100*rep.Options.Confidence, IntervalMethods(rep.Comparisons))
 		if err := WriteComparisons(w, rep.Comparisons); err != nil {
 			return err
 		}
@@ -288,7 +291,7 @@ func mib(b float64) string { return fmt.Sprintf("%.1fMiB", b/(1<<20)) }
 // comparisons, 5 repeats)".
 func SensitivityLine(ss []Sensitivity) string {
 	var parts []string
-	n, repeats, unit := 0, 0, ""
+	n, repeats, unit := 0, 0, "repeats"
 	for _, s := range ss {
 		if s.Metric == ErrorRate || s.Metric == Throughput {
 			continue // at a fixed rate these hardly move; the latencies are what a study resolves
@@ -299,10 +302,6 @@ func SensitivityLine(ss []Sensitivity) string {
 	if len(parts) == 0 {
 		return "no latency comparison"
 	}
-	how := fmt.Sprintf("%d repeats", repeats)
-	if unit == "intervals" {
-		how = "too few repeats: intervals within trials resampled, which misses the spread between bring-ups"
-	}
-	return fmt.Sprintf("%s (the smallest difference the comparisons could tell apart: half their interval's width, median over %d comparisons, %s)",
-		strings.Join(parts, ", "), n, how)
+	return fmt.Sprintf("%s (the smallest difference the comparisons could tell apart: half their interval's width, median over %d comparisons, %d %s)",
+		strings.Join(parts, ", "), n, repeats, unit)
 }

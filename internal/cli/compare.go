@@ -25,7 +25,7 @@ func init() {
 			Use:   "compare RUN_A RUN_B",
 			Short: "Compare the same meshes and experiments across two runs (old → new), optionally as a CI gate",
 			Long: "compare pairs every mesh × experiment × step present in both runs and prints the change " +
-				"from RUN_A to RUN_B with bootstrap confidence intervals, the noise floor (from RUN_A) and a " +
+				"from RUN_A to RUN_B with confidence intervals (Welch t over the two runs' repeats), the noise floor (from RUN_A) and a " +
 				"verdict.\n\n" +
 				"--fail-if adds a gate: <metric> <op> <threshold>, metric p50|p90|p99|p99.9|throughput|error_rate, " +
 				"op > >= < <=, threshold a signed number with a unit: % (relative), us|ms|s (latency), rps " +
@@ -50,10 +50,7 @@ func init() {
 					return err
 				}
 				a, b := runs[0], runs[1]
-				if seed == 0 {
-					seed = uint64(a.Seed)
-				}
-				cs, err := analysis.CompareRuns(a, b, meshes, analysis.Options{Seed: seed, Resamples: resamples})
+				cs, err := analysis.CompareRuns(a, b, meshes, analysis.Options{})
 				if err != nil {
 					return err
 				}
@@ -76,7 +73,7 @@ func init() {
 						return err
 					}
 				} else {
-					fmt.Fprintf(out, "run %s (%s) → run %s (%s)\n", a.ID, a.Study, b.ID, b.Study)
+					fmt.Fprintf(out, "run %s (%s) → run %s (%s); 95%% intervals: %s\n", a.ID, a.Study, b.ID, b.Study, analysis.IntervalMethods(cs))
 					if err := analysis.WriteComparisons(out, cs); err != nil {
 						return err
 					}
@@ -103,8 +100,11 @@ func init() {
 		addDBFlag(c, &db)
 		c.Flags().StringArrayVar(&gates, "fail-if", nil, "gate expression, e.g. 'p99 > +10%' or 'security' (repeatable)")
 		c.Flags().StringSliceVar(&meshes, "mesh", nil, "compare only these meshes (repeatable or comma-separated)")
-		c.Flags().IntVar(&resamples, "resamples", 4000, "bootstrap resamples per comparison (2000..100000)")
-		c.Flags().Uint64Var(&seed, "seed", 0, "bootstrap seed (default: RUN_A's seed)")
+		c.Flags().IntVar(&resamples, "resamples", 0, "ignored")
+		c.Flags().Uint64Var(&seed, "seed", 0, "ignored")
+		for _, f := range []string{"resamples", "seed"} {
+			_ = c.Flags().MarkDeprecated(f, "intervals are t intervals over repeats now, which resample nothing")
+		}
 		c.Flags().BoolVar(&asJSON, "json", false, "print comparisons and gate results as JSON")
 		return c
 	})

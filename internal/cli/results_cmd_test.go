@@ -95,7 +95,7 @@ func TestResultsCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, old) || !strings.Contains(out, slower) || !strings.Contains(out, "complete") {
 		t.Fatalf("ls: code %d err %v\n%s", code, err, out)
 	}
-	out, code, err = execResults(t, "show", "last", "--db", db, "--resamples", "2000", "--all")
+	out, code, err = execResults(t, "show", "last", "--db", db, "--all")
 	if code != 0 || !strings.Contains(out, "run "+slower) || !strings.Contains(out, "sidecar") || !strings.Contains(out, "worse") {
 		t.Fatalf("show last: code %d err %v\n%s", code, err, out)
 	}
@@ -138,7 +138,7 @@ func TestResultsCommands(t *testing.T) {
 	}
 
 	// Unchanged run: exit 0. 300 µs slower sidecar: p50 (~580 µs) rises ~50%: exit 3.
-	if out, code, err = execResults(t, "compare", old, same, "--db", db, "--fail-if", "p50 > +10%", "--resamples", "2000"); code != 0 {
+	if out, code, err = execResults(t, "compare", old, same, "--db", db, "--fail-if", "p50 > +10%"); code != 0 {
 		t.Errorf("compare of equal runs: code %d, %v\n%s", code, err, out)
 	}
 	out, code, err = execResults(t, "compare", old, slower, "--db", db, "--mesh", "sidecar", "--fail-if", "p50 > +10%", "--fail-if", "p99 > +50ms")

@@ -94,7 +94,7 @@ var sevenMeshes = []synthMesh{
 // the step between the two meshes of one distribution is not, and the ranking says so.
 func TestAnswerRanksSevenMeshes(t *testing.T) {
 	run := throughStore(t, syntheticRunOf(t, sevenMeshes, false))
-	an := analysis.Analyze(run, analysis.Options{Seed: 42, Resamples: 2000}, nil)
+	an := analysis.Analyze(run, analysis.Options{Seed: 42}, nil)
 	s := Summarize(run, an, Options{})
 	if len(s.Answers) != 1 || s.Answers[0].Label != "fixed 600 rps" || len(s.Answers[0].Rows) != 7 {
 		t.Fatalf("answers = %+v, want one point with seven rows", s.Answers)
@@ -167,7 +167,7 @@ func TestAnswerSaysBrokenSLO(t *testing.T) {
 	// At 600 rps the sidecar's p99 is about 3.9 ms and the mTLS sidecar's about 6.1 ms.
 	slo := analysis.DefaultSLO()
 	slo.P99 = 5 * time.Millisecond
-	an := analysis.Analyze(run, analysis.Options{Seed: 42, Resamples: 2000}, &slo)
+	an := analysis.Analyze(run, analysis.Options{Seed: 42}, &slo)
 	var md bytes.Buffer
 	if err := Render(&md, Markdown, run, an, Options{}); err != nil {
 		t.Fatal(err)
@@ -228,7 +228,7 @@ func TestAnswerFlagsStandBesideTheirNumbers(t *testing.T) {
 		t.Fatalf("flagged %d trials, want 2", saturated)
 	}
 	run = throughStore(t, run)
-	an := analysis.Analyze(run, analysis.Options{Seed: 42, Resamples: 2000}, nil)
+	an := analysis.Analyze(run, analysis.Options{Seed: 42}, nil)
 	// A verdict the answer does not know by name (as an analysis calls a comparison
 	// with a saturated group): beside its number and in the verdict, once.
 	for i := range an.Comparisons {

@@ -190,8 +190,8 @@ func renderMarkdown(w io.Writer, s *Summary) error {
 	if !s.Ended.IsZero() {
 		m.printf(", took %s", s.Ended.Sub(s.Started).Round(time.Second))
 	}
-	m.printf(". Baseline: **%s**. Intervals are %g%% bootstrap intervals (%d resamples); latencies are pooled over repeats by merging histograms.",
-		s.Baseline, 100*s.Confidence, s.Resamples)
+	m.printf(". Baseline: **%s**. %s; latencies are pooled over repeats by merging histograms.",
+		s.Baseline, s.IntervalHeader())
 	if note := s.PairingNote(); note != "" {
 		m.printf(" %s", note)
 	}

@@ -111,7 +111,7 @@ func Write(ctx context.Context, run *results.Run, an *analysis.Report, dir strin
 		an = analysis.Analyze(run, analysis.Options{Seed: uint64(run.Seed)}, nil)
 	}
 	var paths []string
-	// One summary for every format: the answer's rankings cost a bootstrap each.
+	// One summary for every format: the answer's rankings cost a comparison each.
 	s := Summarize(run, an, opts)
 	for _, f := range formats {
 		if err := ctx.Err(); err != nil {

@@ -30,11 +30,11 @@ var (
 	fixtureAn   *analysis.Report
 )
 
-// fixture analyses the synthetic run once; the bootstrap is the slow part.
+// fixture analyses the synthetic run once, for every test that reads it.
 func fixture(t testing.TB) (*results.Run, *analysis.Report) {
 	fixtureOnce.Do(func() {
 		fixtureRun = syntheticRun(t)
-		fixtureAn = analysis.Analyze(fixtureRun, analysis.Options{Seed: 42, Resamples: 1000}, nil)
+		fixtureAn = analysis.Analyze(fixtureRun, analysis.Options{}, nil)
 	})
 	return fixtureRun, fixtureAn
 }
@@ -295,9 +295,9 @@ func TestMarkdownTables(t *testing.T) {
 			t.Errorf("section %q table has no rows", title)
 		}
 	}
-	// The synthetic run's repeats ran interleaved, so the comparisons resampled pairs.
-	if !regexp.MustCompile(`resampled in pairs \(\d+ of \d+ comparisons\)`).Match(buf.Bytes()) {
-		t.Error("the report does not say its repeats were resampled in pairs")
+	// The synthetic run's repeats ran interleaved, so the comparisons were paired.
+	if !regexp.MustCompile(`compared within the block \(\d+ of \d+ comparisons\)`).Match(buf.Bytes()) {
+		t.Error("the report does not say its repeats were compared within their blocks")
 	}
 	// 3 meshes × 8 points pooled; 2 meshes × 8 points × 6 metrics against the baseline.
 	if n := len(tables[titleResults][0]) - 1; n != 24 {
@@ -364,6 +364,29 @@ func TestWriteAllFormats(t *testing.T) {
 	left, _ := filepath.Glob(filepath.Join(dir, ".*"))
 	if len(left) != 0 {
 		t.Errorf("temporary files left behind: %v", left)
+	}
+}
+
+// Every format names the intervals' level and method: the synthetic run has three
+// interleaved repeats of 4 s.
+func TestReportsNameTheIntervalMethod(t *testing.T) {
+	run, an := fixture(t)
+	const want = "95% intervals: paired t on 3 interleaved blocks of 4s"
+	for _, f := range []Format{Markdown, HTML, JSON} {
+		var buf bytes.Buffer
+		if err := Render(&buf, f, run, an, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		text := buf.String()
+		if f == JSON {
+			if !strings.Contains(text, `"interval_line": "95% intervals: paired t on 3 interleaved blocks of 4s"`) {
+				t.Errorf("JSON does not carry the interval method:\n%.600s", text)
+			}
+			continue
+		}
+		if !strings.Contains(text, want) {
+			t.Errorf("%s does not say %q", f, want)
+		}
 	}
 }
 

@@ -56,7 +56,6 @@ type Summary struct {
 	Substrate    string    `json:"substrate,omitempty"`
 	Baseline     string    `json:"baseline"`
 	Confidence   float64   `json:"confidence"`
-	Resamples    int       `json:"resamples"`
 
 	Meshes []MeshInfo `json:"meshes"`
 	// Reproduction opens the report when the run's study reproduces a published one:
@@ -259,13 +258,13 @@ type ComparisonRow struct {
 	NoiseSource   string `json:"noise_source"`
 	Verdict       string `json:"verdict"`
 	Resampled     string `json:"resampled"`
-	// Paired: the repeats were resampled in pairs of one interleaved block.
+	// Paired: the differences were taken within each interleaved block.
 	Paired  bool `json:"paired,omitempty"`
 	Repeats int  `json:"repeats"`
 }
 
-// PairingNote says how many comparisons resampled their repeats in pairs of one
-// interleaved block; empty when none did.
+// PairingNote says how many comparisons took their differences within interleaved
+// blocks; empty when none did.
 func (s *Summary) PairingNote() string {
 	paired := 0
 	for _, c := range s.Comparisons {
@@ -276,8 +275,17 @@ func (s *Summary) PairingNote() string {
 	if paired == 0 {
 		return ""
 	}
-	return fmt.Sprintf("Repeats that ran in one interleaved block are resampled in pairs (%d of %d comparisons), so drift of the machine from block to block is not counted as noise.",
+	return fmt.Sprintf("Repeats that ran in one interleaved block are compared within the block (%d of %d comparisons), so drift of the machine from block to block is not counted as noise.",
 		paired, len(s.Comparisons))
+}
+
+// IntervalHeader is IntervalLine, or the intervals' level alone when the run has no
+// comparison to name a method for.
+func (s *Summary) IntervalHeader() string {
+	if s.IntervalLine == "" {
+		return fmt.Sprintf("%g%% intervals", 100*s.Confidence)
+	}
+	return s.IntervalLine
 }
 
 // SLOInfo is the SLO capacity was judged against.
@@ -470,7 +478,7 @@ func Summarize(run *results.Run, an *analysis.Report, opts Options) *Summary {
 	}
 	s := &Summary{RunID: run.ID, Study: run.Study, Status: string(run.Status), StatusReason: run.StatusReason,
 		Started: run.Started, Ended: run.Ended, Substrate: run.Substrate, Baseline: an.Baseline,
-		Confidence: an.Options.Confidence, Resamples: an.Options.Resamples}
+		Confidence: an.Options.Confidence}
 	for _, m := range run.Meshes {
 		s.Meshes = append(s.Meshes, MeshInfo{Label: m.Label, Profile: m.Profile, Options: m.Options, Baseline: m.Label == an.Baseline})
 	}

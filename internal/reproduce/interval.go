@@ -1,10 +1,7 @@
 package reproduce
 
 import (
-	"fmt"
-	"hash/fnv"
 	"math"
-	"math/rand/v2"
 	"sort"
 	"time"
 
@@ -15,11 +12,11 @@ import (
 
 // The analysis compares percentiles, throughput and error rates; two of the studies
 // published other quantities, mean latency (S2, S5) and the memory of the mesh's
-// components (S4). Those are compared here with the analysis's design: a percentile
-// bootstrap over repeats, resampled in pairs when both meshes ran each repeat in one
-// interleaved block, at the analysis's confidence and number of resamples, seeded
-// from the run, with a verdict that needs the interval to exclude no change and the
-// change to exceed a margin. With fewer than three repeats, mean latency resamples
+// components (S4). Those are compared here with the analysis's method
+// (analysis.RatioInterval): a t interval over repeats on the log ratio, paired when
+// both meshes ran each repeat in one interleaved block, at the analysis's confidence,
+// with a verdict that needs the interval to exclude no change and the change to exceed
+// a margin. With fewer than three repeats, mean latency resamples
 // the trials' one-second intervals instead (as the analysis does); memory needs two.
 
 // memoryMargin is the practical-equivalence margin of the mesh's memory, in %: a
@@ -76,32 +73,8 @@ func (c *builder) compareTrials(m published.Metric, ga, gb *analysis.Group) outc
 	if conf <= 0 || conf >= 1 {
 		conf = 0.95
 	}
-	resamples := max(opts.Resamples, 2000)
-	h := fnv.New64a()
-	fmt.Fprintf(h, "%s|%s|%s|%d|%s|%d", m, ga.Mesh, gb.Mesh, ga.Step, ga.Experiment, gb.Step)
-	rng := rand.New(rand.NewPCG(opts.Seed, h.Sum64()))
 	paired := pairable(ua, ub)
-	ratios := make([]float64, 0, resamples)
-	ia, ib := make([]int, len(ua)), make([]int, len(ub))
-	for range resamples {
-		for i := range ia {
-			ia[i] = rng.IntN(len(ua))
-		}
-		if paired {
-			copy(ib, ia)
-		} else {
-			for i := range ib {
-				ib[i] = rng.IntN(len(ub))
-			}
-		}
-		ra, rb := resampled(ua, ia), resampled(ub, ib)
-		if ra > 0 {
-			ratios = append(ratios, rb/ra)
-		}
-	}
-	sort.Float64s(ratios)
-	alpha := (1 - conf) / 2
-	o.ratio.Lo, o.ratio.Hi = quantile(ratios, alpha), quantile(ratios, 1-alpha)
+	o.ratio.Lo, o.ratio.Hi = analysis.RatioInterval(unitRatios(ua), unitRatios(ub), paired, math.Log(o.vb/o.va), conf)
 	o.verdict = trialVerdict(o.ratio, o.margin)
 	return o
 }
@@ -128,18 +101,6 @@ func ratioOf(us []unitValue) float64 {
 	for _, u := range us {
 		num += u.num
 		den += u.den
-	}
-	if den == 0 {
-		return math.NaN()
-	}
-	return num / den
-}
-
-func resampled(us []unitValue, idx []int) float64 {
-	var num, den float64
-	for _, i := range idx {
-		num += us[i].num
-		den += us[i].den
 	}
 	if den == 0 {
 		return math.NaN()
@@ -270,13 +231,11 @@ func trialResources(t *results.Trial, in func(string) bool) (mem, cores float64)
 	return mem, cores
 }
 
-// quantile of sorted xs by linear interpolation; NaN when empty.
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
+// unitRatios is each unit's own value (its numerator over its denominator).
+func unitRatios(us []unitValue) []float64 {
+	out := make([]float64, len(us))
+	for i, u := range us {
+		out[i] = u.num / u.den
 	}
-	pos := q * float64(len(xs)-1)
-	lo := int(math.Floor(pos))
-	hi := min(lo+1, len(xs)-1)
-	return xs[lo] + (pos-float64(lo))*(xs[hi]-xs[lo])
+	return out
 }

@@ -64,7 +64,7 @@ var aaConfigs = []struct {
 
 // BenchmarkAANoiseFloor reports, from one run, the A/A noise floor on p50 and p99 of
 // two identical baselines for each configuration of aaConfigs (the larger |bound| of
-// the interval of one against the other, %), resampled unpaired and paired, and how
+// the interval of one against the other, %), analysed unpaired and paired, and how
 // many trials had a skewed request mix. It is a measurement of this machine, not a
 // pass/fail test:
 //
@@ -110,7 +110,7 @@ func BenchmarkAANoiseFloor(b *testing.B) {
 			b.Logf("%s (cpu idle %s, balancing %s, %s, %d x %s after %s warm-up): took %s; %s", cfg.name, cfg.cpuIdle, cfg.balancing, cfg.deployments,
 				cfg.repeats, cfg.duration, cfg.warmup, took.Round(time.Second), run.Provenance.Placement["cpu-idle"])
 			b.ReportMetric(took.Seconds(), "run-s-"+cfg.name)
-			// The same trials resampled both ways: independently, and in pairs of one
+			// The same trials analysed both ways: independently, and in pairs of one
 			// interleaved block (analysis.Comparison.Paired).
 			for _, how := range []struct {
 				name     string

@@ -318,6 +318,9 @@ func (r *runner) precisionRound(started time.Time) []study.Trial {
 	for _, tg := range pr.Targets() {
 		x, ok := sens[tg.Metric]
 		switch {
+		case !ok && current < 2:
+			// One repeat has no interval (analysis.NoInterval): a second gives one.
+			short = append(short, fmt.Sprintf("%s has no interval at 1 repeat (target %.3g%%)", tg.Metric, tg.Pct))
 		case !ok:
 			r.progress.note(fmt.Sprintf("precision: no comparison gives %s a sensitivity (is there a baseline at every point?); no repeats added", tg.Metric))
 			return nil

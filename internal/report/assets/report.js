@@ -51,7 +51,8 @@
     body(id).append(t);
     return t;
   }
-  function verdictCell(v) { return el("span", { class: v }, v); }
+  // "inconclusive: too few repeats for an interval" is styled as inconclusive.
+  function verdictCell(v) { return el("span", { class: String(v).split(":")[0] }, v); }
   function chart(id, height) {
     const d = el("div", { class: "chart" });
     if (height) d.style.height = height + "px";
