@@ -77,9 +77,9 @@ var simEffect = math.Log(1.2)
 // Stalls make the tail: in 40 % of seconds a stall of Exp(10 ms) holds up Poisson(6)
 // consecutive requests, the later ones less. With 300 requests a second, a one-second
 // block's p99 is its third-slowest request, so a stall sets it in about a third of
-// the blocks; that brings the simulated p99 floor of 100 paired blocks to the
-// 17–21 % measured (TestSimulationHasTheMeasuredNoise), where exponential service
-// times alone gave 9 %.
+// the blocks; that brings the simulated p99 floor of 100 paired blocks (15.6 %, the
+// median of TestSimulationHasTheMeasuredNoise's runs) near the 16.6–20.9 % measured,
+// where stalls of 3 ms holding up four requests in 30 % of seconds gave 8.6 %.
 const (
 	stallsPerSecond = 0.4
 	stallMean       = 10000.0
