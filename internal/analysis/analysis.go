@@ -6,6 +6,7 @@
 package analysis
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -481,6 +482,17 @@ func trialValues(g *Group) map[Metric][]float64 {
 			ms, qs = append(ms, m), append(qs, p)
 		}
 	}
+	// percentiles reads the histogram once, in ascending order of the quantiles.
+	order := make([]int, len(ms))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(qs[a], qs[b]) })
+	sortedMs, sortedQs := make([]Metric, len(ms)), make([]float64, len(qs))
+	for i, j := range order {
+		sortedMs[i], sortedQs[i] = ms[j], qs[j]
+	}
+	ms, qs = sortedMs, sortedQs
 	out := map[Metric][]float64{}
 	for i, t := range g.Trials {
 		for k, v := range g.latency.percentiles(i, i+1, qs) {

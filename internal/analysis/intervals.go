@@ -161,6 +161,7 @@ func (studentT) change(ref, other *Group, paired bool, opts Options) intervals {
 		}
 		pooled := f(val) - f(base)
 		lo, hi := differenceInterval(contributions(ref, m, logs), contributions(other, m, logs), paired, pooled, p)
+
 		if ownMeasured(ref, m) && ownMeasured(other, m) {
 			l, h := differenceInterval(apply(f, ref.perTrial[m]), apply(f, other.perTrial[m]), paired, math.NaN(), p)
 			lo, hi = min(lo, l), max(hi, h)

@@ -62,12 +62,14 @@ func TestReproductionMarksAgreementAndDisagreement(t *testing.T) {
 		traefik, linkerd, istio float64
 		want                    string
 	}{
-		{"as published", 500, 700, 1000, "agrees"},
+		// Istio at 1.51x Linkerd, the middle of S4's band (1.214-1.897): three repeats
+		// whose trials drift 3 % apiece give the ratio an interval of about ±15 %.
+		{"as published", 500, 700, 1060, "agrees"},
 		{"reversed", 1000, 700, 500, "disagrees"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			run := s4Run(t, c.traefik, c.linkerd, c.istio)
-			an := analysis.Analyze(run, analysis.Options{Seed: 42, Resamples: 2000}, nil)
+			an := analysis.Analyze(run, analysis.Options{Seed: 42}, nil)
 			var md bytes.Buffer
 			if err := Render(&md, Markdown, run, an, Options{}); err != nil {
 				t.Fatal(err)
@@ -116,7 +118,7 @@ func TestReproductionMarksAgreementAndDisagreement(t *testing.T) {
 // the terminal summary opens with the study, and the JSON report has every claim.
 func TestReproductionTerminalAndJSON(t *testing.T) {
 	run := s4Run(t, 1000, 700, 500)
-	an := analysis.Analyze(run, analysis.Options{Seed: 42, Resamples: 2000}, nil)
+	an := analysis.Analyze(run, analysis.Options{Seed: 42}, nil)
 	s := Summarize(run, an, Options{})
 	if s.Reproduction == nil {
 		t.Fatal("no reproduction in the summary of a run whose study declares spec.reproduces")
@@ -174,7 +176,7 @@ func TestNoReproductionWithoutDeclaration(t *testing.T) {
 // section comes first, with the study's tables and the claims, and no error.
 func TestReproductionHTMLInChromium(t *testing.T) {
 	run := s4Run(t, 500, 700, 1000)
-	an := analysis.Analyze(run, analysis.Options{Seed: 42, Resamples: 2000}, nil)
+	an := analysis.Analyze(run, analysis.Options{Seed: 42}, nil)
 	paths, err := Write(context.Background(), run, an, t.TempDir(), Options{}, HTML)
 	if err != nil {
 		t.Fatal(err)

@@ -31,7 +31,7 @@ func TestSaturatedTrialInReport(t *testing.T) {
 	sat.Result.Saturation = &results.Saturation{Saturated: true, InFlightFrom: 4, InFlightTo: 666, IntendedRate: 600, CompletedRate: 420}
 	backed.Result.Flags = append(backed.Result.Flags, results.FlagTargetSaturated, results.FlagBackedOff)
 	backed.Result.Saturation = &results.Saturation{Saturated: true}
-	an := analysis.Analyze(run, analysis.Options{Seed: 42, Resamples: 1000}, nil)
+	an := analysis.Analyze(run, analysis.Options{Seed: 42}, nil)
 
 	s := Summarize(run, an, Options{})
 	for _, v := range s.Verdicts {
