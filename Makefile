@@ -15,8 +15,9 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/meshmark
 
 # setup installs the system packages, Envoy and Go tools that are missing; SETUP_FOR
-# narrows it to what a target needs (run, test, bench).
-SETUP_FOR ?= run,test
+# narrows it to what a target needs (run, test, cluster, bench). The Kubernetes tests
+# run on a local cluster, so test needs cluster's parts too.
+SETUP_FOR ?= run,test,cluster
 setup: build
 	$(BIN) setup --for $(SETUP_FOR)
 
@@ -40,11 +41,11 @@ test: setup lint
 	$(GO) test -p 1 -count=1 -timeout 45m ./...
 	$(BIN) clean
 
-bench: SETUP_FOR = run,test,bench
+bench: SETUP_FOR = run,test,cluster,bench
 bench: setup
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem ./...
 
-bench-load: SETUP_FOR = run,test,bench
+bench-load: SETUP_FOR = run,test,cluster,bench
 bench-load: setup
 	scripts/bench-load.sh
 

@@ -282,25 +282,7 @@ func (c *CA) SignCSR(csrDER []byte, spiffeID string, validity time.Duration) ([]
 // IssueServer signs a TLS server certificate for DNS names and IP addresses, for a
 // control-plane endpoint (Istio's CA serves under the same root it signs with).
 func (c *CA) IssueServer(dnsNames []string, ips []net.IP, validity time.Duration) (*Leaf, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("pki: generate server key: %w", err)
-	}
-	certPEM, notAfter, err := c.sign(&x509.Certificate{
-		Subject:     pkix.Name{Organization: []string{c.TrustDomain}},
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:    dnsNames,
-		IPAddresses: ips,
-	}, &key.PublicKey, validity)
-	if err != nil {
-		return nil, err
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("pki: encode server key: %w", err)
-	}
-	return &Leaf{CertPEM: certPEM, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), NotAfter: notAfter}, nil
+	return c.IssueNamed(pkix.Name{Organization: []string{c.TrustDomain}}, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, dnsNames, ips, validity)
 }
 
 // sign fills serial and validity into tmpl and signs pub with the CA key.
@@ -325,4 +307,29 @@ func (c *CA) sign(tmpl *x509.Certificate, pub any, validity time.Duration) ([]by
 		return nil, time.Time{}, fmt.Errorf("pki: sign: %w", err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), notAfter, nil
+}
+
+// IssueNamed signs a certificate whose identity is its subject, as Kubernetes reads it
+// (common name the user, organizations the groups), for the given uses, names and
+// addresses: the certificates of a cluster's own components.
+func (c *CA) IssueNamed(subject pkix.Name, usages []x509.ExtKeyUsage, dnsNames []string, ips []net.IP, validity time.Duration) (*Leaf, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("pki: generate key: %w", err)
+	}
+	certPEM, notAfter, err := c.sign(&x509.Certificate{
+		Subject:     subject,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: usages,
+		DNSNames:    dnsNames,
+		IPAddresses: ips,
+	}, &key.PublicKey, validity)
+	if err != nil {
+		return nil, err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("pki: encode key: %w", err)
+	}
+	return &Leaf{CertPEM: certPEM, KeyPEM: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), NotAfter: notAfter}, nil
 }

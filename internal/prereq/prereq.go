@@ -31,6 +31,9 @@ const (
 	// IstioModuleVersion is the commit of Istio whose istiod and Helm charts the
 	// Kubernetes substrate's tests run (scripts/build-istiod.sh).
 	IstioModuleVersion = "v0.0.0-20260827124520-eed52ebb66ad"
+	// A local cluster's network (scripts/build-network.sh).
+	CNIPluginsVersion = "v1.9.1"
+	CoreDNSVersion    = "v1.15.0"
 )
 
 // Need says when a prerequisite is required.
@@ -40,6 +43,9 @@ const (
 	NeedRun   Need = "run"   // every study
 	NeedTest  Need = "test"  // make test
 	NeedBench Need = "bench" // make bench-load
+	// NeedCluster is what `meshmark cluster up` runs; make test needs it too, since the
+	// Kubernetes tests run on a local cluster.
+	NeedCluster Need = "cluster"
 )
 
 // Item is one prerequisite.
@@ -204,28 +210,54 @@ func Envoy() (string, error) {
 // tests start their own, on ports of their own, and stop it.
 const stopEtcdService = "(systemctl disable --now etcd >/dev/null 2>&1 || true)"
 
-// buildKube is the command that builds the test cluster's binaries into the tools dir,
-// from the checkout's script; a binary run outside a checkout says where to find it.
-func buildKube(tools string) string {
-	root := sourceRoot()
-	if root == "" {
-		return "echo 'build the Kubernetes test binaries from a meshmark checkout: scripts/build-kube.sh " + KubernetesVersion + " " + KwokVersion + " " + filepath.Join(tools, "bin") + "' >&2; false"
+// stopContainerdService does the same for Debian's containerd: each node of a local
+// cluster runs a containerd of its own.
+const stopContainerdService = "(systemctl disable --now containerd >/dev/null 2>&1 || true)"
+
+// fileIn finds a file that is not on PATH.
+func fileIn(dir, name string) func() (string, error) {
+	return func() (string, error) {
+		p := filepath.Join(dir, name)
+		_, err := os.Stat(p)
+		return p, err
 	}
-	return fmt.Sprintf("%s %s %s %s", filepath.Join(root, "scripts", "build-kube.sh"), KubernetesVersion, KwokVersion, filepath.Join(tools, "bin"))
 }
 
-// buildIstiod is the command that builds istiod and copies Istio's charts for the tests.
-func buildIstiod(tools string) string {
-	root := sourceRoot()
-	args := fmt.Sprintf("%s %s %s", IstioModuleVersion, filepath.Join(tools, "bin"), IstioCharts())
-	if root == "" {
-		return "echo 'build istiod for the Kubernetes tests from a meshmark checkout: scripts/build-istiod.sh " + args + "' >&2; false"
+// CacheDir is where setup keeps what it builds from source, one directory per build
+// named by its versions, outside any checkout: a clean checkout links the builds made
+// for an earlier one instead of spending minutes on them again.
+func CacheDir() string {
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "meshmark", "builds")
 	}
-	return filepath.Join(root, "scripts", "build-istiod.sh") + " " + args
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "meshmark", "builds")
 }
 
-// IstioCharts is where setup puts the Helm charts of the Istio commit the tests run.
+// cachedBuild is the command that runs one of the checkout's build scripts once per
+// key (scripts/cached-build.sh) and links its results into the tools dir; a binary run
+// outside a checkout says where to find the script.
+func cachedBuild(tools, key, script string, args ...string) string {
+	cache := filepath.Join(CacheDir(), key)
+	root := sourceRoot()
+	if root == "" {
+		return "echo 'build this from a meshmark checkout: scripts/cached-build.sh " + cache + " " + tools + " scripts/" + script + " " + strings.Join(args, " ") + "' >&2; false"
+	}
+	cmd := []string{filepath.Join(root, "scripts", "cached-build.sh"), cache, tools, filepath.Join(root, "scripts", script)}
+	return strings.Join(append(cmd, args...), " ")
+}
+
+// IstioCharts is where setup puts the Helm charts of the Istio commit it builds.
 func IstioCharts() string { return filepath.Join(ToolsDir(), "share", "istio-charts") }
+
+// IstioBootstrap is the Envoy bootstrap template of that commit, which pilot-agent
+// fills in for every Istio proxy.
+func IstioBootstrap() string {
+	return filepath.Join(ToolsDir(), "share", "istio-proxy", "envoy_bootstrap.json")
+}
+
+// CNIPlugins is the directory of the CNI plugins a local cluster's nodes use.
+func CNIPlugins() string { return filepath.Join(ToolsDir(), "share", "cni", "bin") }
 
 // Items is the full list, in the order setup installs them.
 func Items() []Item {
@@ -269,17 +301,40 @@ func Items() []Item {
 		{Name: "etcd", Purpose: "the Kubernetes substrate's test cluster", Need: NeedTest,
 			Find: systemBin("etcd"), VersionArgs: []string{"--version"}, Install: apt("etcd-server") + " && " + stopEtcdService},
 	}...)
-	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
-		it := Item{Name: name, Purpose: "the Kubernetes substrate's test cluster", Need: NeedTest,
-			Find: toolBin(name), VersionArgs: []string{"--version"}, Install: buildKube(tools)}
+	kube := cachedBuild(tools, "kubernetes-"+KubernetesVersion+"-kwok-"+KwokVersion, "build-kube.sh", KubernetesVersion, KwokVersion)
+	for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubelet", "kube-proxy"} {
+		it := Item{Name: name, Purpose: "the Kubernetes test clusters", Need: NeedTest,
+			Find: toolBin(name), VersionArgs: []string{"--version"}, Install: kube}
+		if name == "kubelet" || name == "kube-proxy" {
+			it.Purpose, it.Need = "the nodes of a local cluster (meshmark cluster up)", NeedCluster
+		}
 		if name != "kwok" {
 			it.WantVersion = KubernetesVersion
 		}
 		items = append(items, it)
 	}
-	items = append(items, Item{Name: "istiod", Purpose: "Istio's control plane beside the Kubernetes test cluster, with its charts", Need: NeedTest,
-		Find: toolBin("pilot-discovery"), VersionArgs: []string{"version", "--short"}, WantVersion: IstioModuleVersion,
-		Install: buildIstiod(tools)})
+	network := cachedBuild(tools, "network-cni-"+CNIPluginsVersion+"-coredns-"+CoreDNSVersion, "build-network.sh", CNIPluginsVersion, CoreDNSVersion)
+	items = append(items,
+		Item{Name: "containerd", Purpose: "the container runtime of a local cluster's nodes (with runc and ctr)", Need: NeedCluster,
+			Find: systemBin("containerd"), VersionArgs: []string{"--version"}, Install: apt("containerd runc") + " && " + stopContainerdService},
+		Item{Name: "runc", Purpose: "the container runtime of a local cluster's nodes", Need: NeedCluster,
+			Find: systemBin("runc"), VersionArgs: []string{"--version"}, Install: apt("containerd runc") + " && " + stopContainerdService},
+		Item{Name: "nft", Purpose: "kube-proxy's nftables mode in a local cluster", Need: NeedCluster,
+			Find: systemBin("nft"), VersionArgs: []string{"--version"}, Install: apt("nftables")},
+		Item{Name: "coredns", Purpose: "cluster DNS of a local cluster (with the CNI plugins its nodes use)", Need: NeedCluster,
+			Find: toolBin("coredns"), VersionArgs: []string{"-version"}, WantVersion: strings.TrimPrefix(CoreDNSVersion, "v"), Install: network},
+		Item{Name: "cni-plugins", Purpose: "the bridge network of a local cluster's nodes", Need: NeedCluster,
+			Find: fileIn(CNIPlugins(), "bridge"), VersionArgs: []string{"version"}, WantVersion: CNIPluginsVersion, Install: network},
+	)
+	istio := cachedBuild(tools, "istio-"+IstioModuleVersion, "build-istio.sh", IstioModuleVersion)
+	for _, name := range []string{"pilot-discovery", "pilot-agent", "install-cni", "istio-cni"} {
+		it := Item{Name: name, Purpose: "Istio on the Kubernetes test clusters (images of a local cluster), with its charts", Need: NeedTest,
+			Find: toolBin(name), Install: istio}
+		if name == "pilot-discovery" || name == "pilot-agent" {
+			it.VersionArgs, it.WantVersion = []string{"version", "--short"}, IstioModuleVersion
+		}
+		items = append(items, it)
+	}
 	return append(items, []Item{
 		{Name: "wrk", Purpose: "side-by-side load-engine benchmark", Need: NeedBench,
 			Find: systemBin("wrk"), VersionArgs: []string{"-v"}, Install: apt("wrk")},
@@ -407,3 +462,6 @@ func Setup(ctx context.Context, w io.Writer, needs ...Need) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Tool finds a binary meshmark installs or expects: the tools dir's bin, then PATH.
+func Tool(name string) (string, error) { return toolBin(name)() }
