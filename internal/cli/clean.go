@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/meshmark/meshmark/internal/localcluster"
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/testbed"
@@ -20,10 +21,11 @@ func init() {
 		var k8s kubeFlags
 		c := &cobra.Command{
 			Use:   "clean [run-id...]",
-			Short: "Remove what killed runs left behind: processes, network namespaces, /etc/netns entries, run directories",
+			Short: "Remove what killed runs left behind: processes, network namespaces, /etc/netns entries, run directories, local clusters",
 			Long: "clean removes the objects of local testbeds whose owner process is dead " +
 				"(namespaces mm-<id>-*, /etc/netns/mm-<id>-*, " + testbed.RunRoot + "/<id>) and the " +
-				"processes still running in them, and marks stored results runs whose owner died as " +
+				"processes still running in them, local clusters (meshmark cluster up) whose bring-up or test " +
+				"died, and marks stored results runs whose owner died as " +
 				"incomplete. Runs whose owner lives are left alone unless --all. " +
 				"Nothing without the meshmark prefix is touched.",
 			RunE: func(cmd *cobra.Command, args []string) error {
@@ -60,11 +62,22 @@ func init() {
 						fmt.Fprintf(out, "  removed %s\n", run.RunDir)
 					}
 				}
+				clusters, cerr := localcluster.Clean(cmd.Context(), opts.All, cmd.ErrOrStderr())
+				removedCluster := false
+				for _, c := range clusters {
+					if c.Removed {
+						removedCluster = true
+						fmt.Fprintf(out, "local cluster %s: removed (%s)\n", c.Name, c.Why)
+					} else {
+						fmt.Fprintf(out, "local cluster %s: kept (%s)\n", c.Name, c.Why)
+					}
+				}
+				err = errors.Join(err, cerr)
 				marked, serr := markAbandoned(cmd, db)
 				for _, id := range marked {
 					fmt.Fprintf(out, "results run %s: owner is gone, marked incomplete\n", id)
 				}
-				if !report.Removed() && len(marked) == 0 && err == nil && serr == nil {
+				if !report.Removed() && !removedCluster && len(marked) == 0 && err == nil && serr == nil {
 					fmt.Fprintln(out, "nothing to clean")
 				}
 				return errors.Join(err, serr)
