@@ -10,6 +10,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/meshmark/meshmark/internal/image"
 	"github.com/meshmark/meshmark/internal/localcluster"
+	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/spf13/cobra"
 )
 
@@ -28,7 +29,7 @@ the Kubernetes examples run against it with context: ` + localcluster.DefaultNam
 cluster down removes everything it made. Both need root; ` + "`meshmark setup --for cluster`" + `
 installs or builds the parts.`,
 		}
-		c.AddCommand(newClusterUp(), newClusterDown(), newClusterList())
+		c.AddCommand(newClusterUp(), newClusterDown(), newClusterList(), newClusterLoad())
 		return c
 	})
 }
@@ -87,6 +88,29 @@ func newClusterDown() *cobra.Command {
 	return c
 }
 
+func newClusterLoad() *cobra.Command {
+	var name string
+	c := &cobra.Command{
+		Use:   "load",
+		Short: "Load this meshmark's image and the meshes' images into a running local cluster again (after a rebuild)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			images, err := clusterImages()
+			if err != nil {
+				return err
+			}
+			start := time.Now()
+			if err := localcluster.LoadImages(cmd.Context(), name, images); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "loaded %d images into cluster %s in %s\n", len(images), name, time.Since(start).Round(100*time.Millisecond))
+			return nil
+		},
+	}
+	c.Flags().StringVar(&name, "name", localcluster.DefaultName, "the cluster's name")
+	return c
+}
+
 func newClusterList() *cobra.Command {
 	return &cobra.Command{
 		Use:   "ls",
@@ -136,7 +160,7 @@ func podBinary() (string, error) {
 }
 
 // clusterImages are the images a local cluster gets besides its own: meshmark's, under
-// the name the Kubernetes examples use and under this version's.
+// the name the Kubernetes examples use and under this version's, and every mesh's.
 func clusterImages() ([]localcluster.Image, error) {
 	bin, err := podBinary()
 	if err != nil {
@@ -152,5 +176,9 @@ func clusterImages() ([]localcluster.Image, error) {
 			return image.Build(image.Options{Binary: bin, Version: Version})
 		}})
 	}
-	return out, nil
+	meshes, err := mesh.LocalImages()
+	if err != nil {
+		return nil, err
+	}
+	return append(out, meshes...), nil
 }

@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -30,7 +31,8 @@ type File struct {
 	Source string
 	Data   []byte
 	Link   string
-	Mode   int64 // 0 means the source's mode, or 0644 for Data
+	Dir    bool  // an empty directory (such as /tmp)
+	Mode   int64 // 0 means the source's mode, or 0644 for Data (0755 for a directory)
 }
 
 // Config is what an image made from files runs.
@@ -39,6 +41,7 @@ type Config struct {
 	Cmd        []string
 	Env        []string
 	WorkingDir string
+	User       string // uid[:gid]; empty is root
 	Labels     map[string]string
 }
 
@@ -66,8 +69,11 @@ func FromFiles(files []File, cfg Config) (v1.Image, error) {
 	cf.Created = v1.Time{Time: epoch}
 	cf.OS, cf.Architecture = "linux", arch
 	cf.Config.Entrypoint, cf.Config.Cmd = cfg.Entrypoint, cfg.Cmd
-	cf.Config.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, cfg.Env...)
-	cf.Config.WorkingDir = cfg.WorkingDir
+	cf.Config.Env = cfg.Env
+	if !slices.ContainsFunc(cfg.Env, func(e string) bool { return strings.HasPrefix(e, "PATH=") }) {
+		cf.Config.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, cfg.Env...)
+	}
+	cf.Config.WorkingDir, cf.Config.User = cfg.WorkingDir, cfg.User
 	cf.Config.Labels = map[string]string{"org.opencontainers.image.source": Source}
 	for k, v := range cfg.Labels {
 		cf.Config.Labels[k] = v
@@ -102,6 +108,17 @@ func filesLayer(files []File) (v1.Layer, string, error) {
 			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: parents[i] + "/", Mode: 0o755, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
 				return nil, "", err
 			}
+		}
+		if f.Dir {
+			mode := f.Mode
+			if mode == 0 {
+				mode = 0o755
+			}
+			dirs[name] = true
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: mode, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+				return nil, "", err
+			}
+			continue
 		}
 		if f.Link != "" {
 			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: f.Link, Mode: 0o777, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
@@ -167,9 +184,11 @@ func SharedLibraries(executable string) ([]File, error) {
 			}
 		}
 	}
+	shared := f.Type == elf.ET_DYN && interp == ""
+	libs, _ := f.ImportedLibraries()
 	f.Close()
-	if interp == "" {
-		return nil, nil
+	if interp == "" && !(shared && len(libs) > 0) {
+		return nil, nil // static
 	}
 	out, err := exec.Command("ldd", executable).Output()
 	if err != nil {
@@ -197,5 +216,72 @@ func SharedLibraries(executable string) ([]File, error) {
 			}
 		}
 	}
+	if interp == "" {
+		return files, nil // a library: its loader comes with the executable that loads it
+	}
 	return files, add(interp)
+}
+
+// Named is an image under the name pods ask for it by, built when it is needed.
+type Named struct {
+	Name string // e.g. docker.io/istio/pilot:1.31.1
+	// Aliases are more names of the same image (a chart's variants of a tag).
+	Aliases []string
+	Build   func() (v1.Image, error)
+}
+
+// xtablesModules is where Debian keeps iptables' extensions, which it loads by name at
+// run time, so that ldd does not list them.
+const xtablesModules = "/usr/lib/x86_64-linux-gnu/xtables"
+
+// HostIptables are the host's iptables tools for an image whose programs program a
+// pod's netfilter rules (Istio's istio-init and istio-cni): the nft and legacy
+// multi-call binaries under every name those programs call them by, iptables'
+// extensions, and the libraries of both. The kernel is the host's, so its tools fit it.
+func HostIptables() ([]File, error) {
+	var files []File
+	seen := map[string]bool{}
+	addWithLibs := func(path string) error {
+		if seen[path] {
+			return nil
+		}
+		seen[path] = true
+		files = append(files, File{Path: path, Source: path, Mode: 0o755})
+		libs, err := SharedLibraries(path)
+		if err != nil {
+			return err
+		}
+		for _, l := range libs {
+			if !seen[l.Path] {
+				seen[l.Path] = true
+				files = append(files, l)
+			}
+		}
+		return nil
+	}
+	multi := map[string]string{"xtables-nft-multi": "nft", "xtables-legacy-multi": "legacy"}
+	for bin, kind := range multi {
+		if err := addWithLibs("/usr/sbin/" + bin); err != nil {
+			return nil, fmt.Errorf("iptables tools (Debian's iptables package): %w", err)
+		}
+		for _, fam := range []string{"iptables", "ip6tables"} {
+			for _, suffix := range []string{"", "-save", "-restore"} {
+				files = append(files, File{Path: "/usr/sbin/" + fam + "-" + kind + suffix, Link: bin})
+				// The plain names are the nft ones, as Debian's alternatives make them.
+				if kind == "nft" {
+					files = append(files, File{Path: "/usr/sbin/" + fam + suffix, Link: bin})
+				}
+			}
+		}
+	}
+	mods, err := filepath.Glob(filepath.Join(xtablesModules, "*.so"))
+	if err != nil || len(mods) == 0 {
+		return nil, fmt.Errorf("iptables extensions: none in %s", xtablesModules)
+	}
+	for _, m := range mods {
+		if err := addWithLibs(m); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
 }

@@ -64,6 +64,7 @@ func Clean(ctx context.Context, all bool, progress io.Writer) ([]Cleaned, error)
 	entries, _ := os.ReadDir("/run/netns")
 	for _, e := range entries {
 		name, ok := strings.CutPrefix(e.Name(), NetNSPrefix)
+		name, _, _ = strings.Cut(name, ".node")
 		if !ok || seen[name] || !namePattern.MatchString(name) {
 			continue
 		}

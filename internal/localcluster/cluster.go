@@ -119,8 +119,8 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	for i := 0; i < opts.Nodes; i++ {
-		b.st.Nodes = append(b.st.Nodes, Node{Name: nodeName(opts.Name, i), Address: nodeAddress(i).String(),
-			PodCIDR: nodePodCIDR(i).String(), Bridge: bridgeName(i)})
+		b.st.Nodes = append(b.st.Nodes, Node{Name: nodeName(opts.Name, i), NetNS: NodeNetNS(opts.Name, i),
+			Address: nodeAddress(i).String(), PodCIDR: nodePodCIDR(i).String(), Bridge: bridgeName(i)})
 	}
 	if err := os.MkdirAll(filepath.Join(b.dir, "logs"), 0o700); err != nil {
 		return nil, err
@@ -142,10 +142,10 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 		do   func(context.Context) error
 	}{
 		{"cgroups", b.makeCgroups},
-		{"network namespace " + NetNS(opts.Name), func(ctx context.Context) error { return makeNetwork(ctx, b.st) }},
+		{"network namespaces " + NetNS(opts.Name) + "{,.node0…}", func(ctx context.Context) error { return makeNetwork(ctx, b.st) }},
 		{"certificates", b.makePKI},
 		{"etcd and the API server", b.startAPIServer},
-		{"controller manager, scheduler, kube-proxy", b.startControllers},
+		{"controller manager, scheduler", b.startControllers},
 		{"nodes", b.startNodes},
 		{"images", b.loadImages},
 		{"nodes ready", b.waitNodesReady},
@@ -229,21 +229,27 @@ type daemon struct {
 	name string
 	argv []string
 	env  []string
-	// cgroup is below the cluster's; mountOf, when set, is a process whose mount
-	// namespace the daemon joins (a node's containerd).
-	cgroup  string
-	mountOf int
+	// netns is the node's namespace the daemon runs in (node 0's when empty); cgroup
+	// is below the cluster's; nodeOf, when set, is a node's first process, whose
+	// network, mount and PID namespaces the daemon joins (a kubelet).
+	netns  string
+	cgroup string
+	nodeOf int
 	// extra are files the daemon inherits from descriptor 3 on.
 	extra []*os.File
 }
 
-// start starts a daemon inside the cluster's network namespace, in its own session (a
+// start starts a daemon inside a node's network namespace, in its own session (a
 // Ctrl-C of `cluster up` must not reach it) and born into the cluster's cgroup, where
 // down and clean find it whatever becomes of its parent.
 func (b *bringup) start(d daemon) (int, error) {
-	args := []string{"--net=" + netnsPath(NetNS(b.st.Name))}
-	if d.mountOf != 0 {
-		args = append(args, fmt.Sprintf("--mount=/proc/%d/ns/mnt", d.mountOf))
+	ns := d.netns
+	if ns == "" {
+		ns = b.st.Nodes[0].NetNS
+	}
+	args := []string{"--net=" + netnsPath(ns)}
+	if d.nodeOf != 0 {
+		args = []string{fmt.Sprintf("--target=%d", d.nodeOf), "--net", "--mount", "--pid"}
 	}
 	nsenter, err := exec.LookPath("nsenter")
 	if err != nil {
@@ -422,23 +428,16 @@ func (b *bringup) startControllers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := b.start(daemon{name: "kube-scheduler", cgroup: "control-plane", argv: []string{sched,
+	_, err = b.start(daemon{name: "kube-scheduler", cgroup: "control-plane", argv: []string{sched,
 		"--kubeconfig", kc("scheduler"), "--leader-elect=false",
-		"--bind-address", "127.0.0.1", "--secure-port", "10259"}}); err != nil {
-		return err
-	}
-	proxy, err := lookPath("kube-proxy")
-	if err != nil {
-		return err
-	}
-	cfg := filepath.Join(b.dir, "kube-proxy.yaml")
-	if err := os.WriteFile(cfg, []byte(kubeProxyConfig(kc("kube-proxy"), b.st.Nodes[0].Name)), 0o600); err != nil {
-		return err
-	}
-	_, err = b.start(daemon{name: "kube-proxy", cgroup: "control-plane", argv: []string{proxy, "--config", cfg}})
+		"--bind-address", "127.0.0.1", "--secure-port", "10259"}})
 	return err
 }
 
+// startNodes starts each node: its first process (nodeRole), which prepares the
+// node's mount namespace and runs its containerd; its kubelet, in the node's network,
+// mount and PID namespaces; and its kube-proxy, in its network namespace, as every
+// node of a cluster runs one.
 func (b *bringup) startNodes(ctx context.Context) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -452,20 +451,32 @@ func (b *bringup) startNodes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	proxy, err := lookPath("kube-proxy")
+	if err != nil {
+		return err
+	}
 	for _, n := range b.st.Nodes {
 		nodeDir := filepath.Join(b.dir, "nodes", n.Name)
 		cgroupRoot := filepath.Join(b.st.Cgroup, n.Name)
 		if err := writeNodeFiles(n, nodeDir, cgroupRoot, b.pki.caCert); err != nil {
 			return err
 		}
-		name := n.Name + "-containerd"
-		pid, err := b.start(daemon{name: name, cgroup: n.Name + "-daemons",
-			argv: []string{unshare, "--mount", "--propagation", "private", self},
+		name := n.Name + "-node"
+		// unshare forks the node's first process into the new PID namespace, with a
+		// /proc of its own, and kills it should unshare itself be killed.
+		pid, err := b.start(daemon{name: name, netns: n.NetNS, cgroup: n.Name + "-daemons",
+			argv: []string{unshare, "--mount", "--pid", "--fork", "--mount-proc", "--kill-child", "--propagation", "private", self},
 			env:  []string{roleEnv + "=" + roleNode, clusterDirEnv + "=" + b.dir, nodeDirEnv + "=" + nodeDir}})
 		if err != nil {
 			return err
 		}
-		if err := b.waitFor(ctx, name, []string{name}, func() error {
+		var first int
+		if err := b.waitFor(ctx, name+"'s containerd", []string{name}, func() error {
+			if first == 0 {
+				if first, err = firstChild(pid); err != nil {
+					return err
+				}
+			}
 			c, err := net.Dial("unix", containerdSocket(nodeDir))
 			if err == nil {
 				c.Close()
@@ -474,15 +485,36 @@ func (b *bringup) startNodes(ctx context.Context) error {
 		}); err != nil {
 			return err
 		}
-		if _, err := b.start(daemon{name: n.Name + "-kubelet", cgroup: n.Name + "-daemons", mountOf: pid, argv: []string{kubelet,
+		if _, err := b.start(daemon{name: n.Name + "-kubelet", cgroup: n.Name + "-daemons", nodeOf: first, argv: []string{kubelet,
 			"--config", filepath.Join(nodeDir, "kubelet.yaml"),
 			"--kubeconfig", filepath.Join(b.dir, "kubeconfigs", n.Name+".conf"),
 			"--hostname-override", n.Name, "--node-ip", n.Address,
-			"--node-labels", "meshmark.dev/cluster=" + b.st.Name}}); err != nil {
+			"--node-labels", NodeLabel + "=" + b.st.Name}}); err != nil {
+			return err
+		}
+		cfg := filepath.Join(nodeDir, "kube-proxy.yaml")
+		if err := os.WriteFile(cfg, []byte(kubeProxyConfig(filepath.Join(b.dir, "kubeconfigs", "kube-proxy.conf"), n)), 0o600); err != nil {
+			return err
+		}
+		if _, err := b.start(daemon{name: n.Name + "-kube-proxy", netns: n.NetNS, cgroup: n.Name + "-daemons",
+			argv: []string{proxy, "--config", cfg}}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// firstChild is the child unshare forked: the node's first process.
+func firstChild(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("unshare (pid %d) has not forked yet", pid)
+	}
+	return strconv.Atoi(f[0])
 }
 
 func (b *bringup) client() (kubernetes.Interface, error) {

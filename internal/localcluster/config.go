@@ -102,18 +102,18 @@ serializeImagePulls: false
 		DNSAddress.String(), filepath.Join(nodeDir, "resolv.conf"))
 }
 
-// kubeProxyConfig is the cluster's one kube-proxy: nftables mode, which keeps to its own
-// tables of the cluster's namespace, and no conntrack tuning, which would write the
+// kubeProxyConfig is a node's kube-proxy: nftables mode, which keeps to its own
+// tables of the node's namespace, and no conntrack tuning, which would write the
 // host's sysctls.
-func kubeProxyConfig(kubeconfig, hostname string) string {
+func kubeProxyConfig(kubeconfig string, n Node) string {
 	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: nftables
 clientConnection: {kubeconfig: %q}
 hostnameOverride: %s
-bindAddress: 127.0.0.1
+bindAddress: %s
 metricsBindAddress: 127.0.0.1:10249
-healthzBindAddress: 127.0.0.1:10256
+healthzBindAddress: %s:10256
 clusterCIDR: %s
 detectLocalMode: ClusterCIDR
 nodePortAddresses: [%s/32]
@@ -122,7 +122,7 @@ conntrack:
   min: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, kubeconfig, hostname, podPrefix, nodeAddress(0))
+`, kubeconfig, n.Name, n.Address, n.Address, podPrefix, n.Address)
 }
 
 // resolvConf is what pods with dnsPolicy Default and CoreDNS's forwarding see: the

@@ -44,15 +44,12 @@ func listOrNone() string {
 }
 
 // leftovers says whether a cluster without a state file left a namespace behind.
-func leftovers(name string) bool {
-	_, err := os.Stat(netnsPath(NetNS(name)))
-	return err == nil
-}
+func leftovers(name string) bool { return len(netnsOf(name)) > 0 }
 
 // stopOrder is the order in which down stops daemons, kubelets first so that they do
 // not restart what is being stopped; whatever is left then is killed through the
 // cgroup.
-var stopOrder = []string{"-kubelet", "-containerd", "kube-proxy", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd", "api-forwarder"}
+var stopOrder = []string{"-kubelet", "-kube-proxy", "-node", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd", "api-forwarder"}
 
 // teardown removes what up made, as far as it got; every step runs even when an
 // earlier one failed, and the errors are joined.
@@ -86,7 +83,7 @@ func teardown(ctx context.Context, st *State, progress io.Writer) error {
 	if err := killCgroup(st.Cgroup, 15*time.Second); err != nil {
 		errs = append(errs, err)
 	}
-	say("removing network namespace %s", NetNS(st.Name))
+	say("removing network namespaces %s", strings.Join(netnsOf(st.Name), ", "))
 	if err := removeNetwork(ctx, st.Name); err != nil {
 		errs = append(errs, err)
 	}

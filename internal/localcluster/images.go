@@ -9,16 +9,14 @@ import (
 	"regexp"
 	"strings"
 
+	gcrname "github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/meshmark/meshmark/internal/image"
 	"github.com/meshmark/meshmark/internal/prereq"
 )
 
 // Image is an image to load into every node, under the name pods ask for.
-type Image struct {
-	Name  string // e.g. docker.io/istio/pilot:1.31.1
-	Build func() (v1.Image, error)
-}
+type Image = image.Named
 
 // CoreDNSImage is the name cluster DNS runs under.
 const CoreDNSImage = "registry.k8s.io/coredns/coredns:" + prereq.CoreDNSVersion
@@ -98,6 +96,11 @@ func loadImages(ctx context.Context, dir string, nodes []Node, images []Image, p
 			if err := run(ctx, ctr, "--address", sock, "-n", "k8s.io", "images", "import", archive); err != nil {
 				return fmt.Errorf("image %s into %s: %w", im.Name, n.Name, err)
 			}
+			for _, alias := range im.Aliases {
+				if err := run(ctx, ctr, "--address", sock, "-n", "k8s.io", "images", "tag", "--force", normalized(im.Name), normalized(alias)); err != nil {
+					return fmt.Errorf("image %s as %s in %s: %w", im.Name, alias, n.Name, err)
+				}
+			}
 		}
 		progress("  %s (%.1f MiB)", im.Name, float64(imageSize(img))/(1<<20))
 		os.Remove(archive)
@@ -115,4 +118,18 @@ func imageSize(img v1.Image) int64 {
 		}
 	}
 	return n
+}
+
+// normalized is an image name as containerd stores it: with its registry, Docker Hub's
+// as docker.io, and its library/ path there.
+func normalized(name string) string {
+	ref, err := gcrname.NewTag(name)
+	if err != nil {
+		return name
+	}
+	registry := ref.RegistryStr()
+	if registry == gcrname.DefaultRegistry {
+		registry = "docker.io"
+	}
+	return registry + "/" + ref.RepositoryStr() + ":" + ref.TagStr()
 }

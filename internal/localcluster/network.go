@@ -11,11 +11,19 @@ import (
 	"strings"
 )
 
-// nodesLink is the interface inside the cluster's namespace that holds the nodes'
-// addresses: one end of a veth pair whose other end is in the namespace too (the
-// kernel here has no dummy interfaces). Nothing leaves through it: the default route
-// points at it only because the kubelet and kube-proxy want a default interface.
-const nodesLink = "mmk-nodes"
+// Each node is a network namespace of its own (NodeNetNS), as each node of a real
+// cluster is a host of its own: its address on eth0, its pods' bridge, its kube-proxy's
+// rules, its istio-cni's or Cilium's host-side rules. The nodes' eth0s hang off one
+// bridge in the cluster's fabric namespace (NetNS), the wire between the nodes, where
+// traffic between two nodes can be seen. Node 0 also runs the control plane.
+
+// fabricBridge joins the nodes in the fabric namespace.
+const fabricBridge = "mmk-fabric"
+
+// NodeNetNS is the network namespace of node i of the named cluster.
+func NodeNetNS(cluster string, i int) string {
+	return fmt.Sprintf("%s%s.node%d", NetNSPrefix, cluster, i)
+}
 
 // netnsPath is where iproute2 pins a named network namespace.
 func netnsPath(ns string) string { return filepath.Join("/run/netns", ns) }
@@ -29,37 +37,53 @@ func run(ctx context.Context, argv ...string) error {
 	return nil
 }
 
-// inNetNS is argv run inside the cluster's network namespace by nsenter, which, unlike
-// `ip netns exec`, leaves /sys alone (containerd and the kubelet read cgroups there).
+// inNetNS is argv run inside a network namespace by nsenter, which, unlike `ip netns
+// exec`, leaves /sys alone (containerd and the kubelet read cgroups there).
 func inNetNS(ns string, argv ...string) []string {
 	return append([]string{"nsenter", "--net=" + netnsPath(ns), "--"}, argv...)
 }
 
-// makeNetwork creates the cluster's network namespace with the nodes' addresses. Each
-// node's bridge is made later by the bridge CNI plugin, inside this namespace.
+// makeNetwork creates the fabric and every node's namespace, the veths between them,
+// the nodes' addresses and the routes to each other's pods. Each node's pod bridge is
+// made later by the bridge CNI plugin, inside its namespace.
 func makeNetwork(ctx context.Context, st *State) error {
-	ns := NetNS(st.Name)
-	if _, err := os.Stat(netnsPath(ns)); err == nil {
-		return fmt.Errorf("network namespace %s already exists: a cluster named %s is up or was left behind (meshmark cluster down --name %s, or meshmark clean)", ns, st.Name, st.Name)
+	fabric := NetNS(st.Name)
+	for _, ns := range clusterNetNS(st.Name, len(st.Nodes)) {
+		if _, err := os.Stat(netnsPath(ns)); err == nil {
+			return fmt.Errorf("network namespace %s already exists: a cluster named %s is up or was left behind (meshmark cluster down --name %s, or meshmark clean)", ns, st.Name, st.Name)
+		}
 	}
 	steps := [][]string{
-		{"ip", "netns", "add", ns},
-		{"ip", "-n", ns, "link", "set", "lo", "up"},
-		{"ip", "-n", ns, "link", "add", nodesLink, "type", "veth", "peer", "name", nodesLink + "-end"},
-		{"ip", "-n", ns, "link", "set", nodesLink + "-end", "up"},
-		{"ip", "-n", ns, "link", "set", nodesLink, "up"},
+		{"ip", "netns", "add", fabric},
+		{"ip", "-n", fabric, "link", "set", "lo", "up"},
+		{"ip", "-n", fabric, "link", "add", fabricBridge, "type", "bridge"},
+		{"ip", "-n", fabric, "link", "set", fabricBridge, "up"},
 	}
-	for _, n := range st.Nodes {
-		steps = append(steps, []string{"ip", "-n", ns, "addr", "add", n.Address + "/" + fmt.Sprint(nodePrefix.Bits()), "dev", nodesLink})
+	for i, n := range st.Nodes {
+		port := fmt.Sprintf("node%d", i)
+		steps = append(steps,
+			[]string{"ip", "netns", "add", n.NetNS},
+			[]string{"ip", "-n", n.NetNS, "link", "set", "lo", "up"},
+			[]string{"ip", "-n", fabric, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", n.NetNS},
+			[]string{"ip", "-n", fabric, "link", "set", port, "master", fabricBridge},
+			[]string{"ip", "-n", fabric, "link", "set", port, "up"},
+			[]string{"ip", "-n", n.NetNS, "addr", "add", n.Address + "/" + fmt.Sprint(nodePrefix.Bits()), "dev", "eth0"},
+			[]string{"ip", "-n", n.NetNS, "link", "set", "eth0", "up"},
+			// Nothing leaves the cluster; the kubelet and kube-proxy want a default
+			// interface all the same.
+			[]string{"ip", "-n", n.NetNS, "route", "add", "default", "dev", "eth0"},
+			// The node routes its pods' traffic, and traffic bridged between two
+			// pods of the node must pass kube-proxy's rules too, or a reply to a
+			// pod that called a Service's address comes back from the wrong one.
+			// Both settings are the node's namespace's own.
+			inNetNS(n.NetNS, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1"),
+		)
+		for j, other := range st.Nodes {
+			if j != i {
+				steps = append(steps, []string{"ip", "-n", n.NetNS, "route", "add", other.PodCIDR, "via", other.Address, "dev", "eth0"})
+			}
+		}
 	}
-	steps = append(steps,
-		[]string{"ip", "-n", ns, "route", "add", "default", "dev", nodesLink},
-		// Pods reach services on other nodes' bridges and the API server through this
-		// namespace's routing; bridged traffic between two pods of one node must pass
-		// kube-proxy's rules too, or a reply to a pod that called a Service's address
-		// comes back from the wrong address. Both settings belong to this namespace.
-		inNetNS(ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1"),
-	)
 	for _, s := range steps {
 		if err := run(ctx, s...); err != nil {
 			return err
@@ -68,12 +92,36 @@ func makeNetwork(ctx context.Context, st *State) error {
 	return nil
 }
 
-// removeNetwork deletes the cluster's namespace; the bridges, veths and netfilter
-// tables inside go with it.
-func removeNetwork(ctx context.Context, name string) error {
-	ns := NetNS(name)
-	if _, err := os.Stat(netnsPath(ns)); errors.Is(err, os.ErrNotExist) {
-		return nil
+// clusterNetNS are the names of a cluster's namespaces: its fabric and its nodes'.
+func clusterNetNS(name string, nodes int) []string {
+	out := []string{NetNS(name)}
+	for i := range nodes {
+		out = append(out, NodeNetNS(name, i))
 	}
-	return run(ctx, "ip", "netns", "del", ns)
+	return out
+}
+
+// netnsOf finds the namespaces a cluster left under /run/netns, whatever its number
+// of nodes.
+func netnsOf(name string) []string {
+	entries, _ := os.ReadDir("/run/netns")
+	var out []string
+	for _, e := range entries {
+		if e.Name() == NetNS(name) || strings.HasPrefix(e.Name(), NetNS(name)+".node") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// removeNetwork deletes the cluster's namespaces; the bridges, veths and netfilter
+// tables inside go with them.
+func removeNetwork(ctx context.Context, name string) error {
+	var errs []error
+	for _, ns := range netnsOf(name) {
+		if err := run(ctx, "ip", "netns", "del", ns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -63,11 +65,12 @@ var kernelTunables = map[string]string{
 	"kernel/keys/root_maxbytes": "25000000",
 }
 
-// nodeRole runs in a new private mount namespace (started by `unshare --mount
-// --propagation private`) inside the cluster's network namespace. It gives the node its
-// own /run, /var/lib, /var/log, /opt and an overlay /etc, then becomes containerd; the
-// kubelet joins this mount namespace later. When containerd, the kubelet and the shims
-// are gone, the kernel drops the namespace and every mount in it.
+// nodeRole is the first process of a node's PID namespace (started by `unshare --mount
+// --pid --fork --mount-proc --propagation private` in the node's network namespace),
+// with a private mount namespace and a /proc of its own. It gives the node its own
+// /run, /var/lib, /var/log, /opt and an overlay /etc, then runs containerd as the
+// node's init (initNode); the kubelet joins these namespaces later. When the node's
+// processes are gone, the kernel drops the namespaces and every mount in them.
 func nodeRole(clusterDir, nodeDir string) error {
 	if clusterDir == "" || nodeDir == "" {
 		return errors.New("cluster and node directories not given")
@@ -106,6 +109,11 @@ func nodeRole(clusterDir, nodeDir string) error {
 			func() error { return os.WriteFile(file, []byte(value+"\n"), 0o644) },
 			func() error { return mount(file, filepath.Join("/proc/sys", key), "", unix.MS_BIND, "") })
 	}
+	// Everything above was private; shared now, within this namespace only, so that
+	// what a pod mounts with propagation (istio-cni's view of /var/run/netns, the
+	// kubelet's volumes) reaches the containers that ask for it. The host's mounts
+	// are in other peer groups and see none of it.
+	steps = append(steps, func() error { return mount("", "/", "", unix.MS_REC|unix.MS_SHARED, "") })
 	for _, step := range steps {
 		if err := step(); err != nil {
 			return err
@@ -115,8 +123,39 @@ func nodeRole(clusterDir, nodeDir string) error {
 	if err != nil {
 		return err
 	}
-	env := []string{"PATH=" + os.Getenv("PATH")}
-	return syscall.Exec(containerd, []string{"containerd", "--config", filepath.Join(nodeDir, "containerd.toml")}, env)
+	return initNode(containerd, "--config", filepath.Join(nodeDir, "containerd.toml"))
+}
+
+// initNode runs the node's containerd as the first process of the node's PID namespace
+// does: it passes SIGTERM and SIGINT on, reaps every process the namespace's dying
+// parents leave to it (the kubelet's and the shims' orphans), and ends with containerd.
+func initNode(argv0 string, args ...string) error {
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD)
+	cmd := exec.Command(argv0, args...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	main := cmd.Process.Pid
+	for sig := range signals {
+		if sig != syscall.SIGCHLD {
+			_ = cmd.Process.Signal(sig)
+			continue
+		}
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if pid <= 0 || err != nil {
+				break
+			}
+			if pid == main {
+				return fmt.Errorf("containerd ended: %v", ws)
+			}
+		}
+	}
+	return nil
 }
 
 // forwardRole serves the API server on the host's loopback: it accepts on the listener

@@ -6,16 +6,19 @@
 // CoreDNS, and the images meshmark and the meshes run, built locally and imported
 // under the names their charts use.
 //
-// The cluster keeps off the host as the local testbed does. Everything runs in one
-// network namespace of its own (mmkube-NAME) with addresses of 198.18.0.0/15 (nodes
+// The cluster keeps off the host as the local testbed does. Each node is a network
+// namespace of its own (mmkube-NAME.nodeI) joined to the others by a bridge in the
+// cluster's fabric namespace (mmkube-NAME), all with addresses of 198.18.0.0/15 (nodes
 // 198.19.64.0/24, pods 198.19.72.0/21, services 198.19.80.0/24); the host reaches only
 // the API server, through a forwarder listening on a loopback port. Each node's
-// containerd and kubelet share a private mount namespace in which /run, /var/lib,
-// /var/log and /opt are the node's own and /etc is an overlay, so that the node finds
-// the standard paths (/etc/cni/net.d, /opt/cni/bin, /var/lib/kubelet, /run/containerd)
-// without a write to the host's, and the kernel tunables the kubelet insists on read as
-// set without the host's being changed. Every process of the cluster, containers
-// included, lives under one cgroup per hierarchy, so that down and clean kill them all.
+// containerd and kubelet also share a PID namespace, whose first process is the node's
+// (what a node agent finds at /proc/1), and a private mount namespace in which /run,
+// /var/lib, /var/log and /opt are the node's own and /etc is an overlay, so that the
+// node finds the standard paths (/etc/cni/net.d, /opt/cni/bin, /var/lib/kubelet,
+// /run/containerd) without a write to the host's, and the kernel tunables the kubelet
+// insists on read as set without the host's being changed. Every process of the
+// cluster, containers included, lives under one cgroup per hierarchy, so that down and
+// clean kill them all.
 // The package owns the cluster directories under StateRoot, the network namespaces
 // mmkube-*, those cgroups, and the kubeconfig context it merged.
 package localcluster
@@ -40,6 +43,10 @@ const StateRoot = "/var/lib/meshmark/clusters"
 // DefaultName is the cluster `meshmark cluster up` makes unless told otherwise; its
 // kubeconfig context has the same name.
 const DefaultName = "meshmark-local"
+
+// NodeLabel is on every node of a local cluster, with the cluster's name, so that
+// meshmark knows a local cluster when it meets one (kube.LocalClusterLabel).
+const NodeLabel = "meshmark.dev/cluster"
 
 // NetNSPrefix starts the name of the network namespace of every cluster.
 const NetNSPrefix = "mmkube-"
@@ -94,6 +101,7 @@ type State struct {
 // Node is one node of the cluster.
 type Node struct {
 	Name    string `json:"name"`
+	NetNS   string `json:"netns"`
 	Address string `json:"address"`
 	PodCIDR string `json:"pod_cidr"`
 	Bridge  string `json:"bridge"`
@@ -102,7 +110,7 @@ type Node struct {
 // Dir is the directory of the named cluster.
 func Dir(name string) string { return filepath.Join(StateRoot, name) }
 
-// NetNS is the network namespace of the named cluster.
+// NetNS is the named cluster's fabric namespace, the wire between its nodes.
 func NetNS(name string) string { return NetNSPrefix + name }
 
 func stateFile(name string) string { return filepath.Join(Dir(name), "state.json") }

@@ -55,6 +55,11 @@ type KubernetesInstall struct {
 	// app's namespace, which is not known when the install is described (ambient's
 	// waypoint). The mesh's controller turns each into a Deployment of proxies there.
 	Gateways []AppGateway
+	// ForLocalCluster, when set, adapts the install to a local cluster (`meshmark
+	// cluster up`), which reaches no chart repository and no registry: charts from
+	// setup's build, the images cluster up loaded. It returns what differs from the
+	// install a real cluster gets, by component, for the run's provenance.
+	ForLocalCluster func(*KubernetesInstall) (map[string]string, error)
 }
 
 // AppGateway is a Gateway API Gateway of the mesh in the app's namespace. It is created

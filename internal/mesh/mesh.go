@@ -11,6 +11,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/meshmark/meshmark/internal/image"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
 )
@@ -66,6 +67,41 @@ type Registration struct {
 	// The study validator refuses it on the local substrate with this reason, so that
 	// `meshmark validate` says what `meshmark run` will do.
 	KubernetesOnly string
+	// LocalImages, when set, are the images the mesh's Kubernetes install runs, made on
+	// this machine under the names its charts ask for, which `meshmark cluster up`
+	// loads into a local cluster's nodes (such a cluster reaches no registry).
+	LocalImages func() ([]image.Named, error)
+}
+
+// LocalImages are the images every registered mesh needs on a local cluster, each
+// name once.
+func LocalImages() ([]image.Named, error) {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	var names []string
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	seen := map[string]bool{}
+	var out []image.Named
+	for _, n := range names {
+		r := registry[n]
+		if r.LocalImages == nil {
+			continue
+		}
+		ims, err := r.LocalImages()
+		if err != nil {
+			return nil, fmt.Errorf("mesh %s: %w", n, err)
+		}
+		for _, im := range ims {
+			if !seen[im.Name] {
+				seen[im.Name] = true
+				out = append(out, im)
+			}
+		}
+	}
+	return out, nil
 }
 
 var (

@@ -297,6 +297,11 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 	if err != nil {
 		return nil, err
 	}
+	if plan != nil && plan.ForLocalCluster != nil {
+		if err := r.adaptToLocalCluster(ctx, c, m, plan); err != nil {
+			return nil, err
+		}
+	}
 	if plan != nil {
 		r.progress.note(fmt.Sprintf("%s: installing %s", m.Name, describeCharts(plan.Charts)))
 		if d.install, err = installKubeMesh(ctx, c, plan, r.helmLog(m.Name)); err != nil {
@@ -550,6 +555,31 @@ func (r *runner) storeEnrollment(ctx context.Context, meshName string, enr mesh.
 		rm.Enrollment = check
 	}
 	return nil
+}
+
+// adaptToLocalCluster lets the mesh adapt its install to a local cluster (meshmark
+// cluster up), when this is one, and records what that changed in the run's
+// provenance, where the report shows it beside the components' versions.
+func (r *runner) adaptToLocalCluster(ctx context.Context, c *kube.Cluster, m *study.Mesh, plan *mesh.KubernetesInstall) error {
+	local, err := c.LocalCluster(ctx)
+	if err != nil || local == "" {
+		return err
+	}
+	notes, err := plan.ForLocalCluster(plan)
+	if err != nil {
+		return fmt.Errorf("mesh %s on local cluster %s: %w", m.Name, local, err)
+	}
+	if len(notes) == 0 || r.run == nil {
+		return nil
+	}
+	if r.run.Provenance.Components == nil {
+		r.run.Provenance.Components = map[string]string{}
+	}
+	for k, v := range notes {
+		r.progress.note(fmt.Sprintf("%s on local cluster %s: %s: %s", m.Name, local, k, v))
+		r.run.Provenance.Components[k] = v
+	}
+	return r.opts.Store.SetProvenance(ctx, r.run.ID, r.run.Provenance)
 }
 
 // recordEffort stores, with the run's provenance, what installing the mesh took and

@@ -87,6 +87,7 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 		// serves its metrics on its pod's address.
 		Proxies: []mesh.ProxyEndpoint{{Component: Component, Namespace: istiohelm.Namespace, Labels: map[string]string{"app": "ztunnel"},
 			Port: MetricsPort, Path: "/metrics", Read: readKubeMetrics}},
+		ForLocalCluster: istiohelm.ForLocalCluster,
 	}
 	if !p.withWaypoint {
 		return install, nil

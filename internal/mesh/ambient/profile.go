@@ -63,9 +63,10 @@ const caHostname = "istiod.istio-system.svc"
 
 func init() {
 	mesh.RegisterProfile(mesh.Registration{
-		Name:    Name,
-		Summary: "Istio ambient: the real ztunnel per node (shared mode, in-pod redirection), HBONE mTLS; L4 unless waypoint: on adds an Envoy waypoint",
-		New:     New,
+		Name:        Name,
+		Summary:     "Istio ambient: the real ztunnel per node (shared mode, in-pod redirection), HBONE mTLS; L4 unless waypoint: on adds an Envoy waypoint",
+		New:         New,
+		LocalImages: istiohelm.LocalImages,
 		Own: istiohelm.WithOptions(map[string]string{
 			"waypoint": "off (default: L4 only) | on (an Envoy waypoint for the namespace: L7 routing, the version split per request)",
 		}),

@@ -3,6 +3,7 @@ package envoysidecar
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/istiohelm"
@@ -75,7 +76,8 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 		Sidecar:         IstioSidecar,
 		// The injection template leaves 15090 out of the redirection: the API server's
 		// reads do not pass through the sidecar they read.
-		Proxies: []mesh.ProxyEndpoint{{Component: Component, Container: IstioSidecar, Port: IstioStatsPort, Path: "/stats/prometheus", Read: ReadIstioStats}},
+		Proxies:         []mesh.ProxyEndpoint{{Component: Component, Container: IstioSidecar, Port: IstioStatsPort, Path: "/stats/prometheus", Read: ReadIstioStats}},
+		ForLocalCluster: istiohelm.ForLocalCluster,
 	}, nil
 }
 
@@ -87,12 +89,23 @@ const Component = "envoy"
 // destination reports them, which Istio's default telemetry keeps; Envoy's own
 // per-listener counters are left out of that output by Istio's stats matcher), every
 // counter and gauge as name{label=value,...}, and the proxy's release from istio_build.
+//
+// An istio-proxy built on upstream Envoy has no Istio telemetry (see
+// istiohelm.ForLocalCluster): its requests are counted from Envoy's own counters of the
+// inbound clusters, which that install lets through the stats matcher.
 func ReadIstioStats(body io.Reader, of mesh.ProxyScrape) (mesh.ProxyCounters, error) {
-	var inbound float64
+	var inbound, envoyInbound float64
 	var version string
+	telemetry := false
 	pc, err := mesh.ReadPrometheusText(body, func(name string, labels map[string]string, v float64) {
-		if name == istioRequests && labels["reporter"] == "destination" {
-			inbound += v
+		if name == istioRequests {
+			telemetry = true
+			if labels["reporter"] == "destination" {
+				inbound += v
+			}
+		}
+		if name == "envoy_cluster_upstream_rq_total" && strings.HasPrefix(labels["cluster_name"], "inbound|") {
+			envoyInbound += v
 		}
 		if name == "istio_build" && labels["component"] == "proxy" {
 			version = labels["tag"]
@@ -102,6 +115,9 @@ func ReadIstioStats(body io.Reader, of mesh.ProxyScrape) (mesh.ProxyCounters, er
 		return mesh.ProxyCounters{}, fmt.Errorf("istio-proxy stats: %w", err)
 	}
 	pc.Unit, pc.Version = mesh.UnitRequests, version
+	if !telemetry {
+		inbound = envoyInbound
+	}
 	if of.Service != "" {
 		pc.Inbound = map[string]uint64{of.Service: uint64(inbound)}
 	}

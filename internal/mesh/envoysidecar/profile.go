@@ -41,9 +41,10 @@ const ProbeServiceAccount = "meshmark-probe"
 
 func init() {
 	mesh.RegisterProfile(mesh.Registration{
-		Name:    Name,
-		Summary: "Istio's sidecar data plane: Envoy in every pod, iptables REDIRECT, SPIFFE mTLS",
-		New:     New,
+		Name:        Name,
+		Summary:     "Istio's sidecar data plane: Envoy in every pod, iptables REDIRECT, SPIFFE mTLS",
+		New:         New,
+		LocalImages: istiohelm.LocalImages,
 		Own: istiohelm.WithOptions(map[string]string{
 			PlaintextServicesOption: "services exempted from mTLS, as a PeerAuthentication with mode DISABLE on their workloads and a DestinationRule with tls mode DISABLE for their host (default: none)",
 		}),

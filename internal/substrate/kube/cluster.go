@@ -219,3 +219,25 @@ func describe(ra authv1.ResourceAttributes) string {
 
 // IsNotFound reports whether err is the API server's "not found".
 func IsNotFound(err error) bool { return apierrors.IsNotFound(err) }
+
+// LocalClusterLabel is what `meshmark cluster up` labels its nodes with (localcluster
+// .NodeLabel), the cluster's name as its value.
+const LocalClusterLabel = "meshmark.dev/cluster"
+
+// LocalCluster is the name of the meshmark local cluster this is, or "" for any other
+// cluster: one whose every node carries LocalClusterLabel.
+func (c *Cluster) LocalCluster(ctx context.Context) (string, error) {
+	nodes, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("cluster %s: listing nodes: %w", c.Server, err)
+	}
+	name := ""
+	for i, n := range nodes.Items {
+		v := n.Labels[LocalClusterLabel]
+		if v == "" || (i > 0 && v != name) {
+			return "", nil
+		}
+		name = v
+	}
+	return name, nil
+}
