@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"debug/elf"
 	"fmt"
 	"io"
@@ -20,7 +19,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -45,7 +44,7 @@ type Config struct {
 	Labels     map[string]string
 }
 
-// FromFiles makes a one-layer image on the empty base holding files, with their parent
+// FromFiles makes a one-layer image on the empty base holding files, uncompressed, with their parent
 // directories, owned by root and dated epoch, so that the same files give the same
 // digest. It is how a local cluster gets the images of the components it runs (the
 // pause container, CoreDNS, a mesh's control plane and proxies) without a registry.
@@ -158,11 +157,9 @@ func filesLayer(files []File) (v1.Layer, string, error) {
 	if arch == "" {
 		arch = "amd64"
 	}
-	raw := buf.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(raw)), nil
-	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(gzip.BestSpeed))
-	return layer, arch, err
+	// Uncompressed: these images go from this machine into a local cluster's nodes,
+	// where compressing a hundred megabytes of binaries would only cost a minute.
+	return static.NewLayer(buf.Bytes(), types.OCIUncompressedLayer), arch, nil
 }
 
 var lddLine = regexp.MustCompile(`(?:=>\s*)?(/\S+)\s+\(0x[0-9a-f]+\)`)

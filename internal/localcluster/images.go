@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -91,16 +92,32 @@ func loadImages(ctx context.Context, dir string, nodes []Node, images []Image, p
 		if err := image.WriteArchive(archive, img, tag); err != nil {
 			return fmt.Errorf("image %s: %w", im.Name, err)
 		}
+		// Each node's containerd unpacks the image into its own storage: in parallel.
+		errs := make(chan error, len(nodes))
 		for _, n := range nodes {
-			sock := containerdSocket(filepath.Join(dir, "nodes", n.Name))
-			if err := run(ctx, ctr, "--address", sock, "-n", "k8s.io", "images", "import", archive); err != nil {
-				return fmt.Errorf("image %s into %s: %w", im.Name, n.Name, err)
-			}
-			for _, alias := range im.Aliases {
-				if err := run(ctx, ctr, "--address", sock, "-n", "k8s.io", "images", "tag", "--force", normalized(im.Name), normalized(alias)); err != nil {
-					return fmt.Errorf("image %s as %s in %s: %w", im.Name, alias, n.Name, err)
+			go func() {
+				sock := containerdSocket(filepath.Join(dir, "nodes", n.Name))
+				if err := run(ctx, ctr, "--address", sock, "-n", "k8s.io", "images", "import", archive); err != nil {
+					errs <- fmt.Errorf("image %s into %s: %w", im.Name, n.Name, err)
+					return
 				}
+				for _, alias := range im.Aliases {
+					if err := run(ctx, ctr, "--address", sock, "-n", "k8s.io", "images", "tag", "--force", normalized(im.Name), normalized(alias)); err != nil {
+						errs <- fmt.Errorf("image %s as %s in %s: %w", im.Name, alias, n.Name, err)
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		var failed []error
+		for range nodes {
+			if err := <-errs; err != nil {
+				failed = append(failed, err)
 			}
+		}
+		if len(failed) > 0 {
+			return errors.Join(failed...)
 		}
 		progress("  %s (%.1f MiB)", im.Name, float64(imageSize(img))/(1<<20))
 		os.Remove(archive)
