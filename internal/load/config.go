@@ -32,6 +32,12 @@ type Config struct {
 	// Progress, when set, is called after every interval from a goroutine of the engine;
 	// it must return quickly.
 	Progress func(Progress)
+	// StreamIntervals hands every interval whole to Progress only: Result.Intervals
+	// keep each one's figures (which judging the run reads: in-flight counts,
+	// percentiles) but not its histograms. A generator that streams its intervals to
+	// its driver sets it, so that its memory grows by the figures of an interval, not by
+	// its histograms.
+	StreamIntervals bool `json:"-"`
 
 	// RawLog, when set, receives every recorded request as a CSV row (see RawLogHeader),
 	// written in large chunks from a goroutine of the engine; Run returns after the last

@@ -531,7 +531,15 @@ func (e *engine) startIntervals() func() []Interval {
 			rate = e.sched.RateAt(begin + length/2)
 		}
 		iv := e.rec.rotate(begin, length, rate, e.inflight.Load())
-		ivs = append(ivs, iv)
+		if e.cfg.StreamIntervals {
+			// Progress carries it whole; the result keeps its figures, which judging
+			// the run reads (DetectSaturation), and not its histograms.
+			kept := iv
+			kept.Latency, kept.Service = "", ""
+			ivs = append(ivs, kept)
+		} else {
+			ivs = append(ivs, iv)
+		}
 		if e.cfg.Progress != nil {
 			e.cfg.Progress(Progress{Interval: iv, Elapsed: off, Total: e.cfg.Duration, InFlight: e.inflight.Load()})
 		}
