@@ -3,8 +3,12 @@
 
 GO       ?= go
 BIN      := bin/meshmark
+# POD_BIN is the small binary of the in-pod roles (workload service, load generator,
+# plaintext probe, pause): the local testbed's pods and the Kubernetes image run it, and
+# meshmark finds it beside itself. Static, so that an image on scratch can hold it.
+POD_BIN  := bin/meshmark-pod
 VERSION  := $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -X github.com/meshmark/meshmark/internal/cli.Version=$(VERSION)
+LDFLAGS  := -X github.com/meshmark/meshmark/internal/cli.Version=$(VERSION) -X github.com/meshmark/meshmark/internal/podcmd.Version=$(VERSION)
 export PATH := $(CURDIR)/.tools/bin:$(PATH)
 
 .PHONY: all build setup demo test lint vet staticcheck bench bench-load fuzz clean
@@ -13,6 +17,7 @@ all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/meshmark
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o $(POD_BIN) ./cmd/meshmark-pod
 
 # setup installs the system packages, Envoy and Go tools that are missing; SETUP_FOR
 # narrows it to what a target needs (run, test, cluster, bench). The Kubernetes tests

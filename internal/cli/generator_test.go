@@ -177,7 +177,7 @@ func TestGeneratorFailuresAndRefusals(t *testing.T) {
 		time.Sleep(2500 * time.Millisecond)
 		_ = victim.Process.Signal(syscall.SIGKILL)
 	}()
-	_, _, err = pool.Run(ctx, []string{srv.URL, "--rate", "200", "-d", "20s"}, nil)
+	_, _, err = pool.Run(ctx, openSpec(srv.URL, 200, 20*time.Second), nil)
 	if err == nil || !strings.Contains(err.Error(), "generator "+b) {
 		t.Fatalf("run with a generator killed: %v; want an error naming %s", err, b)
 	}
@@ -191,7 +191,7 @@ func TestGeneratorFailuresAndRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer solo.Close()
-	res, _, err := solo.Run(ctx, []string{srv.URL, "--rate", "100", "-d", "1s"}, nil)
+	res, _, err := solo.Run(ctx, openSpec(srv.URL, 100, time.Second), nil)
 	if err != nil || res.Completed != 100 {
 		t.Fatalf("the survivor's next plan: %v, %+v", err, res)
 	}
@@ -199,7 +199,7 @@ func TestGeneratorFailuresAndRefusals(t *testing.T) {
 	// The driver goes away: the load stops.
 	rctx, stop := context.WithCancel(ctx)
 	go func() { time.Sleep(2 * time.Second); stop() }()
-	if _, _, err := solo.Run(rctx, []string{srv.URL, "--rate", "200", "-d", "20s"}, nil); err == nil {
+	if _, _, err := solo.Run(rctx, openSpec(srv.URL, 200, 20*time.Second), nil); err == nil {
 		t.Error("a cancelled run returned no error")
 	}
 	if stillSending(served) {
@@ -209,7 +209,7 @@ func TestGeneratorFailuresAndRefusals(t *testing.T) {
 	// Busy, then refusals in the generator's words.
 	busy := make(chan error, 1)
 	go func() {
-		_, _, err := solo.Run(ctx, []string{srv.URL, "--rate", "50", "-d", "3s"}, nil)
+		_, _, err := solo.Run(ctx, openSpec(srv.URL, 50, 3*time.Second), nil)
 		busy <- err
 	}()
 	time.Sleep(1500 * time.Millisecond)
@@ -218,24 +218,39 @@ func TestGeneratorFailuresAndRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	if _, _, err := other.Run(ctx, []string{srv.URL, "-n", "1"}, nil); err == nil || !strings.Contains(err.Error(), "busy: running a plan from") {
+	if _, _, err := other.Run(ctx, closedSpec(srv.URL, 1, 1), nil); err == nil || !strings.Contains(err.Error(), "busy: running a plan from") {
 		t.Errorf("a second plan while one runs: %v", err)
 	}
 	if err := <-busy; err != nil {
 		t.Errorf("the first plan: %v", err)
 	}
+	future := openSpec(srv.URL, 10, time.Second)
+	future.Version = load.SpecVersion + 1
+	h3 := closedSpec(srv.URL, 1, 1)
+	h3.Protocol = "h3"
 	for _, tc := range []struct {
-		args []string
+		spec load.Spec
 		want string
 	}{
-		{[]string{srv.URL, "--rate", "abc"}, `invalid argument "abc" for "--rate" flag`},
-		{[]string{"http://8.8.8.8/", "-n", "1"}, "8.8.8.8 is neither loopback nor in 198.18.0.0/15"},
-		{[]string{srv.URL, "-n", "1", "--raw", "x.csv"}, "--raw and -o write files on the driver's side"},
+		{future, fmt.Sprintf("load spec version %d: this meshmark reads version %d only", load.SpecVersion+1, load.SpecVersion)},
+		{closedSpec("http://8.8.8.8/", 1, 1), "8.8.8.8 is neither loopback nor in 198.18.0.0/15"},
+		{h3, `protocol "h3": want http1, h2, h2c or grpc`},
 	} {
-		if _, _, err := other.Run(ctx, tc.args, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		if _, _, err := other.Run(ctx, tc.spec, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.spec, err, tc.want)
 		}
 	}
+}
+
+// openSpec is a constant rate at url for length.
+func openSpec(url string, rate float64, length time.Duration) load.Spec {
+	return load.NewSpec(load.Config{Request: load.Request{URL: url}, Duration: length,
+		Open: &load.OpenModel{Schedule: load.ScheduleSpec{Arrival: load.Constant, Rate: rate}}})
+}
+
+// closedSpec is n requests at url over conns connections.
+func closedSpec(url string, n int64, conns int) load.Spec {
+	return load.NewSpec(load.Config{Request: load.Request{URL: url}, Count: n, Closed: &load.ClosedModel{Connections: conns}})
 }
 
 // TestGeneratorLoadsOnlyItsNamespace: a generator pod's rules, with the cluster's name
@@ -250,11 +265,11 @@ func TestGeneratorLoadsOnlyItsNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	res, _, err := pool.Run(ctx, []string{"http://front.shop.svc.cluster.local:9080/", "-n", "20", "-c", "2"}, nil)
+	res, _, err := pool.Run(ctx, closedSpec("http://front.shop.svc.cluster.local:9080/", 20, 2), nil)
 	if err != nil || res.Completed != 20 || served.Load() != 20 {
 		t.Fatalf("a service of its namespace: %v, completed %v, served %d", err, res, served.Load())
 	}
-	if _, _, err := pool.Run(ctx, []string{"http://front.other.svc:9080/", "-n", "1"}, nil); err == nil ||
+	if _, _, err := pool.Run(ctx, closedSpec("http://front.other.svc:9080/", 1, 1), nil); err == nil ||
 		!strings.Contains(err.Error(), "this generator also loads the services of namespace shop") {
 		t.Errorf("a service of another namespace: %v", err)
 	}

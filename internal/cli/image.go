@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/meshmark/meshmark/internal/image"
+	"github.com/meshmark/meshmark/internal/podcmd"
 	"github.com/spf13/cobra"
 )
 
@@ -13,7 +14,7 @@ func init() {
 	register(func() *cobra.Command {
 		c := &cobra.Command{
 			Use:   "image",
-			Short: "The container image that runs meshmark in Kubernetes pods",
+			Short: "The container image that runs meshmark's in-pod roles (meshmark-pod) in Kubernetes pods",
 		}
 		c.AddCommand(newImageBuild())
 		return c
@@ -26,15 +27,17 @@ func newImageBuild() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "build",
 		Short: "Build the meshmark image and write it as an OCI archive, push it, or both",
-		Long: `build puts a meshmark binary at ` + image.BinaryPath + ` as the entrypoint of a
-one-layer image on the empty base (scratch), without Docker. The binary must be
-statically linked: build it with CGO_ENABLED=0. Nothing is pulled unless --base names
-a base image.
+		Long: `build puts meshmark-pod, the small binary of meshmark's in-pod roles (the workload
+service, the load generator, the plaintext probe, pause), at ` + image.BinaryPath + ` as
+the entrypoint of a one-layer image on the empty base (scratch), without Docker. By
+default it is the meshmark-pod beside this meshmark, where ` + "`make build`" + ` puts it
+(statically linked; a binary built otherwise must be, with CGO_ENABLED=0). Nothing is
+pulled unless --base names a base image.
 
 --out writes an OCI archive named --tag for 'kind load image-archive' or
 'ctr images import'; --push writes the image to a registry (credentials as docker
 login stores them). See docs/kubernetes.md.`,
-		Example: `  CGO_ENABLED=0 go build -o bin/meshmark ./cmd/meshmark
+		Example: `  make build
   bin/meshmark image build --out meshmark.tar
   kind load image-archive meshmark.tar --name CLUSTER
   bin/meshmark image build --push registry.example/meshmark:v1`,
@@ -59,6 +62,13 @@ login stores them). See docs/kubernetes.md.`,
 			}
 			opts.Version = Version
 			opts.Context = cmd.Context()
+			if opts.Binary == "" {
+				bin, err := podcmd.Find()
+				if err != nil {
+					return err
+				}
+				opts.Binary = bin
+			}
 			img, err := image.Build(opts)
 			if err != nil {
 				return err
@@ -87,7 +97,7 @@ login stores them). See docs/kubernetes.md.`,
 	}
 	c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return withExitCode(2, err) })
 	fl := c.Flags()
-	fl.StringVar(&opts.Binary, "binary", "", "meshmark binary to put in the image (default: this executable)")
+	fl.StringVar(&opts.Binary, "binary", "", "meshmark-pod binary to put in the image (default: the one beside this meshmark)")
 	fl.StringVar(&opts.Base, "base", "", "base image to pull and build on (default: none, scratch)")
 	fl.BoolVar(&opts.Insecure, "insecure", false, "allow plain HTTP to the --base and --push registries")
 	fl.StringVarP(&out, "out", "o", "", "write the image to `FILE` as an OCI archive")

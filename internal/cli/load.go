@@ -52,8 +52,6 @@ type loadFlags struct {
 	streams            int
 	grpcMethod         string
 	generators         []string
-	// dial, when set, is how the load connects (a generator's --resolve).
-	dial load.DialFunc
 }
 
 func newLoadCommand() *cobra.Command {
@@ -123,12 +121,22 @@ Only loopback and 198.18.0.0/15 targets are allowed unless --allow-any-target.`,
 				// The generators judge the target by their own rules.
 				f.allowAny = true
 			}
-			cfg, err := f.config(cmd, args[0])
+			spec, err := f.spec(cmd, args[0])
+			if err != nil {
+				return withExitCode(2, err)
+			}
+			// Built here for the remote run too, so that a load the generators would
+			// refuse is a usage error before any of them is reached.
+			cfg, err := spec.Config(nil)
+			if err == nil {
+				cfg.AllowAnyTarget = f.allowAny
+				err = cfg.Validate()
+			}
 			if err != nil {
 				return withExitCode(2, err)
 			}
 			if len(f.generators) > 0 {
-				return runRemoteLoad(cmd, f)
+				return runRemoteLoad(cmd, f, spec)
 			}
 			return runLoad(cmd, cfg, f)
 		},
@@ -139,7 +147,7 @@ Only loopback and 198.18.0.0/15 targets are allowed unless --allow-any-target.`,
 	return c
 }
 
-// addFlags defines the flags that describe a load, which a remote generator parses too.
+// addFlags defines the flags that describe a load.
 func (f *loadFlags) addFlags(c *cobra.Command) {
 	fl := c.Flags()
 	fl.Float64Var(&f.rate, "rate", 0, "open model: constant rate, requests per second")
@@ -181,27 +189,10 @@ func (f *loadFlags) addFlags(c *cobra.Command) {
 	fl.StringVar(&f.grpcMethod, "grpc-method", "", "grpc: full method name, /package.Service/Method (default "+load.HealthCheckMethod+")")
 }
 
-// parseLoadArgs reads a `meshmark load` command line as a remote generator receives it:
-// the same flags and checks as the command, dialing through dial, and leaving the
-// target to the generator's own rules.
-func parseLoadArgs(args []string, dial load.DialFunc) (load.Config, error) {
-	var f loadFlags
-	c := &cobra.Command{Use: "load URL"}
-	f.addFlags(c)
-	if err := c.Flags().Parse(args); err != nil {
-		return load.Config{}, err
-	}
-	if n := c.Flags().NArg(); n != 1 {
-		return load.Config{}, fmt.Errorf("want exactly one URL, got %d arguments", n)
-	}
-	if f.raw != "" || f.output != "" {
-		return load.Config{}, errors.New("--raw and -o write files on the driver's side, not a generator's")
-	}
-	f.allowAny, f.dial = true, dial
-	return f.config(c, c.Flags().Arg(0))
-}
-
-func (f *loadFlags) config(cmd *cobra.Command, url string) (load.Config, error) {
+// spec turns the flags into the load they describe, as it runs here or travels to
+// generators: usage errors name the flag.
+func (f *loadFlags) spec(cmd *cobra.Command, url string) (load.Spec, error) {
+	var spec load.Spec
 	cfg := load.Config{
 		Request:          load.Request{Method: f.method, URL: url, Header: http.Header{}},
 		Duration:         f.duration,
@@ -210,43 +201,41 @@ func (f *loadFlags) config(cmd *cobra.Command, url string) (load.Config, error) 
 		Timeout:          f.timeout,
 		Interval:         f.interval,
 		DisableKeepAlive: f.noKeepAlive,
-		AllowAnyTarget:   f.allowAny,
-		Dial:             f.dial,
 	}
 	switch f.format {
 	case "table", "json", "csv":
 	default:
-		return cfg, fmt.Errorf("--format %q: want table, json or csv", f.format)
+		return spec, fmt.Errorf("--format %q: want table, json or csv", f.format)
 	}
 	if !f.allowAny {
 		if err := load.CheckTarget(url); err != nil {
-			return cfg, err
+			return spec, err
 		}
 	}
-	tc, err := f.tlsConfig(url)
+	tc, err := f.tlsSpec(url)
 	if err != nil {
-		return cfg, err
+		return spec, err
 	}
-	cfg.TLS = tc
 	for _, h := range f.headers {
 		if err := load.ParseHeader(cfg.Request.Header, h); err != nil {
-			return cfg, fmt.Errorf("-H: %w", err)
+			return spec, fmt.Errorf("-H: %w", err)
 		}
 	}
 	if f.bodyFile != "" {
 		if f.body != "" {
-			return cfg, errors.New("--body and --body-file are exclusive")
+			return spec, errors.New("--body and --body-file are exclusive")
 		}
 		b, err := os.ReadFile(f.bodyFile)
 		if err != nil {
-			return cfg, fmt.Errorf("--body-file: %w", err)
+			return spec, fmt.Errorf("--body-file: %w", err)
 		}
 		cfg.Request.Body = b
 	} else if f.body != "" {
 		cfg.Request.Body = []byte(f.body)
 	}
-	if err := f.protocolConfig(cmd, &cfg); err != nil {
-		return cfg, err
+	protocol, err := f.protocolRequest(cmd, &cfg.Request)
+	if err != nil {
+		return spec, err
 	}
 	fl := cmd.Flags()
 	var open []load.ScheduleSpec
@@ -259,53 +248,53 @@ func (f *loadFlags) config(cmd *cobra.Command, url string) (load.Config, error) 
 	if fl.Changed("steps") {
 		s, err := load.ParseSteps(f.steps)
 		if err != nil {
-			return cfg, err
+			return spec, err
 		}
 		open = append(open, s)
 	}
 	if fl.Changed("ramp") {
 		s, err := load.ParseRamp(f.ramp)
 		if err != nil {
-			return cfg, err
+			return spec, err
 		}
 		open = append(open, s)
 	}
 	if len(open) > 1 {
-		return cfg, errors.New("choose one of --rate, --poisson, --steps and --ramp")
+		return spec, errors.New("choose one of --rate, --poisson, --steps and --ramp")
 	}
 	if f.connections < 0 || f.maxInFlight < 0 || f.users < 0 {
-		return cfg, errors.New("-c, --max-inflight and --users must not be negative")
+		return spec, errors.New("-c, --max-inflight and --users must not be negative")
 	}
 	if len(open) == 0 && (fl.Changed("spin") || fl.Changed("max-inflight")) {
-		return cfg, errors.New("--spin and --max-inflight are for the open model (--rate, --poisson, --steps or --ramp)")
+		return spec, errors.New("--spin and --max-inflight are for the open model (--rate, --poisson, --steps or --ramp)")
 	}
 	if len(f.tasks) > 0 && f.users == 0 {
-		return cfg, errors.New("--task is for the user model (--users)")
+		return spec, errors.New("--task is for the user model (--users)")
 	}
 	switch {
 	case f.users > 0:
 		if len(open) > 0 || fl.Changed("limit") {
-			return cfg, errors.New("--users cannot be combined with --rate, --poisson, --steps, --ramp or --limit")
+			return spec, errors.New("--users cannot be combined with --rate, --poisson, --steps, --ramp or --limit")
 		}
 		think, err := load.ParseThink(f.think)
 		if err != nil {
-			return cfg, err
+			return spec, err
 		}
 		cfg.Users = &load.UsersModel{Users: f.users, SpawnRate: f.spawnRate, Think: think, Iterations: f.iterations, Seed: f.seed}
-		for _, spec := range f.tasks {
-			task, err := load.ParseTask(spec, cfg.Request)
+		for _, t := range f.tasks {
+			task, err := load.ParseTask(t, cfg.Request)
 			if err != nil {
-				return cfg, err
+				return spec, err
 			}
 			cfg.Users.Tasks = append(cfg.Users.Tasks, task)
 		}
 	case len(open) == 1:
 		if fl.Changed("limit") {
-			return cfg, errors.New("--limit is for the closed model; the open model's rate is --rate")
+			return spec, errors.New("--limit is for the closed model; the open model's rate is --rate")
 		}
 		spin, err := parseSpin(f.spin)
 		if err != nil {
-			return cfg, err
+			return spec, err
 		}
 		cfg.Open = &load.OpenModel{Schedule: open[0], Connections: f.connections, MaxInFlight: f.maxInFlight, SpinWindow: spin}
 	default:
@@ -318,7 +307,12 @@ func (f *loadFlags) config(cmd *cobra.Command, url string) (load.Config, error) 
 	if cfg.Duration == 0 && cfg.Count == 0 && f.iterations == 0 && !(cfg.Open != nil && cfg.Open.Schedule.Arrival == load.Steps) {
 		cfg.Duration = 10 * time.Second
 	}
-	return cfg, cfg.Validate()
+	spec = load.NewSpec(cfg)
+	spec.Protocol, spec.TLS = protocol, tc
+	if f.streams > 1 {
+		spec.Streams = f.streams
+	}
+	return spec, nil
 }
 
 // parseSpin reads --spin: auto is 0 (learn the window), off is negative (never spin).
@@ -336,8 +330,9 @@ func parseSpin(v string) (time.Duration, error) {
 	return d, nil
 }
 
-// tlsConfig turns the TLS flags into the client's config; nil when none is set.
-func (f *loadFlags) tlsConfig(target string) (*tls.Config, error) {
+// tlsSpec turns the TLS flags into the TLS material the load carries, checked here so
+// that an error names the flag and the file; nil when none is set.
+func (f *loadFlags) tlsSpec(target string) (*load.TLSSpec, error) {
 	if !f.insecure && f.caCert == "" && f.cert == "" && f.key == "" && f.serverName == "" {
 		return nil, nil
 	}
@@ -346,16 +341,16 @@ func (f *loadFlags) tlsConfig(target string) (*tls.Config, error) {
 	if u, err := neturl.Parse(target); err != nil || u.Scheme != "https" {
 		return nil, fmt.Errorf("-k, --cacert, --cert, --key and --servername are for https:// targets, not %q", target)
 	}
-	tc := &tls.Config{InsecureSkipVerify: f.insecure, ServerName: f.serverName}
+	ts := &load.TLSSpec{Insecure: f.insecure, ServerName: f.serverName}
 	if f.caCert != "" {
 		b, err := os.ReadFile(f.caCert)
 		if err != nil {
 			return nil, fmt.Errorf("--cacert: %w", err)
 		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(b) {
+		if !x509.NewCertPool().AppendCertsFromPEM(b) {
 			return nil, fmt.Errorf("--cacert %s: no PEM certificate in the file", f.caCert)
 		}
+		ts.CAPEM = string(b)
 	}
 	if f.key != "" && f.cert == "" {
 		return nil, errors.New("--key needs --cert")
@@ -373,62 +368,61 @@ func (f *loadFlags) tlsConfig(target string) (*tls.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--key: %w", err)
 		}
-		pair, err := tls.X509KeyPair(certPEM, keyPEM)
-		if err != nil {
+		if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
 			return nil, fmt.Errorf("--cert %s, --key %s: %w", f.cert, keyFile, err)
 		}
-		tc.Certificates = []tls.Certificate{pair}
+		ts.CertPEM, ts.KeyPEM = string(certPEM), string(keyPEM)
 	}
-	return tc, nil
+	return ts, nil
 }
 
-// protocolConfig checks the flags that depend on --protocol and sets cfg.Client (left nil
-// for http1, so that the engine keeps its own HTTP/1.1 fast paths). For grpc the method
-// becomes the URL's path, which is where gRPC puts it on the wire and where the gRPC
-// client looks for it.
-func (f *loadFlags) protocolConfig(cmd *cobra.Command, cfg *load.Config) error {
+// protocolRequest checks the flags that depend on --protocol and returns the protocol
+// the load is sent with. For grpc the method becomes the URL's path, which is where
+// gRPC puts it on the wire and where the gRPC client looks for it.
+func (f *loadFlags) protocolRequest(cmd *cobra.Command, req *load.Request) (load.Protocol, error) {
 	fl := cmd.Flags()
 	if f.protocol != "grpc" && fl.Changed("grpc-method") {
-		return errors.New("--grpc-method needs --protocol grpc")
+		return "", errors.New("--grpc-method needs --protocol grpc")
 	}
 	switch {
 	case f.streams < 1 || f.streams > 1000:
-		return fmt.Errorf("--streams %d: want 1..1000", f.streams)
+		return "", fmt.Errorf("--streams %d: want 1..1000", f.streams)
 	case f.streams > 1 && f.protocol == "http1":
-		return errors.New("--streams needs a multiplexing protocol (--protocol h2, h2c or grpc): HTTP/1.1 carries one request at a time per connection")
+		return "", errors.New("--streams needs a multiplexing protocol (--protocol h2, h2c or grpc): HTTP/1.1 carries one request at a time per connection")
 	case f.streams > 1 && f.noKeepAlive:
-		return errors.New("--streams cannot share a connection that --no-keepalive closes after every request")
+		return "", errors.New("--streams cannot share a connection that --no-keepalive closes after every request")
 	}
-	u, err := neturl.Parse(cfg.Request.URL)
+	u, err := neturl.Parse(req.URL)
 	if err != nil {
-		return fmt.Errorf("target %q: %w", cfg.Request.URL, err)
+		return "", fmt.Errorf("target %q: %w", req.URL, err)
 	}
 	switch f.protocol {
 	case "http1":
+		return load.ProtocolHTTP1, nil
 	case "h2c":
 		if u.Scheme != "http" {
-			return fmt.Errorf("--protocol h2c is cleartext HTTP/2: want an http:// URL, got %q", cfg.Request.URL)
+			return "", fmt.Errorf("--protocol h2c is cleartext HTTP/2: want an http:// URL, got %q", req.URL)
 		}
-		cfg.Client = load.NewH2Client(load.ClientOptions{Dial: cfg.Dial, DisableKeepAlive: f.noKeepAlive, Streams: f.streams}, nil)
+		return load.ProtocolH2C, nil
 	case "h2":
 		if u.Scheme != "https" {
-			return fmt.Errorf("--protocol h2 is HTTP/2 over TLS: want an https:// URL (h2c for http://), got %q", cfg.Request.URL)
+			return "", fmt.Errorf("--protocol h2 is HTTP/2 over TLS: want an https:// URL (h2c for http://), got %q", req.URL)
 		}
-		cfg.Client = load.NewH2Client(load.ClientOptions{Dial: cfg.Dial, DisableKeepAlive: f.noKeepAlive, Streams: f.streams}, cfg.TLS)
+		return load.ProtocolH2, nil
 	case "grpc":
 		switch {
 		case fl.Changed("method"):
-			return errors.New("--method does not apply to --protocol grpc: gRPC calls are POSTs; name the call with --grpc-method")
+			return "", errors.New("--method does not apply to --protocol grpc: gRPC calls are POSTs; name the call with --grpc-method")
 		case f.noKeepAlive:
-			return errors.New("--no-keepalive does not apply to --protocol grpc: gRPC clients keep their channel open, a channel per call would measure channel setup")
+			return "", errors.New("--no-keepalive does not apply to --protocol grpc: gRPC clients keep their channel open, a channel per call would measure channel setup")
 		case u.Scheme != "http":
-			return fmt.Errorf("--protocol grpc speaks cleartext HTTP/2: want http://host:port, got %q", cfg.Request.URL)
+			return "", fmt.Errorf("--protocol grpc speaks cleartext HTTP/2: want http://host:port, got %q", req.URL)
 		case u.Port() == "":
-			return fmt.Errorf("--protocol grpc: want http://host:port with a port, got %q", cfg.Request.URL)
+			return "", fmt.Errorf("--protocol grpc: want http://host:port with a port, got %q", req.URL)
 		case u.Path != "" && u.Path != "/":
-			return fmt.Errorf("--protocol grpc: the URL %q has a path; name the call with --grpc-method instead", cfg.Request.URL)
+			return "", fmt.Errorf("--protocol grpc: the URL %q has a path; name the call with --grpc-method instead", req.URL)
 		case u.RawQuery != "" || u.Fragment != "":
-			return fmt.Errorf("--protocol grpc: the URL %q has a query or fragment, which gRPC has no use for", cfg.Request.URL)
+			return "", fmt.Errorf("--protocol grpc: the URL %q has a query or fragment, which gRPC has no use for", req.URL)
 		}
 		m := f.grpcMethod
 		if m == "" {
@@ -438,24 +432,11 @@ func (f *loadFlags) protocolConfig(cmd *cobra.Command, cfg *load.Config) error {
 			m = "/" + m
 		}
 		u.Path = m
-		cfg.Request.URL = u.String()
-		cfg.Request.Method = "POST"
-		c, err := load.NewGRPCClient(load.ClientOptions{Dial: cfg.Dial, Streams: f.streams})
-		if err != nil {
-			return err
-		}
-		cfg.Client = c
-	default:
-		return fmt.Errorf("--protocol %q: want http1, h2, h2c or grpc", f.protocol)
+		req.URL = u.String()
+		req.Method = "POST"
+		return load.ProtocolGRPC, nil
 	}
-	if cfg.Client != nil {
-		// Prepare now, so that a request the protocol cannot send is a usage error
-		// (exit 2) rather than a failed run.
-		if _, err := cfg.Client.Prepare(cfg.Request); err != nil {
-			return err
-		}
-	}
-	return nil
+	return "", fmt.Errorf("--protocol %q: want http1, h2, h2c or grpc", f.protocol)
 }
 
 func runLoad(cmd *cobra.Command, cfg load.Config, f loadFlags) error {

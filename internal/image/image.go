@@ -1,7 +1,8 @@
-// Package image owns the container image that runs meshmark in Kubernetes pods: it
-// puts a meshmark binary into a one-layer image on scratch (or on a base the user
-// names), writes that image as an OCI archive and pushes it to a registry. No Docker
-// daemon is involved, and nothing is pulled that the user did not name.
+// Package image owns the container image that runs meshmark's in-pod roles in
+// Kubernetes pods: it puts the small binary meshmark-pod (the workload service, the load
+// generator, the plaintext probe, pause) into a one-layer image on scratch (or on a base
+// the user names), writes that image as an OCI archive and pushes it to a registry. No
+// Docker daemon is involved, and nothing is pulled that the user did not name.
 package image
 
 import (
@@ -26,8 +27,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// BinaryPath is where the image holds the meshmark binary; it is the entrypoint.
-const BinaryPath = "/usr/local/bin/meshmark"
+// BinaryPath is where the image holds meshmark-pod; it is the entrypoint, and a pod's
+// arguments name the role (service, generator, plaintext-probe, pause).
+const BinaryPath = "/usr/local/bin/meshmark-pod"
 
 // Source is the org.opencontainers.image.source label of every image.
 const Source = "https://github.com/meshmark/meshmark"
@@ -37,7 +39,8 @@ var epoch = time.Unix(0, 0).UTC()
 
 // Options says what Build puts in the image.
 type Options struct {
-	// Binary is the meshmark binary to package; empty means the running executable.
+	// Binary is the meshmark-pod binary to package (podcmd.Find finds the one beside
+	// meshmark).
 	Binary string
 	// Base is a reference to pull and build on; empty means scratch.
 	Base string
@@ -54,11 +57,7 @@ type Options struct {
 func Build(opts Options) (v1.Image, error) {
 	path := opts.Binary
 	if path == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("finding the running meshmark binary (use --binary): %w", err)
-		}
-		path = exe
+		return nil, errors.New("no binary to put in the image (build meshmark-pod with `make build`)")
 	}
 	// Read once: the layer's digests and contents must come from the same bytes even
 	// if the file is rebuilt meanwhile.
@@ -72,7 +71,7 @@ func Build(opts Options) (v1.Image, error) {
 	}
 	if !static && opts.Base == "" {
 		return nil, fmt.Errorf("%s is dynamically linked and would not run on the empty base image: "+
-			"build it with CGO_ENABLED=0 (CGO_ENABLED=0 go build -o bin/meshmark ./cmd/meshmark), "+
+			"build it with CGO_ENABLED=0 (CGO_ENABLED=0 go build -o bin/meshmark-pod ./cmd/meshmark-pod, as `make build` does), "+
 			"or name a base image that has its libraries with --base", path)
 	}
 

@@ -119,7 +119,7 @@ func TestArchive(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := cf.Config
-	if len(c.Entrypoint) != 1 || c.Entrypoint[0] != "/usr/local/bin/meshmark" || len(c.Cmd) != 0 {
+	if len(c.Entrypoint) != 1 || c.Entrypoint[0] != "/usr/local/bin/meshmark-pod" || len(c.Cmd) != 0 {
 		t.Errorf("entrypoint %q cmd %q", c.Entrypoint, c.Cmd)
 	}
 	if cf.OS != "linux" || cf.Architecture != runtime.GOARCH {
@@ -171,7 +171,7 @@ func checkLayers(t *testing.T, img v1.Image, path string, n int) {
 			continue
 		}
 		files = append(files, h.Name)
-		if h.Name != "usr/local/bin/meshmark" || h.Typeflag != tar.TypeReg || h.Mode != 0o755 {
+		if h.Name != "usr/local/bin/meshmark-pod" || h.Typeflag != tar.TypeReg || h.Mode != 0o755 {
 			t.Errorf("entry %s type %c mode %o", h.Name, h.Typeflag, h.Mode)
 			continue
 		}
@@ -259,7 +259,7 @@ func TestRefused(t *testing.T) {
 		t.Skipf("/bin/ls is not a dynamic executable here (static %v, %v)", static, err)
 	}
 	_, err := Build(Options{Binary: "/bin/ls"})
-	if err == nil || !strings.Contains(err.Error(), "CGO_ENABLED=0 go build -o bin/meshmark ./cmd/meshmark") {
+	if err == nil || !strings.Contains(err.Error(), "CGO_ENABLED=0 go build -o bin/meshmark-pod ./cmd/meshmark-pod") {
 		t.Errorf("dynamic binary on scratch: %v", err)
 	}
 

@@ -2,9 +2,11 @@ package loadgen
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,7 +36,11 @@ func Dial(ctx context.Context, addrs []string) (*Pool, error) {
 	}
 	p := &Pool{addrs: addrs}
 	for _, a := range addrs {
-		conn, err := grpc.NewClient("passthrough:///"+a,
+		target := "passthrough:///" + a
+		if strings.HasPrefix(a, "unix:") {
+			target = a // gRPC's own unix resolver: unix:PATH or unix:///PATH
+		}
+		conn, err := grpc.NewClient(target,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.CallContentSubtype(codecName)))
 		if err != nil {
@@ -84,11 +90,19 @@ func (p *Pool) Close() {
 // Size is how many generators the pool drives.
 func (p *Pool) Size() int { return len(p.addrs) }
 
-// Run has every generator run its share of the `meshmark load` arguments, starting
-// together, and returns the exact merge of their results and each one's. progress, if
-// set, is called with interval i merged from every generator once all have sent it.
-// When one generator fails, the others are stopped and the error names it.
-func (p *Pool) Run(ctx context.Context, args []string, progress func(load.Progress)) (*load.Result, []*load.Result, error) {
+// Run has every generator run its share of spec, starting together, and returns the
+// exact merge of their results and each one's (with one generator, its result as it
+// is). progress, if set, is called with interval i merged from every generator once all
+// have sent it. When one generator fails, the others are stopped and the error names
+// it.
+func (p *Pool) Run(ctx context.Context, spec load.Spec, progress func(load.Progress)) (*load.Result, []*load.Result, error) {
+	if spec.Version == 0 {
+		spec.Version = load.SpecVersion
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load spec: %w", err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := time.Now().Add(startLead)
@@ -101,7 +115,7 @@ func (p *Pool) Run(ctx context.Context, args []string, progress func(load.Progre
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := runOne(ctx, conn, &Plan{Args: args, Share: Share{Index: i, Of: n}, StartAt: start}, func(ev *Event) { m.add(i, ev) })
+			res, err := runOne(ctx, conn, &Plan{Load: data, Share: Share{Index: i, Of: n}, StartAt: start}, func(ev *Event) { m.add(i, ev) })
 			if err != nil {
 				errs[i] = fmt.Errorf("generator %s: %w", p.addrs[i], err)
 				cancel()
@@ -114,11 +128,15 @@ func (p *Pool) Run(ctx context.Context, args []string, progress func(load.Progre
 	if err := firstCause(errs); err != nil {
 		return nil, nil, err
 	}
+	if n == 1 {
+		return results[0], results, nil
+	}
 	merged, err := load.Merge(results)
 	return merged, results, err
 }
 
-// runOne sends a plan and reads its events until the result.
+// runOne sends a plan and reads its events until the result, into which it puts the
+// intervals that came before it.
 func runOne(ctx context.Context, conn *grpc.ClientConn, plan *Plan, onInterval func(*Event)) (*load.Result, error) {
 	stream, err := conn.NewStream(ctx, &serviceDesc.Streams[0], RunMethod)
 	if err != nil {
@@ -131,6 +149,7 @@ func runOne(ctx context.Context, conn *grpc.ClientConn, plan *Plan, onInterval f
 		return nil, describe(err)
 	}
 	var res *load.Result
+	var intervals []load.Interval
 	for {
 		var ev Event
 		err := stream.RecvMsg(&ev)
@@ -148,8 +167,13 @@ func runOne(ctx context.Context, conn *grpc.ClientConn, plan *Plan, onInterval f
 		}
 		switch {
 		case ev.Result != nil:
+			if ev.Intervals != len(intervals) {
+				return nil, fmt.Errorf("sent %d intervals, then a result of %d", len(intervals), ev.Intervals)
+			}
 			res = ev.Result
+			res.Intervals = intervals
 		case ev.Interval != nil:
+			intervals = append(intervals, *ev.Interval)
 			onInterval(&ev)
 		}
 	}
@@ -200,6 +224,11 @@ func newIntervalMerger(n int, progress func(load.Progress)) *intervalMerger {
 
 func (m *intervalMerger) add(gen int, ev *Event) {
 	if m.progress == nil {
+		return
+	}
+	if len(m.pending) == 1 {
+		// One generator: its interval is the merge.
+		m.progress(load.Progress{Interval: *ev.Interval, Elapsed: ev.Elapsed, Total: ev.Total, InFlight: ev.InFlight})
 		return
 	}
 	m.mu.Lock()

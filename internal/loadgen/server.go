@@ -20,14 +20,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// ParseFunc turns `meshmark load` arguments into a run, dialing through dial; it is the
-// CLI's own parser, so that a plan means exactly what the same command line means. It
-// must not judge the target: the server does, by its own rules.
-type ParseFunc func(args []string, dial load.DialFunc) (load.Config, error)
-
 // ServerOptions shape a generator.
 type ServerOptions struct {
-	Parse ParseFunc
 	// AllowAnyTarget lets plans load any address; otherwise only loopback,
 	// 198.18.0.0/15 and the services of AllowNamespace.
 	AllowAnyTarget bool
@@ -107,23 +101,21 @@ func (s *Server) run(p *Plan, stream grpc.ServerStream) error {
 		cfg.RawLog = f
 	}
 	// The engine calls Progress from its own goroutine and must not wait on the
-	// network: events queue here and one goroutine sends them, in order.
-	events := make(chan *Event, 1<<14)
+	// network: events queue here and one goroutine sends them, in order. Every interval
+	// is part of the result now, so none is dropped; a driver that stops reading for
+	// maxBacklog intervals stops the plan instead.
+	runCtx, stopRun := context.WithCancelCause(ctx)
+	defer stopRun(nil)
+	q := newEventQueue()
 	sent := make(chan error, 1)
-	go func() {
-		var err error
-		for ev := range events {
-			if err == nil {
-				err = stream.SendMsg(ev)
-			}
-		}
-		sent <- err
-	}()
+	go func() { sent <- q.drain(stream.SendMsg) }()
+	intervals := 0
+	cfg.StreamIntervals = true
 	cfg.Progress = func(pr load.Progress) {
 		iv := pr.Interval
-		select {
-		case events <- &Event{Interval: &iv, InFlight: pr.InFlight, Elapsed: pr.Elapsed, Total: pr.Total}:
-		default: // a driver that stopped reading loses live progress, not the result
+		intervals++
+		if !q.push(&Event{Interval: &iv, InFlight: pr.InFlight, Elapsed: pr.Elapsed, Total: pr.Total}) {
+			stopRun(errDriverBehind)
 		}
 	}
 	start := p.StartAt
@@ -133,25 +125,100 @@ func (s *Server) run(p *Plan, stream grpc.ServerStream) error {
 	select {
 	case <-time.After(time.Until(start)):
 	case <-ctx.Done():
-		close(events)
+		q.close()
 		<-sent
 		return status.FromContextError(ctx.Err()).Err()
 	}
-	res, runErr := load.Run(ctx, cfg)
-	if res != nil && ctx.Err() == nil {
-		events <- &Event{Result: res}
+	res, runErr := load.Run(runCtx, cfg)
+	if res != nil && runCtx.Err() == nil {
+		// The driver has every interval whole; the result's are their figures alone
+		// (Config.StreamIntervals), which judged the run here.
+		final := *res
+		final.Intervals = nil
+		q.push(&Event{Result: &final, Intervals: intervals})
 	}
-	close(events)
+	q.close()
 	sendErr := <-sent
+	share := fmt.Sprintf("%s (share %d/%d)", cfg.Request.URL, p.Share.Index+1, max(p.Share.Of, 1))
 	switch {
+	case errors.Is(context.Cause(runCtx), errDriverBehind):
+		fmt.Fprintf(s.opts.Log, "plan from %s: %s: stopped: %v\n", from, share, errDriverBehind)
+		return status.Error(codes.ResourceExhausted, errDriverBehind.Error())
 	case ctx.Err() != nil:
-		fmt.Fprintf(s.opts.Log, "plan from %s: %s (share %d/%d): stopped: the driver went away\n", from, cfg.Request.URL, p.Share.Index+1, max(p.Share.Of, 1))
+		fmt.Fprintf(s.opts.Log, "plan from %s: %s: stopped: the driver went away\n", from, share)
 		return status.FromContextError(ctx.Err()).Err()
 	case res == nil:
 		return status.Errorf(codes.Internal, "load: %v", runErr)
 	}
-	fmt.Fprintf(s.opts.Log, "plan from %s: %s (share %d/%d): %d requests, %d errors\n", from, cfg.Request.URL, p.Share.Index+1, max(p.Share.Of, 1), res.Completed, res.Errors.Total())
+	fmt.Fprintf(s.opts.Log, "plan from %s: %s: %d requests, %d errors, %d intervals\n", from, share, res.Completed, res.Errors.Total(), intervals)
 	return sendErr
+}
+
+// maxBacklog is how many events may wait for a driver that does not read them: at the
+// default interval, over an hour's.
+const maxBacklog = 1 << 12
+
+var errDriverBehind = fmt.Errorf("the driver read none of the last %d intervals", maxBacklog)
+
+// eventQueue holds the events of a plan until they are sent, in order, however fast
+// the engine produces them; push never blocks.
+type eventQueue struct {
+	mu     sync.Mutex
+	events []*Event
+	closed bool
+	wake   chan struct{}
+}
+
+func newEventQueue() *eventQueue { return &eventQueue{wake: make(chan struct{}, 1)} }
+
+// push queues ev; false, for an interval, when maxBacklog events already wait (the
+// result is always queued).
+func (q *eventQueue) push(ev *Event) bool {
+	q.mu.Lock()
+	full := ev.Result == nil && len(q.events) >= maxBacklog
+	if !full {
+		q.events = append(q.events, ev)
+	}
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	return !full
+}
+
+// close lets drain return once every queued event is sent.
+func (q *eventQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// drain sends events with send until the queue is closed and empty; after a failed
+// send it discards the rest and returns that error.
+func (q *eventQueue) drain(send func(any) error) error {
+	var err error
+	for {
+		q.mu.Lock()
+		batch, closed := q.events, q.closed
+		q.events = nil
+		q.mu.Unlock()
+		for _, ev := range batch {
+			if err == nil {
+				err = send(ev)
+			}
+		}
+		if closed && len(batch) == 0 {
+			return err
+		}
+		if len(batch) == 0 {
+			<-q.wake
+		}
+	}
 }
 
 // prepare checks a plan and turns it into this generator's run.
@@ -169,12 +236,16 @@ func (s *Server) prepare(p *Plan) (load.Config, error) {
 			return load.Config{}, status.Errorf(codes.InvalidArgument, "start %s passed %s ago; at most %s (are the clocks apart?)", p.StartAt.Format(time.RFC3339Nano), (-d).Round(time.Millisecond), maxStartLate)
 		}
 	}
-	if s.opts.Parse == nil {
-		return load.Config{}, status.Error(codes.Unimplemented, "this generator parses no plans")
+	if len(p.Load) == 0 {
+		return load.Config{}, status.Error(codes.InvalidArgument, "the plan carries no load spec (a driver of another meshmark version?)")
 	}
-	cfg, err := s.opts.Parse(p.Args, s.dial)
+	spec, err := load.ParseSpec(p.Load)
 	if err != nil {
-		return cfg, status.Errorf(codes.InvalidArgument, "load %s: %v", strings.Join(p.Args, " "), err)
+		return load.Config{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	cfg, err := spec.Config(s.dial)
+	if err != nil {
+		return cfg, status.Error(codes.InvalidArgument, err.Error())
 	}
 	targets := []string{cfg.Request.URL}
 	if cfg.Users != nil {
@@ -188,6 +259,9 @@ func (s *Server) prepare(p *Plan) (load.Config, error) {
 		}
 	}
 	cfg.AllowAnyTarget = true // judged above, by this generator's rules
+	if err := cfg.Validate(); err != nil {
+		return cfg, status.Errorf(codes.InvalidArgument, "load %s: %v", cfg.Request.URL, err)
+	}
 	if err := Split(&cfg, p.Share); err != nil {
 		return cfg, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -302,7 +376,9 @@ func Split(cfg *load.Config, share Share) error {
 			cfg.Open.Connections = max(1, int(part(int64(cfg.Open.Connections))))
 		}
 		if cfg.Open.MaxInFlight > 0 {
-			cfg.Open.MaxInFlight = max(1, (cfg.Open.MaxInFlight+n-1)/n)
+			// Shared as exactly as the connections, so that a cap at the connection
+			// count caps the generators together at that count.
+			cfg.Open.MaxInFlight = max(1, int(part(int64(cfg.Open.MaxInFlight))), cfg.Open.Connections)
 		}
 	case cfg.Closed != nil:
 		if cfg.Closed.Connections < n {

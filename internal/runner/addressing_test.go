@@ -2,9 +2,12 @@ package runner
 
 import (
 	"context"
+	"net"
+	"net/netip"
 	"slices"
 	"testing"
 
+	"github.com/meshmark/meshmark/internal/loadgen"
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate"
@@ -30,9 +33,12 @@ type plainMesh struct{ mesh.Profile }
 func (plainMesh) Install(context.Context, substrate.Substrate, *topology.App) error { return nil }
 
 // A mesh with its own names reaches the workload's flags, the load generator's URL
-// and its dialer; any other mesh changes nothing.
+// and where its generator resolves names; any other mesh changes nothing.
 func TestMeshAddressing(t *testing.T) {
-	app := topology.App{Namespace: "default", Services: []topology.Service{{Name: "web"}, {Name: "api"}, {Name: "ghost"}}}
+	app := topology.App{Namespace: "default", Services: []topology.Service{
+		{Name: "web", VIP: netip.MustParseAddr("198.18.128.1"), Port: 8080},
+		{Name: "api", VIP: netip.MustParseAddr("198.18.128.2"), Port: 8081},
+		{Name: "ghost", VIP: netip.MustParseAddr("198.18.128.3"), Port: 8082}}}
 	client := topology.Pod{Name: "loadgen", Node: "node1"}
 	d := &deployment{app: app, client: client, profile: namedMesh{}, entry: workload.Entrypoint{Service: "web", Port: 8080}}
 
@@ -48,11 +54,19 @@ func TestMeshAddressing(t *testing.T) {
 	if u := r.targetURL(d, &study.Experiment{}, "/x"); u != "http://web.default.traefik.mesh:5000/x" {
 		t.Errorf("load target %s", u)
 	}
-	if dial, ok := meshDial(d, "web.default.traefik.mesh", "5000"); !ok || dial != "198.18.2.1:5000" {
-		t.Errorf("load generator dials %s %v, want its own node's proxy", dial, ok)
+	// The generator's pod is on node1: the mesh's names lead to its own node's proxy,
+	// and only on their own service's port.
+	resolve := generatorResolve(d)
+	wantResolve := []string{
+		"web:8080:198.18.128.1:8080", "web.default.traefik.mesh:5000:198.18.2.1:5000",
+		"api:8081:198.18.128.2:8081", "api.default.traefik.mesh:5001:198.18.2.1:5001",
+		"ghost:8082:198.18.128.3:8082",
 	}
-	if _, ok := meshDial(d, "web.default.traefik.mesh", "5001"); ok {
-		t.Errorf("a mesh name on another service's port was resolved")
+	if !slices.Equal(resolve, wantResolve) {
+		t.Errorf("generator --resolve\n got %q\nwant %q", resolve, wantResolve)
+	}
+	if m, err := loadgen.ParseResolve(resolve); err != nil || m["web.default.traefik.mesh:5000"] != "198.18.2.1:5000" || m["web.default.traefik.mesh:5001"] != "" {
+		t.Errorf("the generator reads %v (%v)", m, err)
 	}
 
 	d.profile = plainMesh{}
@@ -61,5 +75,16 @@ func TestMeshAddressing(t *testing.T) {
 	}
 	if u := r.targetURL(d, &study.Experiment{}, "/x"); u != "http://web:8080/x" {
 		t.Errorf("plain mesh load target %s", u)
+	}
+	if resolve := generatorResolve(d); !slices.Equal(resolve, []string{"web:8080:198.18.128.1:8080", "api:8081:198.18.128.2:8081", "ghost:8082:198.18.128.3:8082"}) {
+		t.Errorf("plain mesh generator --resolve %q", resolve)
+	}
+}
+
+// clientPodDialer connects from the load generator's pod, names resolving as its
+// /etc/hosts resolves them: for tests that call the app as the generator would.
+func clientPodDialer(d *deployment) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return d.tb.DialContext(ctx, d.client, network, addr)
 	}
 }

@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"github.com/meshmark/meshmark/internal/gateway"
+	"github.com/meshmark/meshmark/internal/loadgen"
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/podcmd"
 	"github.com/meshmark/meshmark/internal/prereq"
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate"
@@ -34,9 +36,15 @@ type deployment struct {
 	enrollment mesh.Enrollment
 	// sut is the system under test as brought up: every process the substrate runs
 	// for it, watched during each trial.
-	sut    []substrate.Process
-	client topology.Pod
-	entry  workload.Entrypoint
+	sut []substrate.Process
+	// client is the load generator's pod; generator is the generator process in it
+	// (meshmark-pod generator), which gen drives.
+	client    topology.Pod
+	generator substrate.Process
+	gen       *loadgen.Pool
+	entry     workload.Entrypoint
+	// podBin is the copy of meshmark-pod the deployment's pods run.
+	podBin string
 	took   time.Duration
 	// phases says where bring-up time went, for the progress line.
 	phases []string
@@ -105,6 +113,10 @@ func (r *runner) bringUp(ctx context.Context, m *study.Mesh) (d *deployment, err
 		return d, err
 	}
 	phase("workload")
+	if err := r.startGenerator(ctx, d); err != nil {
+		return d, err
+	}
+	phase("generator")
 	d.enrollment, err = profile.Check(ctx, tb, &d.app)
 	if err != nil {
 		return d, fmt.Errorf("mesh %s: enrollment check: %w", m.Name, err)
@@ -113,15 +125,19 @@ func (r *runner) bringUp(ctx context.Context, m *study.Mesh) (d *deployment, err
 	if err := r.pin(d); err != nil {
 		return d, err
 	}
-	d.sut = liveProcesses(tb)
+	for _, p := range liveProcesses(tb) {
+		if p.Spec().Role != substrate.RoleLoadGen {
+			d.sut = append(d.sut, p)
+		}
+	}
 	d.took = time.Since(start)
 	return d, nil
 }
 
-// startWorkload starts `meshmark service` in every service pod, all at once, and waits
-// until each answers its health check from inside its own pod.
+// startWorkload starts `meshmark-pod service` in every service pod, all at once, and
+// waits until each answers its health check from inside its own pod.
 func (r *runner) startWorkload(ctx context.Context, d *deployment) error {
-	exe, err := r.serviceBinary(d)
+	exe, err := r.podBinary(d)
 	if err != nil {
 		return err
 	}
@@ -194,7 +210,7 @@ func (r *runner) startWorkload(ctx context.Context, d *deployment) error {
 
 // meshAddressArgs tells a workload how to address its callees when the mesh has names
 // of its own (mesh.Addressing), or which pods to spread its calls over when callers
-// balance per request themselves (mesh.Spreader), as `meshmark service` flags.
+// balance per request themselves (mesh.Spreader), as `meshmark-pod service` flags.
 func meshAddressArgs(d *deployment, from topology.Pod) []string {
 	var args []string
 	if sp, ok := d.profile.(mesh.Spreader); ok {
@@ -255,26 +271,101 @@ func healthy(tb *testbed.Testbed, pod topology.Pod) func(context.Context) error 
 	}
 }
 
-// serviceBinary returns a copy of the meshmark executable (Options.ServiceBinary, else
-// the running one) that the workload uid can execute: the original may sit under a
-// directory only root can enter (a go test temp dir, /root).
-func (r *runner) serviceBinary(d *deployment) (string, error) {
-	src := r.opts.ServiceBinary
+// podBinary returns a copy of meshmark-pod (Options.PodBinary, else the one beside
+// the running meshmark) that the workload uid can execute: the original may sit under a
+// directory only root can enter (a go test temp dir, /root). It is copied once per
+// deployment, into the load generator's pod, and every pod runs that copy.
+func (r *runner) podBinary(d *deployment) (string, error) {
+	if d.podBin != "" {
+		return d.podBin, nil
+	}
+	src := r.opts.PodBinary
 	if src == "" {
-		self, err := os.Executable()
-		if err != nil {
+		var err error
+		if src, err = podcmd.Find(); err != nil {
 			return "", err
 		}
-		src = self
 	}
 	data, err := os.ReadFile(src)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("the in-pod binary: %w", err)
 	}
-	return d.tb.WriteFile(d.client, "meshmark", data, 0o755)
+	d.podBin, err = d.tb.WriteFile(d.client, podcmd.Name, data, 0o755)
+	return d.podBin, err
 }
 
-// graphArg is what `meshmark service --graph` gets: the built-in name, or a copy of
+// generatorSocket is the file the load generator serves plans on, in its pod's
+// directory: a Unix socket, which the runner reaches from outside the pod's network
+// namespace without a port in the pod or a rule of the mesh in the way.
+const generatorSocket = "generator.sock"
+
+// startGenerator starts the load generator in the client pod (`meshmark-pod
+// generator`), as root, as meshmark's own connections from that pod always were (a
+// mesh's interception treats them as it treated those), sized for the load
+// generator's CPUs, and connects to it. Its names resolve only to the testbed's
+// addresses (generatorResolve).
+func (r *runner) startGenerator(ctx context.Context, d *deployment) error {
+	exe, err := r.podBinary(d)
+	if err != nil {
+		return err
+	}
+	sock := filepath.Join(filepath.Dir(exe), generatorSocket)
+	argv := []string{exe, "generator", "--listen", "unix:" + sock}
+	for _, res := range generatorResolve(d) {
+		argv = append(argv, "--resolve", res)
+	}
+	var env []string
+	if lg, _ := placement(r.study.Spec.Substrate.Local); len(lg) > 0 {
+		// Pinned to its CPUs once up (pin): sized for them from the start, the Go
+		// runtime does not resize itself in the middle of a trial.
+		env = []string{"GOMAXPROCS=" + strconv.Itoa(len(lg))}
+	}
+	d.generator, err = d.tb.Start(ctx, d.client, substrate.ProcessSpec{
+		Name: generatorProcess,
+		Role: substrate.RoleLoadGen,
+		Argv: argv,
+		Env:  env,
+		Ready: func(ctx context.Context) error {
+			var dl net.Dialer
+			c, err := dl.DialContext(ctx, "unix", sock)
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("load generator: %w", err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	d.gen, err = loadgen.Dial(dctx, []string{"unix:" + sock})
+	if err != nil {
+		return fmt.Errorf("load generator: %w", err)
+	}
+	return nil
+}
+
+// generatorProcess names the load generator's process in its pod; the sampler stores
+// its resources under this component.
+const generatorProcess = "meshmark-load"
+
+// generatorEnd says, for a load run that failed, how the generator process ended if it
+// did, with the end of its log; empty while it runs.
+func (d *deployment) generatorEnd() string {
+	e, ok := d.generator.(substrate.Exiting)
+	if d.generator == nil || !ok {
+		return ""
+	}
+	select {
+	case <-e.Done():
+	default:
+		return ""
+	}
+	return fmt.Sprintf("; the load generator exited (%v); the end of its log %s:\n%s", e.Err(), d.generator.LogPath(), tailOf(d.generator.LogPath(), logTailBytes))
+}
+
+// graphArg is what `meshmark-pod service --graph` gets: the built-in name, or a copy of
 // the graph file the workload uid can read.
 func (r *runner) graphArg(d *deployment) (string, error) {
 	w := r.study.Spec.Workload
@@ -300,6 +391,9 @@ func (r *runner) logDir(mesh string) string {
 func (d *deployment) close() {
 	if d == nil || d.tb == nil {
 		return
+	}
+	if d.gen != nil {
+		d.gen.Close()
 	}
 	_ = d.tb.Close()
 }

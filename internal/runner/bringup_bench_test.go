@@ -62,7 +62,7 @@ spec:
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := &runner{study: st, opts: Options{ServiceBinary: meshmarkBin}, capacities: map[string]map[string][]float64{}}
+	r := &runner{study: st, opts: Options{PodBinary: podBin}, capacities: map[string]map[string][]float64{}}
 	if err := r.prepare(); err != nil {
 		b.Fatal(err)
 	}

@@ -2,10 +2,7 @@ package runner
 
 import (
 	"errors"
-	"fmt"
-	"net/url"
 
-	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/workload"
 )
@@ -46,34 +43,6 @@ var protocolLabels = map[study.ClientProtocol]string{
 	study.ProtocolHTTP1: "HTTP/1.1",
 	study.ProtocolH2C:   "h2c",
 	study.ProtocolGRPC:  "gRPC",
-}
-
-// client sets cfg.Client for the experiment's protocol (nil keeps the built-in HTTP/1.1
-// client) and turns the request into what that protocol sends: for gRPC, a call of the
-// entry path's method (workload.CallMethod unless the path names one).
-func (r *runner) client(cfg *load.Config, e study.Experiment) error {
-	opts := load.ClientOptions{Dial: cfg.Dial, DisableKeepAlive: cfg.DisableKeepAlive, Streams: e.Streams}
-	switch r.clientProtocol(e) {
-	case study.ProtocolH2C:
-		cfg.Client = load.NewH2Client(opts, nil)
-	case study.ProtocolGRPC:
-		c, err := load.NewGRPCClient(opts)
-		if err != nil {
-			return err
-		}
-		u, err := url.Parse(cfg.Request.URL)
-		if err != nil {
-			return err
-		}
-		u.Path = grpcMethodOf(u.Path)
-		cfg.Request.URL, cfg.Request.Method, cfg.Client = u.String(), "POST", c
-	}
-	if cfg.Client != nil {
-		if _, err := cfg.Client.Prepare(cfg.Request); err != nil {
-			return fmt.Errorf("%s request: %w", protocolLabels[r.clientProtocol(e)], err)
-		}
-	}
-	return nil
 }
 
 // grpcMethodOf is the method a gRPC entry path calls, as the workload's callers choose it.

@@ -22,98 +22,23 @@ import (
 // runExperiment runs one planned trial: one or more load runs (a sweep or search has a
 // step per load run), each stored as a results.Trial as soon as it ends.
 func (r *runner) runExperiment(ctx context.Context, d *deployment, t *study.Trial) error {
-	e := t.Experiment
-	switch e.Kind {
-	case study.KindSecurity:
+	if t.Experiment.Kind == study.KindSecurity {
 		return r.runSecurity(ctx, d, t)
-	case study.KindCapacity:
-		return r.runCapacity(ctx, d, t)
-	case study.KindSteps:
-		for i, rate := range e.StepRates() {
-			warm := time.Duration(0)
-			if i == 0 {
-				warm = e.Warmup.D()
-			}
-			cfg := r.openConfig(d, e, rate, e.Each.D(), warm)
-			if _, err := r.measure(ctx, d, t, cfg, results.TrialParams{RequestedRate: rate, Step: i}); err != nil {
-				return err
-			}
-		}
-		return nil
-	case study.KindConnections:
-		for i, c := range e.Connections {
-			var cfg load.Config
-			params := results.TrialParams{Connections: c, Step: i}
-			if rate, ok, err := r.rateOf(e, t.Mesh.Name); err != nil {
-				return err
-			} else if ok {
-				cfg = r.openConfig(d, e, rate, e.Duration.D(), e.Warmup.D())
-				cfg.Open.Connections, cfg.Open.MaxInFlight = c, c
-				params.RequestedRate = rate
-				params.Extra = r.rateParams(e)
-			} else {
-				cfg = r.closedConfig(d, e, c)
-			}
-			res, err := r.measure(ctx, d, t, cfg, params)
-			if err != nil {
-				return err
-			}
-			if err := r.backOff(t, res, params.RequestedRate); err != nil {
-				return err
-			}
-		}
-		return nil
-	case study.KindUsers:
-		cfg := r.baseConfig(d, e, e.Duration.D(), e.Warmup.D())
-		um := &load.UsersModel{
-			Users:      e.Users,
-			SpawnRate:  e.SpawnRate,
-			Think:      load.Think{Min: e.ThinkTime.Min, Max: e.ThinkTime.Max},
-			Iterations: e.RequestsPerUser,
-			Seed:       r.study.Spec.Seed + uint64(t.Seq),
-		}
-		for _, task := range e.Tasks {
-			req := cfg.Request
-			req.Method = task.Method
-			req.URL = r.targetURL(d, e, task.Path)
-			um.Tasks = append(um.Tasks, load.Task{Name: task.Name, Weight: task.Weight, Request: req})
-		}
-		cfg.Users = um
-		_, err := r.measure(ctx, d, t, cfg, results.TrialParams{Users: e.Users})
-		return err
-	default: // fixed-rate, soak
-		rate, ok, err := r.rateOf(e, t.Mesh.Name)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("experiment %s: no rate", e.Name)
-		}
-		cfg := r.openConfig(d, e, rate, e.Duration.D(), e.Warmup.D())
-		res, err := r.measure(ctx, d, t, cfg, results.TrialParams{RequestedRate: rate, Extra: r.rateParams(e)})
-		if err != nil {
-			return err
-		}
-		return r.backOff(t, res, rate)
 	}
+	return r.runLoad(t, r.localLoad(ctx, d, t))
 }
 
-// runCapacity finds how much the mesh can carry: the best closed-loop throughput over
-// the connection counts, and the highest open-loop rate that meets the SLO with the
-// target in steady state (bisection; see searchCapacity). The open-loop rate is the
-// capacity unless the study asks for the closed-loop one, because latency at
-// saturation is not a latency anyone should quote, and a closed loop finds the knee.
-func (r *runner) runCapacity(ctx context.Context, d *deployment, t *study.Trial) error {
-	e := t.Experiment
-	return r.searchCapacity(t, capacityProbes{
-		closed: func(conns, step int) (*load.Result, error) {
-			return r.measure(ctx, d, t, r.closedConfig(d, e, conns), results.TrialParams{Connections: conns, Step: step})
+// localLoad is the local testbed as a platform for runLoad: requests go to the entry
+// service by its name in the load generator's pod, and the generator spins before sends
+// only on CPUs of its own.
+func (r *runner) localLoad(ctx context.Context, d *deployment, t *study.Trial) platformLoad {
+	return platformLoad{
+		target: func(e *study.Experiment, path string) string { return r.targetURL(d, e, path) },
+		noSpin: !ownCPUs(placement(r.study.Spec.Substrate.Local)),
+		measure: func(spec load.Spec, params results.TrialParams) (*load.Result, error) {
+			return r.measure(ctx, d, t, spec, params)
 		},
-		open: func(rate float64, step int) (*load.Result, error) {
-			return r.measure(ctx, d, t, r.openConfig(d, e, rate, e.Duration.D(), e.Warmup.D()),
-				results.TrialParams{RequestedRate: rate, Step: step, Extra: map[string]string{"search": "probe"}})
-		},
-	})
+	}
 }
 
 // capacityProbes measure and store one step of a capacity search, however the substrate
@@ -424,18 +349,10 @@ func (r *runner) backOff(t *study.Trial, res *load.Result, rate float64) error {
 	return &backoffError{exp: e}
 }
 
-// targetURL is where the experiment sends requests: the entry service, or the ingress
-// gateway in front of it.
+// targetURL is where the experiment sends requests on the local testbed: path on the
+// entry service, or on the ingress gateway in front of it, by the name the load
+// generator's pod knows it by (the mesh's own, where it has one).
 func (r *runner) targetURL(d *deployment, e *study.Experiment, path string) string {
-	if path == "" {
-		path = d.entry.Path
-	}
-	if path == "" {
-		path = "/"
-	}
-	if !strings.HasPrefix(path, "/") {
-		path = "/" + path
-	}
 	if e.Path == study.PathIngress {
 		return "http://" + gateway.Service + ":" + strconv.Itoa(gateway.Port) + path
 	}
@@ -447,88 +364,27 @@ func (r *runner) targetURL(d *deployment, e *study.Experiment, path string) stri
 	return "http://" + d.entry.Service + ":" + strconv.Itoa(d.entry.Port) + path
 }
 
-// baseConfig is what every load of the experiment shares: the request, timing and a
-// dialer that connects from inside the load generator's pod.
-func (r *runner) baseConfig(d *deployment, e *study.Experiment, length, warmup time.Duration) load.Config {
-	return load.Config{
-		Request:          load.Request{Method: "GET", URL: r.targetURL(d, e, r.study.Spec.Workload.Entrypoint)},
-		Duration:         length + warmup,
-		Count:            int64(e.Requests),
-		Warmup:           warmup,
-		DisableKeepAlive: !e.KeepAlive,
-		Dial:             r.dialer(d),
-		// The dialer resolves only this testbed's service names to its own VIPs, so
-		// load cannot leave the namespaces meshmark created.
-		AllowAnyTarget: true,
-	}
-}
-
-func (r *runner) openConfig(d *deployment, e *study.Experiment, rate float64, length, warmup time.Duration) load.Config {
-	cfg := r.baseConfig(d, e, length, warmup)
-	arrival := load.Constant
-	if e.Arrival == study.ArrivalPoisson {
-		arrival = load.Poisson
-	}
-	conns := 0
-	if len(e.Connections) > 0 {
-		conns = e.Connections[0]
-	}
-	cfg.Open = &load.OpenModel{
-		Schedule:    load.ScheduleSpec{Arrival: arrival, Rate: rate, Seed: r.study.Spec.Seed},
-		Connections: conns,
-	}
-	if !ownCPUs(placement(r.study.Spec.Substrate.Local)) {
-		// spinning before sends would take CPU from the system under test
-		cfg.Open.SpinWindow = -1
-	}
-	return cfg
-}
-
-func (r *runner) closedConfig(d *deployment, e *study.Experiment, conns int) load.Config {
-	// With a request count the duration stays as a cap, as the study files promise.
-	cfg := r.baseConfig(d, e, e.Duration.D(), e.Warmup.D())
-	cfg.Closed = &load.ClosedModel{Connections: conns}
-	return cfg
-}
-
-// dialer connects from the client pod; service names resolve to this testbed's VIPs,
-// anything else must already be one of its addresses.
-func (r *runner) dialer(d *deployment) load.DialFunc {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		host, port, err := net.SplitHostPort(addr)
-		if err != nil {
-			return nil, err
-		}
-		if dial, ok := meshDial(d, host, port); ok {
-			addr = dial
-		} else if vip, ok := d.tb.ServiceVIP(host); ok {
-			addr = net.JoinHostPort(vip.String(), port)
-		} else if ip, err := netip.ParseAddr(host); err != nil || !testbedRange.Contains(ip) {
-			return nil, fmt.Errorf("load target %s is not a service of this testbed", host)
-		}
-		return d.tb.DialContext(ctx, d.client, network, addr)
-	}
-}
-
-// meshDial resolves a mesh's own name for a service (mesh.Addressing) the way the
-// load generator's pod would, to an address inside the testbed.
-func meshDial(d *deployment, host, port string) (string, bool) {
-	ma, ok := d.profile.(mesh.Addressing)
-	if !ok {
-		return "", false
-	}
+// generatorResolve is where the load generator's pod dials each name a load may use,
+// as `generator --resolve HOST:PORT:ADDR` takes it: every service of the testbed by its
+// name and port to its virtual IP, and by the mesh's own name for it (mesh.Addressing)
+// to where the mesh has that name lead from the generator's pod. Nothing else resolves,
+// so load cannot leave the namespaces meshmark created.
+func generatorResolve(d *deployment) []string {
+	var out []string
+	ma, _ := d.profile.(mesh.Addressing)
 	for _, s := range d.app.Services {
-		authority, dial, ok := ma.CalleeAddress(d.client, s.Name)
-		if !ok {
+		port := strconv.Itoa(s.Port)
+		out = append(out, s.Name+":"+port+":"+net.JoinHostPort(s.VIP.String(), port))
+		if ma == nil {
 			continue
 		}
-		if h, p, err := net.SplitHostPort(authority); err == nil && h == host && p == port {
+		if authority, dial, ok := ma.CalleeAddress(d.client, s.Name); ok {
 			if ip, err := netip.ParseAddrPort(dial); err == nil && testbedRange.Contains(ip.Addr()) {
-				return dial, true
+				out = append(out, authority+":"+dial)
 			}
 		}
 	}
-	return "", false
+	return out
 }
 
 var testbedRange = netip.MustParsePrefix("198.18.0.0/15")

@@ -117,7 +117,7 @@ func TestKilledSidecarIsAFaultExcludedAndRepeated(t *testing.T) {
 	}
 	defer db.Close()
 	killer := &sidecarKiller{t: t}
-	run, err := Run(ctx, parseStudy(t, faultStudy), Options{Store: db, ServiceBinary: meshmarkBin, Progress: testWriter{t}, Observe: killer})
+	run, err := Run(ctx, parseStudy(t, faultStudy), Options{Store: db, PodBinary: podBin, Progress: testWriter{t}, Observe: killer})
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
@@ -205,7 +205,7 @@ spec:
 		t.Fatal(err)
 	}
 	defer db.Close()
-	run, err := Run(ctx, st, Options{Store: db, ServiceBinary: meshmarkBin, Progress: testWriter{t}})
+	run, err := Run(ctx, st, Options{Store: db, PodBinary: podBin, Progress: testWriter{t}})
 	if err == nil || !strings.Contains(err.Error(), "no capacity") || !strings.Contains(err.Error(), "0.10%") {
 		t.Fatalf("run error %v, want one saying the 20%% errors exceed the 0.10%% bound and there is no capacity", err)
 	}
@@ -249,7 +249,7 @@ spec:
 	}
 	defer db.Close()
 	start := time.Now()
-	run, err := Run(ctx, st, Options{Store: db, ServiceBinary: meshmarkBin, Progress: testWriter{t}})
+	run, err := Run(ctx, st, Options{Store: db, PodBinary: podBin, Progress: testWriter{t}})
 	if err == nil {
 		t.Fatal("the run started without envoy")
 	}

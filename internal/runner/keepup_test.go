@@ -84,7 +84,7 @@ func TestKeepMeshesUpSwitchesWithoutBringUps(t *testing.T) {
 	}
 	defer db.Close()
 	w := &testbedCounter{t: t}
-	run, err := Run(context.Background(), parseStudy(t, keepUpStudy), Options{Store: db, ServiceBinary: meshmarkBin, Progress: w})
+	run, err := Run(context.Background(), parseStudy(t, keepUpStudy), Options{Store: db, PodBinary: podBin, Progress: w})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -195,8 +195,8 @@ spec:
 	}
 }
 
-// standInGenerators starts, for each load-generator pod the cluster gets, a `meshmark
-// generator` process as the pod's container would run it, whose entry service's
+// standInGenerators starts, for each load-generator pod the cluster gets, a
+// `meshmark-pod generator` process as the pod's container would run it, whose entry service's
 // cluster name resolves to entryAddr, and points kwok's forward of the pod's generator
 // port at it.
 func standInGenerators(t *testing.T, c *kubetest.Cluster, entryAddr string) {
@@ -223,7 +223,7 @@ func standInGenerators(t *testing.T, c *kubetest.Cluster, entryAddr string) {
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		host := fmt.Sprintf("front.%s.svc.cluster.local:%d", p.Namespace, svc.Spec.Ports[0].Port)
-		cmd := exec.Command(meshmarkBin, "generator", "--listen", addr, "--allow-namespace", p.Namespace, "--resolve", host+":"+entryAddr)
+		cmd := exec.Command(podBin, "generator", "--listen", addr, "--allow-namespace", p.Namespace, "--resolve", host+":"+entryAddr)
 		if err := cmd.Start(); err != nil {
 			return false, err
 		}

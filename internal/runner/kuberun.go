@@ -219,7 +219,7 @@ func (r *runner) connectKubernetes(ctx context.Context) (*kube.Cluster, error) {
 }
 
 // appSpec is a mesh's workload for the cluster: the graph's deployments, running
-// `meshmark service` with the graph the pods can read, and the study's generators.
+// `meshmark-pod service` with the graph the pods can read, and the study's generators.
 func (r *runner) appSpec(run string, m *study.Mesh) (kube.AppSpec, error) {
 	graphArg, files, err := r.kubeGraph()
 	if err != nil {
@@ -268,7 +268,15 @@ func (r *runner) executeKubernetes(ctx context.Context, c *kube.Cluster) error {
 				d.app.Namespace, len(d.forwards.Generators), describeGenerators(d.forwards.Generators)))
 		}
 		if err := r.runKubeExperiment(ctx, cur, t); err != nil {
-			return err
+			var be *backoffError
+			if !errors.As(err, &be) {
+				return err
+			}
+			// As locally: the experiment again, every mesh and repeat, at the lower rate.
+			if err := r.flagBackedOff(ctx, be.exp); err != nil {
+				return err
+			}
+			r.plan = r.study.Remeasure(r.plan, i, be.exp)
 		}
 		if i == len(r.plan)-1 && r.study.Spec.Precision != nil {
 			if precisionStart.IsZero() {
@@ -684,121 +692,22 @@ func (r *runner) tearDownKube(c *kube.Cluster, d *kubeDeployment) {
 // runKubeExperiment runs one planned trial through the generators: one load run per
 // rate or connection count, each stored as soon as it ends.
 func (r *runner) runKubeExperiment(ctx context.Context, d *kubeDeployment, t *study.Trial) error {
-	e := t.Experiment
-	rate, hasRate, err := r.rateOf(e, t.Mesh.Name)
-	if err != nil {
-		return err
-	}
-	switch e.Kind {
-	case study.KindCapacity:
-		return r.searchCapacity(t, capacityProbes{
-			closed: func(conns, step int) (*load.Result, error) {
-				return r.measureRemote(ctx, d, t, r.kubeLoadArgs(d, e, 0, conns, e.Duration.D(), e.Warmup.D()), e.Warmup.D(),
-					results.TrialParams{Connections: conns, Step: step})
-			},
-			open: func(rate float64, step int) (*load.Result, error) {
-				return r.measureRemote(ctx, d, t, r.kubeLoadArgs(d, e, rate, 0, e.Duration.D(), e.Warmup.D()), e.Warmup.D(),
-					results.TrialParams{RequestedRate: rate, Step: step, Extra: map[string]string{"search": "probe"}})
-			},
-		})
-	case study.KindSteps:
-		for i, rate := range e.StepRates() {
-			warm := time.Duration(0)
-			if i == 0 {
-				warm = e.Warmup.D()
-			}
-			args := r.kubeLoadArgs(d, e, rate, 0, e.Each.D(), warm)
-			if _, err := r.measureRemote(ctx, d, t, args, warm, results.TrialParams{RequestedRate: rate, Step: i}); err != nil {
-				return err
-			}
-		}
-		return nil
-	case study.KindUsers:
-		// Users are shared out among the generators, each drawing its own choices.
-		args := r.kubeLoadArgs(d, e, 0, 0, e.Duration.D(), e.Warmup.D())
-		for i := range args {
-			if args[i] == "--seed" && i+1 < len(args) {
-				args[i+1] = strconv.FormatUint(r.study.Spec.Seed+uint64(t.Seq), 10) // each trial's users choose anew, as locally
-			}
-		}
-		args = append(args, "--users", strconv.Itoa(e.Users), "--spawn-rate", strconv.FormatFloat(e.SpawnRate, 'f', -1, 64),
-			"--think", e.ThinkTime.Min.String()+"-"+e.ThinkTime.Max.String(), "--iterations", strconv.Itoa(e.RequestsPerUser))
-		for _, task := range e.Tasks {
-			args = append(args, "--task", load.FormatTask(task.Name, task.Weight, task.Method, task.Path))
-		}
-		_, err := r.measureRemote(ctx, d, t, args, e.Warmup.D(), results.TrialParams{Users: e.Users})
-		return err
-	case study.KindConnections:
-		for i, conns := range e.Connections {
-			params := results.TrialParams{Connections: conns, Step: i}
-			if hasRate {
-				params.RequestedRate = rate
-			}
-			args := r.kubeLoadArgs(d, e, params.RequestedRate, conns, e.Duration.D(), e.Warmup.D())
-			if _, err := r.measureRemote(ctx, d, t, args, e.Warmup.D(), params); err != nil {
-				return err
-			}
-		}
-		return nil
-	default: // fixed-rate, soak
-		if !hasRate {
-			return fmt.Errorf("experiment %s: no rate", e.Name)
-		}
-		conns := 0
-		if len(e.Connections) > 0 {
-			conns = e.Connections[0]
-		}
-		args := r.kubeLoadArgs(d, e, rate, conns, e.Duration.D(), e.Warmup.D())
-		_, err := r.measureRemote(ctx, d, t, args, e.Warmup.D(), results.TrialParams{RequestedRate: rate})
-		return err
-	}
+	return r.runLoad(t, r.kubeLoad(ctx, d, t))
 }
 
-// kubeLoadArgs is the `meshmark load` command line each generator runs (its share of
-// it): the entry service by its cluster DNS name, at rate (open model; 0 runs the
-// closed model over conns connections) for length after warmup.
-func (r *runner) kubeLoadArgs(d *kubeDeployment, e *study.Experiment, rate float64, conns int, length, warmup time.Duration) []string {
+// kubeLoad is a cluster as a platform for runLoad: requests go to the entry service by
+// its cluster DNS name, from the generator pods, which have nodes of their own to spin
+// on.
+func (r *runner) kubeLoad(ctx context.Context, d *kubeDeployment, t *study.Trial) platformLoad {
 	entry := r.graph.Entrypoint()
-	path := r.study.Spec.Workload.Entrypoint
-	if path == "" {
-		path = entry.Path
+	return platformLoad{
+		target: func(_ *study.Experiment, path string) string {
+			return fmt.Sprintf("http://%s.%s.svc.cluster.local:%d%s", kube.ServiceName(entry.Service), d.app.Namespace, entry.Port, path)
+		},
+		measure: func(spec load.Spec, params results.TrialParams) (*load.Result, error) {
+			return r.measureRemote(ctx, d, t, spec, params)
+		},
 	}
-	if path == "" || !strings.HasPrefix(path, "/") {
-		path = "/" + path
-	}
-	protocol := r.clientProtocol(*e)
-	url := fmt.Sprintf("http://%s.%s.svc.cluster.local:%d", kube.ServiceName(entry.Service), d.app.Namespace, entry.Port)
-	args := []string{}
-	switch protocol {
-	case study.ProtocolGRPC:
-		args = append(args, url, "--protocol", "grpc", "--grpc-method", grpcMethodOf(path))
-	case study.ProtocolH2C:
-		args = append(args, url+path, "--protocol", "h2c")
-	default:
-		args = append(args, url+path)
-	}
-	args = append(args, "-d", (length + warmup).String(), "--warmup", warmup.String(),
-		"--seed", strconv.FormatUint(r.study.Spec.Seed, 10))
-	if rate > 0 {
-		flag := "--rate"
-		if e.Arrival == study.ArrivalPoisson {
-			flag = "--poisson"
-		}
-		args = append(args, flag, strconv.FormatFloat(rate, 'f', -1, 64))
-	}
-	if conns > 0 {
-		args = append(args, "-c", strconv.Itoa(conns))
-	}
-	if e.Streams > 1 {
-		args = append(args, "--streams", strconv.Itoa(e.Streams))
-	}
-	if e.Requests > 0 {
-		args = append(args, "-n", strconv.Itoa(e.Requests))
-	}
-	if !e.KeepAlive {
-		args = append(args, "--no-keepalive")
-	}
-	return args
 }
 
 // flagResourcesIncomplete marks a trial on a cluster some of whose containers' resources
@@ -812,26 +721,17 @@ const flagResourcesIncomplete = "resources-incomplete"
 // of the mesh's and the app's namespaces, read from the kubelets over the run at the
 // local sampler's cadence, and what each of the mesh's proxies counted, read before and
 // after the run as locally. The generators' own health is kept, as locally.
-func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.Trial, args []string, warmup time.Duration, params results.TrialParams) (*load.Result, error) {
+func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.Trial, spec load.Spec, params results.TrialParams) (*load.Result, error) {
 	e := t.Experiment
-	params.KeepAlive = e.KeepAlive
+	specParams(&params, e, spec)
 	params.Path = string(study.PathInternal)
-	params.Extra = map[string]string{
-		"url": args[0], "protocol": protocolLabels[r.clientProtocol(*e)],
-		"generators": strconv.Itoa(len(d.forwards.Generators)), "substrate": "kubernetes",
-	}
-	if e.Streams > 1 {
-		params.Extra["streams"] = strconv.Itoa(e.Streams)
-	}
+	params.Extra["generators"], params.Extra["substrate"] = strconv.Itoa(len(d.forwards.Generators)), "kubernetes"
 	label := fmt.Sprintf("%s %s", e.Name, describe(params))
-	length := e.Duration.D()
-	if e.Kind == study.KindSteps {
-		length = e.Each.D()
-	}
-	r.progress.begin(t, label, length+warmup)
+	warmup := spec.Warmup
+	r.progress.begin(t, label, spec.Duration)
 	before := d.readProxies(ctx)
 	resources := d.cluster.SampleResources(ctx, d.resources, sampler.DefaultInterval)
-	res, _, err := d.pool.Run(ctx, args, func(p load.Progress) {
+	res, _, err := d.pool.Run(ctx, spec, func(p load.Progress) {
 		r.progress.update(p)
 		if r.opts.Observe != nil {
 			r.opts.Observe.Interval(t.Mesh.Name, e.Name, t.Repeat, p.Interval)

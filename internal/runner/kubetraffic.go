@@ -214,13 +214,16 @@ func (r *runner) proveTraffic(ctx context.Context, d *kubeDeployment, plan *mesh
 	// The entry service in its own protocol, kept alive, as a fixed-rate trial without
 	// a warm-up.
 	e := &study.Experiment{Name: "enrollment-burst", Kind: study.KindFixedRate, KeepAlive: true}
-	args := r.kubeLoadArgs(d, e, bp.rate, 0, bp.length, 0)
+	spec, err := r.loadSpec(&study.Trial{Experiment: e}, r.kubeLoad(ctx, d, nil), loadRun{rate: bp.rate, length: bp.length})
+	if err != nil {
+		return err
+	}
 	r.progress.note(fmt.Sprintf("%s: sending a probe burst through the mesh (%g req/s for %s, %d load generators) and reading every proxy before and after it",
 		m.Name, bp.rate, bp.length, len(d.forwards.Generators)))
 	out := burstOutcome{plan: bp, tolerateNon2xx: injectsErrors(r.graph), entry: r.graph.Entrypoint().Service}
 	before := d.readProxies(ctx)
 	bctx, cancel := context.WithTimeout(ctx, bp.length+burstGrace)
-	out.res, _, out.err = d.pool.Run(bctx, args, nil)
+	out.res, _, out.err = d.pool.Run(bctx, spec, nil)
 	cancel()
 	if ctx.Err() != nil {
 		return ctx.Err()

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/sampler"
 	"github.com/meshmark/meshmark/internal/study"
-	"github.com/meshmark/meshmark/internal/substrate"
 )
 
 // Observer receives live data for export (the Prometheus endpoint).
@@ -24,26 +21,17 @@ type Observer interface {
 	Round(mesh, experiment string, repeat int, round sampler.Round)
 }
 
-// measure drives one load run while sampling resources and snapshotting proxy stats,
-// then stores it as a trial. A cancelled run stores nothing partial.
-func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg load.Config, params results.TrialParams) (*load.Result, error) {
+// measure drives one load run through the deployment's load generator while sampling
+// resources and snapshotting proxy stats, then stores it as a trial. A cancelled run
+// stores nothing partial.
+func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, spec load.Spec, params results.TrialParams) (*load.Result, error) {
 	e := t.Experiment
-	params.KeepAlive = !cfg.DisableKeepAlive
+	specParams(&params, e, spec)
 	params.Path = string(e.Path)
-	if params.Extra == nil {
-		params.Extra = map[string]string{}
-	}
-	if err := r.client(&cfg, *e); err != nil {
-		return nil, fmt.Errorf("experiment %s: %w", e.Name, err)
-	}
-	if e.Streams > 1 {
-		params.Extra["streams"] = strconv.Itoa(e.Streams)
-	}
-	params.Extra["url"], params.Extra["method"], params.Extra["protocol"] = cfg.Request.URL, cfg.Request.Method, protocolLabels[r.clientProtocol(*e)]
 	label := fmt.Sprintf("%s %s", e.Name, describe(params))
 	defer r.holdCPUIdle()()
-	r.progress.begin(t, label, cfg.Duration)
-	cfg.Progress = func(p load.Progress) {
+	r.progress.begin(t, label, spec.Duration)
+	progress := func(p load.Progress) {
 		r.progress.update(p)
 		if r.opts.Observe != nil {
 			r.opts.Observe.Interval(t.Mesh.Name, e.Name, t.Repeat, p.Interval)
@@ -68,7 +56,7 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = smp.Run(sctx) }()
 
-	res, err := load.Run(ctx, cfg)
+	res, _, err := d.gen.Run(ctx, spec, progress)
 	stopSampler() // Run takes a last round as it stops, closing the window
 	wg.Wait()
 	if ctx.Err() != nil {
@@ -85,8 +73,9 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 		if len(faults) > 0 {
 			return nil, &faultError{label: label, mesh: t.Mesh.Name, faults: faults}
 		}
-		return nil, fmt.Errorf("%s on %s, repeat %d: %w", label, t.Mesh.Name, t.Repeat+1, err)
+		return nil, fmt.Errorf("%s on %s, repeat %d: %w%s", label, t.Mesh.Name, t.Repeat+1, err, d.generatorEnd())
 	}
+	warmup := spec.Warmup
 
 	trial := &results.Trial{
 		Repeat:        t.Repeat,
@@ -94,9 +83,9 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, cfg
 		Experiment:    e.Name,
 		Kind:          string(e.Kind),
 		Params:        params,
-		WarmupTrimmed: cfg.Warmup,
-		Start:         res.Start.Add(cfg.Warmup),
-		Result:        convert(res, cfg.Warmup),
+		WarmupTrimmed: warmup,
+		Start:         res.Start.Add(warmup),
+		Result:        convert(res, warmup),
 	}
 	trial.End = trial.Start.Add(res.Elapsed)
 	steady := steadyRounds(smp.Rounds(), trial.Start, trial.End)
@@ -246,16 +235,14 @@ func convertSaturation(s *load.Saturation) *results.Saturation {
 		LatencyFromUS: s.LatencyFrom.Microseconds(), LatencyToUS: s.LatencyTo.Microseconds()}
 }
 
-// targets lists what the sampler reads: every process of the testbed, and meshmark
-// itself as the load generator.
+// targets lists what the sampler reads: every process of the testbed, the load
+// generator's process among them (substrate.RoleLoadGen), apart from meshmark itself.
 func (r *runner) targets(d *deployment) func() []sampler.Target {
 	nodeOf := map[string]string{}
 	for _, p := range d.app.Pods() {
 		nodeOf[p.Name] = p.Node
 	}
-	inner := sampler.TargetsFromSubstrate(d.tb, d.mesh.Name, func(pod string) string { return nodeOf[pod] })
-	self := sampler.Target{PID: os.Getpid(), Role: substrate.RoleLoadGen, Pod: d.client.Name, Node: d.client.Node, Mesh: d.mesh.Name, Component: "meshmark-load"}
-	return func() []sampler.Target { return append(inner(), self) }
+	return sampler.TargetsFromSubstrate(d.tb, d.mesh.Name, func(pod string) string { return nodeOf[pod] })
 }
 
 func resourceSamples(rounds []sampler.Round) []results.ResourceSample {

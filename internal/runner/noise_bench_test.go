@@ -95,7 +95,7 @@ func BenchmarkAANoiseFloor(b *testing.B) {
 				b.Fatal(err)
 			}
 			start := time.Now()
-			run, err := Run(context.Background(), st, Options{Store: db, ServiceBinary: meshmarkBin})
+			run, err := Run(context.Background(), st, Options{Store: db, PodBinary: podBin})
 			took := time.Since(start)
 			db.Close()
 			if err != nil {

@@ -118,7 +118,7 @@ func TestPlacementPinsTrialsNotBringUps(t *testing.T) {
 	defer db.Close()
 	qosBefore, qosErr := cpuLatencyInForce()
 	w := &maskWriter{t: t, seen: map[string][]int{}}
-	run, err := Run(context.Background(), parseStudy(t, placementStudy), Options{Store: db, ServiceBinary: meshmarkBin, Progress: w})
+	run, err := Run(context.Background(), parseStudy(t, placementStudy), Options{Store: db, PodBinary: podBin, Progress: w})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,13 +237,14 @@ func deepIdleEntries(t *testing.T) int64 {
 }
 
 // A service pinned to the system-under-test CPUs starts with its Go runtime sized for
-// them, not for the machine.
+// them, not for the machine; the load generator's process is pinned to its own CPU,
+// sized for it, apart from them.
 func TestPinnedServicesSizedForTheirCPUs(t *testing.T) {
 	needRoot(t)
 	if runtime.NumCPU() < 2 {
 		t.Skip("needs two CPUs")
 	}
-	r := &runner{study: parseStudy(t, placementStudy), opts: Options{ServiceBinary: meshmarkBin}, capacities: map[string]map[string][]float64{}}
+	r := &runner{study: parseStudy(t, placementStudy), opts: Options{PodBinary: podBin}, capacities: map[string]map[string][]float64{}}
 	if err := r.prepare(); err != nil {
 		t.Fatal(err)
 	}
@@ -256,22 +257,38 @@ func TestPinnedServicesSizedForTheirCPUs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apps := 0
+	apps, gens := 0, 0
 	for _, p := range d.tb.Processes() {
-		if p.Spec().Role != substrate.RoleWorkload {
+		cpu := 0
+		switch p.Spec().Role {
+		case substrate.RoleWorkload:
+			apps++
+		case substrate.RoleLoadGen:
+			gens++
+			cpu = 1
+			if p.Pod() != d.client.Name || !strings.HasSuffix(p.Spec().Argv[0], "/meshmark-pod") || p.Spec().Argv[1] != "generator" {
+				t.Errorf("the load generator runs %q in pod %s, want meshmark-pod generator in %s", p.Spec().Argv, p.Pod(), d.client.Name)
+			}
+		default:
 			continue
 		}
-		apps++
 		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.PID()))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Contains(strings.Split(string(env), "\x00"), "GOMAXPROCS=1") {
-			t.Errorf("%s/%s pinned to CPU 0 runs without GOMAXPROCS=1: %q", p.Pod(), p.Spec().Name, env)
+			t.Errorf("%s/%s pinned to CPU %d runs without GOMAXPROCS=1: %q", p.Pod(), p.Spec().Name, cpu, env)
+		}
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(p.PID(), &set); err != nil {
+			t.Fatal(err)
+		}
+		if set.Count() != 1 || !set.IsSet(cpu) {
+			t.Errorf("%s/%s may run on %d CPUs (CPU %d: %v), want CPU %d alone", p.Pod(), p.Spec().Name, set.Count(), cpu, set.IsSet(cpu), cpu)
 		}
 	}
-	if apps != 2 {
-		t.Errorf("%d workload processes, want 2 (chain-2)", apps)
+	if apps != 2 || gens != 1 {
+		t.Errorf("%d workload processes and %d load generators, want 2 (chain-2) and 1", apps, gens)
 	}
 }
 

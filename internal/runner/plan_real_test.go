@@ -46,7 +46,7 @@ func TestPlanPredictsRealRun(t *testing.T) {
 	defer db.Close()
 	var out syncBuffer
 	run, err := Run(context.Background(), parseStudy(t, strings.ReplaceAll(planRealStudy, "REPEATS", "40")),
-		Options{Store: db, ServiceBinary: meshmarkBin, Progress: &out})
+		Options{Store: db, PodBinary: podBin, Progress: &out})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}

@@ -60,7 +60,7 @@ func TestPrecisionAddsRepeats(t *testing.T) {
 		defer db.Close()
 		var out syncBuffer
 		r, err := Run(context.Background(), parseStudy(t, strings.Replace(precisionStudy, "PRECISION", precision, 1)),
-			Options{Store: db, ServiceBinary: meshmarkBin, Progress: &out})
+			Options{Store: db, PodBinary: podBin, Progress: &out})
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out.String())
 		}

@@ -223,7 +223,7 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &runner{study: st, opts: Options{ServiceBinary: meshmarkBin, Progress: testWriter{t}}, capacities: map[string]map[string][]float64{}}
+	r := &runner{study: st, opts: Options{PodBinary: podBin, Progress: testWriter{t}}, capacities: map[string]map[string][]float64{}}
 	if err := r.prepare(); err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ services:
 			t.Fatalf("%s: %v", m.Name, err)
 		}
 		versions := map[string]int{}
-		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: r.dialer(d)}}
+		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: clientPodDialer(d)}}
 		for range n {
 			resp, err := client.Get("http://front:9080/")
 			if err != nil {
@@ -285,7 +285,7 @@ func TestIngressGatewayIsOneHop(t *testing.T) {
 	if len(st.Spec.Meshes) != 3 {
 		t.Fatalf("study has %d meshes, want 3", len(st.Spec.Meshes))
 	}
-	r := &runner{study: st, opts: Options{ServiceBinary: meshmarkBin, Progress: testWriter{t}}, capacities: map[string]map[string][]float64{}}
+	r := &runner{study: st, opts: Options{PodBinary: podBin, Progress: testWriter{t}}, capacities: map[string]map[string][]float64{}}
 	if err := r.prepare(); err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +322,7 @@ func TestIngressGatewayIsOneHop(t *testing.T) {
 					}
 				}
 			}
-			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: r.dialer(d)}}
+			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: clientPodDialer(d)}}
 			for range 20 {
 				resp, err := client.Get("http://ingress-gateway:8080/productpage")
 				if err != nil {

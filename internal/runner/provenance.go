@@ -133,21 +133,28 @@ func ownCPUs(loadgen, sut []int) bool {
 	return true
 }
 
-// pin applies the placement: every thread of meshmark (the load generator) and of every
-// process the testbed started. Threads created later inherit their creator's mask, and
-// so do the processes meshmark starts: see unpin.
+// pin applies the placement: every thread of the load generator's process and of
+// meshmark itself (which drives it, samples and stores, and must not take CPU from the
+// system under test either) on the load generator's CPUs, and of every other process
+// the testbed started on the system under test's. Threads created later inherit their
+// creator's mask, and so do the processes meshmark starts: see unpin.
 func (r *runner) pin(d *deployment) error {
 	loadgen, sut := placement(r.study.Spec.Substrate.Local)
 	if len(loadgen) > 0 {
 		if err := pinPID(os.Getpid(), loadgen); err != nil {
-			return fmt.Errorf("pin load generator: %w", err)
+			return fmt.Errorf("pin meshmark: %w", err)
 		}
 	}
-	if len(sut) > 0 {
-		for _, p := range d.tb.Processes() {
-			if err := pinPID(p.PID(), sut); err != nil {
-				return fmt.Errorf("pin %s/%s: %w", p.Pod(), p.Spec().Name, err)
-			}
+	for _, p := range d.tb.Processes() {
+		cpus, what := sut, "pin"
+		if p.Spec().Role == substrate.RoleLoadGen {
+			cpus, what = loadgen, "pin load generator"
+		}
+		if len(cpus) == 0 {
+			continue
+		}
+		if err := pinPID(p.PID(), cpus); err != nil {
+			return fmt.Errorf("%s %s/%s: %w", what, p.Pod(), p.Spec().Name, err)
 		}
 	}
 	return nil

@@ -41,9 +41,10 @@ type Options struct {
 	LogDir string
 	// Version is meshmark's own version, for provenance.
 	Version string
-	// ServiceBinary is the meshmark executable the workload pods run (a copy of it);
-	// empty means the running executable, which is right except under go test.
-	ServiceBinary string
+	// PodBinary is the meshmark-pod executable the workload and load-generator pods
+	// run (a copy of it); empty means podcmd.Find's: the one beside the running
+	// meshmark, where `make build` puts it.
+	PodBinary string
 	// Observe, when set, is told about every load interval and sampler round (live
 	// metrics).
 	Observe Observer

@@ -20,15 +20,16 @@ import (
 
 	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/metrics"
+	"github.com/meshmark/meshmark/internal/podcmd/podcmdtest"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate"
 )
 
-// meshmarkBin is the real meshmark binary, built once: the workload pods run it, and
-// the kill test runs a whole study through it.
-var meshmarkBin string
+// meshmarkBin is the real meshmark binary, built once: the kill test runs a whole study
+// through it. podBin is meshmark-pod beside it, which the pods run.
+var meshmarkBin, podBin string
 
 func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
@@ -44,6 +45,9 @@ func TestMain(m *testing.M) {
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		panic("build meshmark: " + err.Error())
+	}
+	if podBin, err = podcmdtest.Build(dir); err != nil {
+		panic(err)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -158,7 +162,7 @@ func runStudy(t *testing.T, st *study.Study) (*results.Run, *store.Store) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	run, err := Run(context.Background(), st, Options{Store: db, ServiceBinary: meshmarkBin, Progress: testWriter{t}})
+	run, err := Run(context.Background(), st, Options{Store: db, PodBinary: podBin, Progress: testWriter{t}})
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}

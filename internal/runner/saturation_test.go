@@ -203,7 +203,7 @@ func runStudyTo(t *testing.T, st *study.Study, w io.Writer) (*results.Run, *stor
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	run, err := Run(context.Background(), st, Options{Store: db, ServiceBinary: meshmarkBin, Progress: io.MultiWriter(testWriter{t}, w)})
+	run, err := Run(context.Background(), st, Options{Store: db, PodBinary: podBin, Progress: io.MultiWriter(testWriter{t}, w)})
 	if err != nil && strings.Contains(err.Error(), "of its closed-loop best in steady state") && strings.Contains(err.Error(), "the load generator fell behind") {
 		t.Skipf("the machine starved the load generator: %v", err)
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/meshmark/meshmark/internal/gateway"
-	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/security"
 	"github.com/meshmark/meshmark/internal/study"
@@ -24,20 +23,19 @@ func (r *runner) runSecurity(ctx context.Context, d *deployment, t *study.Trial)
 		Profile:  d.profile,
 		Progress: func(s string) { r.progress.note("     " + s) },
 		Traffic: func(ctx context.Context, n int) error {
-			// The app's own traffic, as the load generator sends it (the entry
-			// service's protocol), closed-loop on a few connections.
-			cfg := r.baseConfig(d, e, time.Minute, 0)
-			cfg.Count = int64(n)
-			cfg.Closed = &load.ClosedModel{Connections: min(4, n)}
-			if err := r.client(&cfg, *e); err != nil {
-				return err
-			}
-			res, err := load.Run(ctx, cfg)
+			// The app's own traffic, sent by the load generator as it sends load (the
+			// entry service's protocol), closed-loop on a few connections.
+			spec, err := r.loadSpec(t, r.localLoad(ctx, d, t), loadRun{conns: min(4, n), length: time.Minute})
 			if err != nil {
 				return err
 			}
+			spec.Count = int64(n)
+			res, _, err := d.gen.Run(ctx, spec, nil)
+			if err != nil {
+				return fmt.Errorf("%w%s", err, d.generatorEnd())
+			}
 			if res.Succeeded == 0 {
-				return fmt.Errorf("none of %d requests through %s succeeded %v", res.Completed, cfg.Request.URL, res.ErrorSamples)
+				return fmt.Errorf("none of %d requests through %s succeeded %v", res.Completed, spec.Request.URL, res.ErrorSamples)
 			}
 			return nil
 		},

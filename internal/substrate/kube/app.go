@@ -28,7 +28,7 @@ type AppSpec struct {
 	Run, Mesh   string
 	Deployments []workload.Deployment
 	// Args returns the arguments of a deployment's container after the image's
-	// entrypoint (meshmark); PodNameArg in them becomes the pod's own name.
+	// entrypoint (meshmark-pod); PodNameArg in them becomes the pod's own name.
 	Args func(d workload.Deployment) []string
 	// Files go into one ConfigMap mounted at FilesDir in every pod (a graph file).
 	Files map[string][]byte
@@ -218,7 +218,7 @@ func (c *Cluster) deployment(spec AppSpec, d workload.Deployment, labels map[str
 			RunAsUser: &uid, RunAsNonRoot: &nonRoot,
 		},
 	}
-	// meshmark service exits on SIGTERM at once; Kubernetes' default of 30 s would only
+	// meshmark-pod service exits on SIGTERM at once; Kubernetes' default of 30 s would only
 	// make every teardown wait for pods that are already gone.
 	grace := int64(2)
 	pod := corev1.PodSpec{Containers: []corev1.Container{container}, NodeSelector: c.cfg.AppNodeSelector, TerminationGracePeriodSeconds: &grace}

@@ -47,7 +47,7 @@ type Config struct {
 	// AppNodeSelector and LoadgenNodeSelector place the workload's pods and the load
 	// generators' pods, so that they need not share nodes.
 	AppNodeSelector, LoadgenNodeSelector map[string]string
-	// Image is the meshmark image the workload and the load generators run.
+	// Image is the meshmark image (meshmark-pod) the workload and the load generators run.
 	Image string
 	// Timeout bounds every wait for readiness or deletion; default 5 minutes.
 	Timeout time.Duration

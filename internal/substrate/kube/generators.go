@@ -24,7 +24,7 @@ import (
 // where nothing in the cluster can reach it: the runner drives it through a port-forward,
 // which the API server grants only to users allowed pods/portforward.
 const (
-	// GeneratorPort is where `meshmark generator` listens inside its pod.
+	// GeneratorPort is where `meshmark-pod generator` listens inside its pod.
 	GeneratorPort = 7070
 	// RoleLabel tells the load generators' pods from the workload's.
 	RoleLabel     = "meshmark.dev/role"

@@ -11,11 +11,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/substrate/kube/plaintextprobe"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -23,28 +22,27 @@ import (
 // Under strict mTLS a mesh must refuse a caller that has no mesh identity. On a
 // cluster that caller is a probe pod meshmark starts in a namespace of its own, which
 // every mesh meshmark installs is told, in its own words, to leave alone. The pod runs
-// the meshmark image (`meshmark plaintext-probe`), sends one plaintext request to each
+// the meshmark image (`meshmark-pod plaintext-probe`), sends one plaintext request to each
 // service of the app by its cluster name, and reports how each ended in its container's
 // termination message, which the runner reads from the pod's status: through the API
 // server only, as everything else a run reads, since the runner may not reach pod
 // addresses.
 const (
-	// PlaintextProbeCommand is the meshmark subcommand a probe pod runs.
-	PlaintextProbeCommand = "plaintext-probe"
+	// PlaintextProbeCommand is the subcommand a probe pod runs (`meshmark-pod
+	// plaintext-probe`, package plaintextprobe).
+	PlaintextProbeCommand = plaintextprobe.Command
 	// TerminationMessagePath is where a probe pod's container writes its report: the
 	// kubelet copies it into the pod's status when the container ends.
-	TerminationMessagePath = "/dev/termination-log"
+	TerminationMessagePath = plaintextprobe.MessagePath
 	// TerminationMessageLimit is the most of a container's termination message the
 	// kubelet keeps.
-	TerminationMessageLimit = 4096
+	TerminationMessageLimit = plaintextprobe.MessageLimit
 
 	// PlaintextProbeRole is the probe pods' RoleLabel.
 	PlaintextProbeRole = "plaintext-probe"
 	// servicesPerProbe keeps one probe pod's report within TerminationMessageLimit:
 	// a graph of many services is shared out among several probe pods.
 	servicesPerProbe = 16
-	// probeRequestsAtOnce bounds the requests one probe pod has in flight.
-	probeRequestsAtOnce = 8
 	// DefaultPlaintextProbeTimeout bounds the wait for the probe pods to finish: they
 	// must be scheduled, start (the image is already on the nodes that ran the app's
 	// pods) and send one request per service.
@@ -192,33 +190,12 @@ func (c *Cluster) plaintextTargets(ctx context.Context, app *App) ([]mesh.Plaint
 	return out, nil
 }
 
-// FormatPlaintextTarget is a target as `meshmark plaintext-probe --target` takes it:
-// SERVICE=HOST:PORT/PROTOCOL.
-func FormatPlaintextTarget(t mesh.PlaintextTarget) string {
-	return t.Service + "=" + t.Addr + "/" + t.Protocol
-}
-
-// ParsePlaintextTarget reads a target written by FormatPlaintextTarget; the protocol
-// may be left out (http).
-func ParsePlaintextTarget(s string) (mesh.PlaintextTarget, error) {
-	service, rest, ok := strings.Cut(s, "=")
-	if !ok || service == "" {
-		return mesh.PlaintextTarget{}, fmt.Errorf("target %q: want SERVICE=HOST:PORT[/PROTOCOL]", s)
-	}
-	t := mesh.PlaintextTarget{Service: service, Addr: rest, Protocol: "http"}
-	if i := strings.LastIndex(rest, "/"); i >= 0 {
-		t.Addr, t.Protocol = rest[:i], rest[i+1:]
-	}
-	switch t.Protocol {
-	case "http", "h2c", "grpc":
-	default:
-		return mesh.PlaintextTarget{}, fmt.Errorf("target %q: protocol %q, want http, h2c or grpc", s, t.Protocol)
-	}
-	if _, _, err := net.SplitHostPort(t.Addr); err != nil {
-		return mesh.PlaintextTarget{}, fmt.Errorf("target %q: %w", s, err)
-	}
-	return t, nil
-}
+// FormatPlaintextTarget and ParsePlaintextTarget write and read a probe pod's
+// --target arguments (package plaintextprobe).
+var (
+	FormatPlaintextTarget = plaintextprobe.FormatTarget
+	ParsePlaintextTarget  = plaintextprobe.ParseTarget
+)
 
 // probePod is a probe pod for targets: the meshmark image, run once, on the
 // load-generator nodes (callers from outside run there, and the image is already
@@ -408,50 +385,9 @@ func probeReport(p *corev1.Pod, targets []mesh.PlaintextTarget) ([]mesh.Plaintex
 	return out, nil
 }
 
-// RunPlaintextProbe is what a probe pod does (`meshmark plaintext-probe`): one
-// plaintext request to each target (mesh.ProbePlaintext), a few at a time, through
-// dial, and the report of how each ended as the pod's termination message, which fits
-// TerminationMessageLimit.
-func RunPlaintextProbe(ctx context.Context, targets []mesh.PlaintextTarget, dial mesh.DialFunc) []byte {
-	probes := make([]mesh.PlaintextProbe, len(targets))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, probeRequestsAtOnce)
-	for i, t := range targets {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			probes[i] = mesh.ProbePlaintext(ctx, dial, t)
-		}()
-	}
-	wg.Wait()
-	return plaintextReport(probes)
-}
+// RunPlaintextProbe is what a probe pod does (package plaintextprobe, which the pod's
+// small binary links without Kubernetes' packages).
+var RunPlaintextProbe = plaintextprobe.Run
 
-// plaintextReport encodes probes as a JSON array within TerminationMessageLimit,
-// shortening what each observed as far as needed. The targets are left out: the runner
-// knows what it asked for.
-func plaintextReport(probes []mesh.PlaintextProbe) []byte {
-	for limit := 240; ; limit /= 2 {
-		short := make([]mesh.PlaintextProbe, len(probes))
-		for i, p := range probes {
-			short[i] = mesh.PlaintextProbe{Service: p.Service, Refused: p.Refused, Observed: truncate(p.Observed, limit)}
-		}
-		out, _ := json.Marshal(short)
-		if len(out) <= TerminationMessageLimit || limit == 0 {
-			return out
-		}
-	}
-}
-
-// truncate cuts s to at most n bytes on a character boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
+// plaintextReport is the report a probe pod writes (plaintextprobe.Report).
+var plaintextReport = plaintextprobe.Report

@@ -1,0 +1,178 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/meshmark/meshmark/internal/load"
+	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/study"
+	"github.com/meshmark/meshmark/internal/substrate/kube"
+	"github.com/meshmark/meshmark/internal/topology"
+)
+
+const translationStudy = `apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: runner-one-translation}
+spec:
+  substrate:
+    local: {nodes: 1, loadgenNode: 0}
+  workload: {graph: emojivoto}
+  meshes:
+    - {name: none, profile: none}
+  experiments:
+    - {name: capacity, kind: capacity, connections: [4, 8], duration: 2s, warmup: 500ms}
+    - {name: latency, kind: fixed-rate, rate: 200, connections: 4, duration: 3s, warmup: 1s, arrival: poisson, protocol: h2c, streams: 2}
+    - {name: steps, kind: steps, from: 100, to: 300, step: 100, each: 1s, warmup: 500ms}
+    - {name: conns, kind: connections, connections: [2, 6], rate: 150, duration: 2s, warmup: 500ms}
+    - {name: closed, kind: connections, connections: [3], requests: 500, duration: 5s, warmup: 500ms}
+  repeats: 1
+  seed: 42
+`
+
+// An experiment becomes load once, for every platform: walking the same trials, the
+// local testbed and a cluster send the same specs (the same model, timing, protocol
+// and caps) and differ only in where the requests go and whether the generator may
+// spin. A connections experiment with a rate caps the requests in flight at the
+// connection count on both. The platforms' measuring is stood in for by a recorder
+// that returns what a run at the requested rate would: only the translation is tested
+// here, and TestConnectionsWithRateCapsInFlight measures.
+func TestOneTranslationForBothPlatforms(t *testing.T) {
+	r := &runner{study: parseStudy(t, translationStudy), capacities: map[string]map[string][]float64{}}
+	if err := r.prepare(); err != nil {
+		t.Fatal(err)
+	}
+	local := &deployment{profile: plainMesh{}, entry: r.graph.Entrypoint(), client: topology.Pod{Name: "client-0"}}
+	cluster := &kubeDeployment{app: &kube.App{Namespace: "mm-run-none"}}
+	walk := func(platform func(t *study.Trial, record measureLoad) platformLoad) []load.Spec {
+		var specs []load.Spec
+		record := func(spec load.Spec, params results.TrialParams) (*load.Result, error) {
+			specs = append(specs, spec)
+			rate := params.RequestedRate
+			if rate == 0 {
+				rate = 1000
+			}
+			return &load.Result{AchievedRate: rate, Completed: 1}, nil
+		}
+		for i := range r.study.Spec.Experiments {
+			e := &r.study.Spec.Experiments[i]
+			tr := &study.Trial{Experiment: e, Mesh: &r.study.Spec.Meshes[0], Seq: i}
+			if err := r.runLoad(tr, platform(tr, record)); err != nil {
+				t.Fatalf("%s: %v", e.Name, err)
+			}
+		}
+		return specs
+	}
+	localSpecs := walk(func(tr *study.Trial, record measureLoad) platformLoad {
+		p := r.localLoad(context.Background(), local, tr)
+		p.measure = record
+		return p
+	})
+	r.capacities = map[string]map[string][]float64{}
+	clusterSpecs := walk(func(tr *study.Trial, record measureLoad) platformLoad {
+		p := r.kubeLoad(context.Background(), cluster, tr)
+		p.measure = record
+		return p
+	})
+	// capacity: 2 closed runs; latency: 1; steps: 3; conns: 2; closed: 1.
+	if len(localSpecs) != 9 || len(clusterSpecs) != 9 {
+		t.Fatalf("%d load runs locally, %d on a cluster; want 9 each", len(localSpecs), len(clusterSpecs))
+	}
+	spin := !ownCPUs(placement(r.study.Spec.Substrate.Local))
+	for i := range localSpecs {
+		l, c := localSpecs[i], clusterSpecs[i]
+		if !strings.HasPrefix(l.Request.URL, "http://web:8080/") || !strings.HasPrefix(c.Request.URL, "http://web.mm-run-none.svc.cluster.local:8080/") {
+			t.Errorf("run %d: local URL %s, cluster URL %s", i, l.Request.URL, c.Request.URL)
+		}
+		want := load.ProtocolHTTP1
+		if i == 2 {
+			want = load.ProtocolH2C
+		}
+		if l.Protocol != want || l.Request.Method != "GET" || !strings.HasSuffix(l.Request.URL, r.graph.Entrypoint().Path) {
+			t.Errorf("run %d: %s %s %s: want %s GET of the entry's path", i, l.Protocol, l.Request.Method, l.Request.URL, want)
+		}
+		if l.Open != nil && (l.Open.SpinWindow < 0) != spin {
+			t.Errorf("run %d: local spin window %s with a placement that gives the generator its own CPUs: %v", i, l.Open.SpinWindow, !spin)
+		}
+		if c.Open != nil && c.Open.SpinWindow != 0 {
+			t.Errorf("run %d: a cluster's generator is kept from spinning (%s)", i, c.Open.SpinWindow)
+		}
+		// Where they go and the spinning apart, the two are the same load.
+		l.Request.URL, c.Request.URL = "", ""
+		if l.Open != nil && c.Open != nil {
+			l.Open.SpinWindow, c.Open.SpinWindow = 0, 0
+		}
+		if a, b := jsonOf(t, l), jsonOf(t, c); a != b {
+			t.Errorf("run %d differs:\n local   %s\n cluster %s", i, a, b)
+		}
+	}
+	for _, i := range []int{6, 7} { // conns: 2 and 6 connections at 150 req/s
+		want := []int{2, 6}[i-6]
+		for name, s := range map[string]load.Spec{"local": localSpecs[i], "cluster": clusterSpecs[i]} {
+			if s.Open == nil || s.Open.Schedule.Rate != 150 || s.Open.Connections != want || s.Open.MaxInFlight != want {
+				t.Errorf("%s: connections %d with a rate: open %+v, want %d connections capping the requests in flight", name, want, s.Open, want)
+			}
+		}
+	}
+	if s := localSpecs[2]; s.Open == nil || s.Open.MaxInFlight != 0 || s.Open.Connections != 4 || s.Open.Schedule.Arrival != load.Poisson || s.Open.Schedule.Seed != 42 ||
+		s.Duration != 4e9 || s.Warmup != 1e9 || s.Streams != 2 {
+		t.Errorf("fixed-rate with 4 connections: %s: want 4 opened up front, no cap, Poisson seeded 42, 1 s warm-up in 4 s, 2 streams", jsonOf(t, s))
+	}
+	if s := localSpecs[8]; s.Closed == nil || s.Closed.Connections != 3 || s.Count != 500 {
+		t.Errorf("closed connections experiment: %s", jsonOf(t, s))
+	}
+}
+
+func jsonOf(t *testing.T, s load.Spec) string {
+	t.Helper()
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// A connections experiment with a rate measures what so many connections carry at that
+// rate: the load generator keeps at most that many requests in flight, on the local
+// testbed as on a cluster (TestOneTranslationForBothPlatforms, and loadgen's
+// TestInFlightCapThroughGenerators for the generator service). Against a service that
+// holds every request 20 ms, 200 req/s would keep about 4 in flight; capped at 2, the
+// stored trial shows at most 2 and sends that waited, while a fixed-rate experiment
+// that merely opens 2 connections up front goes past them.
+func TestConnectionsWithRateCapsInFlight(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	graph := filepath.Join(dir, "slow.yaml")
+	if err := os.WriteFile(graph, []byte("name: slow\nservices:\n  - {name: front, isEntrypoint: true, script: [sleep: 20ms]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run, _ := runStudy(t, parseStudy(t, `apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: runner-connections-cap}
+spec:
+  substrate:
+    local: {nodes: 1, loadgenNode: 0}
+  workload: {graph: `+graph+`}
+  meshes:
+    - {name: none, profile: none}
+  experiments:
+    - {name: conns, kind: connections, connections: [2], rate: 200, duration: 3s, warmup: 500ms}
+    - {name: latency, kind: fixed-rate, connections: 2, rate: 200, duration: 3s, warmup: 500ms}
+  repeats: 1
+`))
+	peak := map[string]results.GeneratorHealth{}
+	for _, tr := range run.Trials {
+		peak[tr.Experiment] = tr.Result.Generator
+	}
+	t.Logf("capped: %+v; uncapped: %+v", peak["conns"], peak["latency"])
+	if g := peak["conns"]; g.PeakInFlight > 2 || g.PeakInFlight == 0 || g.LateSends == 0 {
+		t.Errorf("connections [2] at 200 req/s: peak %d in flight, %d late sends; want at most 2 in flight and late sends", g.PeakInFlight, g.LateSends)
+	}
+	if g := peak["latency"]; g.PeakInFlight <= 2 {
+		t.Errorf("fixed-rate with 2 connections at 200 req/s: peak %d in flight; want more than 2 against a 20 ms service, or the capped run proves nothing", g.PeakInFlight)
+	}
+}

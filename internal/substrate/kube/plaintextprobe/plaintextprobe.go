@@ -1,0 +1,105 @@
+// Package plaintextprobe owns what a plaintext probe pod runs on a cluster under strict
+// mTLS (`meshmark-pod plaintext-probe`): one plaintext request to each service of the
+// app, as a caller outside the mesh, and the report of how each ended as the pod's
+// termination message. Package kube creates the pods and reads their reports; this
+// package links nothing of Kubernetes, so that the small in-pod binary can run it.
+package plaintextprobe
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/meshmark/meshmark/internal/mesh"
+)
+
+const (
+	// Command is the subcommand a probe pod runs.
+	Command = "plaintext-probe"
+	// MessagePath is where a probe pod's container writes its report: the kubelet
+	// copies it into the pod's status when the container ends.
+	MessagePath = "/dev/termination-log"
+	// MessageLimit is the most of a container's termination message the kubelet keeps.
+	MessageLimit = 4096
+	// requestsAtOnce bounds the requests one probe pod has in flight.
+	requestsAtOnce = 8
+)
+
+// FormatTarget is a target as `plaintext-probe --target` takes it:
+// SERVICE=HOST:PORT/PROTOCOL.
+func FormatTarget(t mesh.PlaintextTarget) string {
+	return t.Service + "=" + t.Addr + "/" + t.Protocol
+}
+
+// ParseTarget reads a target written by FormatTarget; the protocol may be left out
+// (http).
+func ParseTarget(s string) (mesh.PlaintextTarget, error) {
+	service, rest, ok := strings.Cut(s, "=")
+	if !ok || service == "" {
+		return mesh.PlaintextTarget{}, fmt.Errorf("target %q: want SERVICE=HOST:PORT[/PROTOCOL]", s)
+	}
+	t := mesh.PlaintextTarget{Service: service, Addr: rest, Protocol: "http"}
+	if i := strings.LastIndex(rest, "/"); i >= 0 {
+		t.Addr, t.Protocol = rest[:i], rest[i+1:]
+	}
+	switch t.Protocol {
+	case "http", "h2c", "grpc":
+	default:
+		return mesh.PlaintextTarget{}, fmt.Errorf("target %q: protocol %q, want http, h2c or grpc", s, t.Protocol)
+	}
+	if _, _, err := net.SplitHostPort(t.Addr); err != nil {
+		return mesh.PlaintextTarget{}, fmt.Errorf("target %q: %w", s, err)
+	}
+	return t, nil
+}
+
+// Run is what a probe pod does: one plaintext request to each target
+// (mesh.ProbePlaintext), a few at a time, through dial, and the report of how each
+// ended, which fits MessageLimit.
+func Run(ctx context.Context, targets []mesh.PlaintextTarget, dial mesh.DialFunc) []byte {
+	probes := make([]mesh.PlaintextProbe, len(targets))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, requestsAtOnce)
+	for i, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			probes[i] = mesh.ProbePlaintext(ctx, dial, t)
+		}()
+	}
+	wg.Wait()
+	return Report(probes)
+}
+
+// Report encodes probes as a JSON array within MessageLimit, shortening what each
+// observed as far as needed. The targets are left out: the runner knows what it asked
+// for.
+func Report(probes []mesh.PlaintextProbe) []byte {
+	for limit := 240; ; limit /= 2 {
+		short := make([]mesh.PlaintextProbe, len(probes))
+		for i, p := range probes {
+			short[i] = mesh.PlaintextProbe{Service: p.Service, Refused: p.Refused, Observed: truncate(p.Observed, limit)}
+		}
+		out, _ := json.Marshal(short)
+		if len(out) <= MessageLimit || limit == 0 {
+			return out
+		}
+	}
+}
+
+// truncate cuts s to at most n bytes on a character boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
