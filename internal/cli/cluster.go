@@ -4,13 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/meshmark/meshmark/internal/image"
 	"github.com/meshmark/meshmark/internal/localcluster"
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/podcmd"
 	"github.com/spf13/cobra"
 )
 
@@ -43,7 +43,7 @@ func newClusterUp() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts.Progress = cmd.ErrOrStderr()
 			var err error
-			if opts.PauseBinary, err = podBinary(); err != nil {
+			if opts.PauseBinary, err = podcmd.Find(); err != nil {
 				return err
 			}
 			if opts.Images, err = clusterImages(); err != nil {
@@ -142,27 +142,10 @@ func newClusterList() *cobra.Command {
 	}
 }
 
-// podBinary is meshmark's static in-pod binary, which the pods' images are made of:
-// beside the running meshmark (make build puts both in bin/).
-func podBinary() (string, error) {
-	if p := os.Getenv("MESHMARK_POD_BINARY"); p != "" {
-		return p, nil
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return "", err
-	}
-	p := filepath.Join(filepath.Dir(exe), "meshmark-pod")
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("meshmark's in-pod binary %s: %w (make build builds it)", p, err)
-	}
-	return p, nil
-}
-
 // clusterImages are the images a local cluster gets besides its own: meshmark's, under
 // the name the Kubernetes examples use and under this version's, and every mesh's.
 func clusterImages() ([]localcluster.Image, error) {
-	bin, err := podBinary()
+	bin, err := podcmd.Find()
 	if err != nil {
 		return nil, err
 	}

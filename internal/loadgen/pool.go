@@ -97,7 +97,7 @@ func (p *Pool) Size() int { return len(p.addrs) }
 // it.
 func (p *Pool) Run(ctx context.Context, spec load.Spec, progress func(load.Progress)) (*load.Result, []*load.Result, error) {
 	if spec.Version == 0 {
-		spec.Version = load.SpecVersion
+		spec.Version = load.SpecVersion // a Spec written out by hand rather than by load.NewSpec
 	}
 	data, err := json.Marshal(spec)
 	if err != nil {

@@ -48,52 +48,62 @@ func TestOneTranslationForBothPlatforms(t *testing.T) {
 	}
 	local := &deployment{profile: plainMesh{}, entry: r.graph.Entrypoint(), client: topology.Pod{Name: "client-0"}}
 	cluster := &kubeDeployment{app: &kube.App{Namespace: "mm-run-none"}}
-	walk := func(platform func(t *study.Trial, record measureLoad) platformLoad) []load.Spec {
-		var specs []load.Spec
-		record := func(spec load.Spec, params results.TrialParams) (*load.Result, error) {
-			specs = append(specs, spec)
-			rate := params.RequestedRate
-			if rate == 0 {
-				rate = 1000
-			}
-			return &load.Result{AchievedRate: rate, Completed: 1}, nil
-		}
+	type run struct {
+		exp    string
+		params results.TrialParams
+		spec   load.Spec
+	}
+	walk := func(platform func(t *study.Trial, record measureLoad) platformLoad) []run {
+		var runs []run
 		for i := range r.study.Spec.Experiments {
 			e := &r.study.Spec.Experiments[i]
 			tr := &study.Trial{Experiment: e, Mesh: &r.study.Spec.Meshes[0], Seq: i}
+			record := func(spec load.Spec, params results.TrialParams) (*load.Result, error) {
+				runs = append(runs, run{e.Name, params, spec})
+				rate := params.RequestedRate
+				if rate == 0 {
+					rate = 1000
+				}
+				return &load.Result{AchievedRate: rate, Completed: 1}, nil
+			}
 			if err := r.runLoad(tr, platform(tr, record)); err != nil {
 				t.Fatalf("%s: %v", e.Name, err)
 			}
 		}
-		return specs
+		return runs
 	}
-	localSpecs := walk(func(tr *study.Trial, record measureLoad) platformLoad {
+	localRuns := walk(func(tr *study.Trial, record measureLoad) platformLoad {
 		p := r.localLoad(context.Background(), local, tr)
 		p.measure = record
 		return p
 	})
 	r.capacities = map[string]map[string][]float64{}
-	clusterSpecs := walk(func(tr *study.Trial, record measureLoad) platformLoad {
+	clusterRuns := walk(func(tr *study.Trial, record measureLoad) platformLoad {
 		p := r.kubeLoad(context.Background(), cluster, tr)
 		p.measure = record
 		return p
 	})
-	// capacity: 2 closed runs; latency: 1; steps: 3; conns: 2; closed: 1.
-	if len(localSpecs) != 9 || len(clusterSpecs) != 9 {
-		t.Fatalf("%d load runs locally, %d on a cluster; want 9 each", len(localSpecs), len(clusterSpecs))
+	if len(localRuns) != len(clusterRuns) || len(localRuns) < 9 {
+		t.Fatalf("%d load runs locally, %d on a cluster; want the same, at least 9 (capacity 2 and its search, latency 1, steps 3, conns 2, closed 1)", len(localRuns), len(clusterRuns))
 	}
 	spin := !ownCPUs(placement(r.study.Spec.Substrate.Local))
-	for i := range localSpecs {
-		l, c := localSpecs[i], clusterSpecs[i]
+	byExp := map[string][]load.Spec{}
+	for i := range localRuns {
+		lr, cr := localRuns[i], clusterRuns[i]
+		l, c := lr.spec, cr.spec
+		if lr.exp != cr.exp || lr.params.Connections != cr.params.Connections || lr.params.RequestedRate != cr.params.RequestedRate {
+			t.Errorf("run %d: locally %s %+v, on a cluster %s %+v", i, lr.exp, lr.params, cr.exp, cr.params)
+		}
+		byExp[lr.exp] = append(byExp[lr.exp], l)
 		if !strings.HasPrefix(l.Request.URL, "http://web:8080/") || !strings.HasPrefix(c.Request.URL, "http://web.mm-run-none.svc.cluster.local:8080/") {
 			t.Errorf("run %d: local URL %s, cluster URL %s", i, l.Request.URL, c.Request.URL)
 		}
 		want := load.ProtocolHTTP1
-		if i == 2 {
+		if lr.exp == "latency" {
 			want = load.ProtocolH2C
 		}
 		if l.Protocol != want || l.Request.Method != "GET" || !strings.HasSuffix(l.Request.URL, r.graph.Entrypoint().Path) {
-			t.Errorf("run %d: %s %s %s: want %s GET of the entry's path", i, l.Protocol, l.Request.Method, l.Request.URL, want)
+			t.Errorf("run %d (%s): %s %s %s: want %s GET of the entry's path", i, lr.exp, l.Protocol, l.Request.Method, l.Request.URL, want)
 		}
 		if l.Open != nil && (l.Open.SpinWindow < 0) != spin {
 			t.Errorf("run %d: local spin window %s with a placement that gives the generator its own CPUs: %v", i, l.Open.SpinWindow, !spin)
@@ -110,20 +120,24 @@ func TestOneTranslationForBothPlatforms(t *testing.T) {
 			t.Errorf("run %d differs:\n local   %s\n cluster %s", i, a, b)
 		}
 	}
-	for _, i := range []int{6, 7} { // conns: 2 and 6 connections at 150 req/s
-		want := []int{2, 6}[i-6]
-		for name, s := range map[string]load.Spec{"local": localSpecs[i], "cluster": clusterSpecs[i]} {
-			if s.Open == nil || s.Open.Schedule.Rate != 150 || s.Open.Connections != want || s.Open.MaxInFlight != want {
-				t.Errorf("%s: connections %d with a rate: open %+v, want %d connections capping the requests in flight", name, want, s.Open, want)
-			}
+	conns := byExp["conns"]
+	if len(conns) != 2 {
+		t.Fatalf("%d runs of conns, want 2", len(conns))
+	}
+	for i, want := range []int{2, 6} { // at 150 req/s
+		if s := conns[i]; s.Open == nil || s.Open.Schedule.Rate != 150 || s.Open.Connections != want || s.Open.MaxInFlight != want {
+			t.Errorf("connections %d with a rate: %s, want %d connections capping the requests in flight", want, jsonOf(t, s), want)
 		}
 	}
-	if s := localSpecs[2]; s.Open == nil || s.Open.MaxInFlight != 0 || s.Open.Connections != 4 || s.Open.Schedule.Arrival != load.Poisson || s.Open.Schedule.Seed != 42 ||
-		s.Duration != 4e9 || s.Warmup != 1e9 || s.Streams != 2 {
-		t.Errorf("fixed-rate with 4 connections: %s: want 4 opened up front, no cap, Poisson seeded 42, 1 s warm-up in 4 s, 2 streams", jsonOf(t, s))
+	if s := byExp["latency"]; len(s) != 1 || s[0].Open == nil || s[0].Open.MaxInFlight != 0 || s[0].Open.Connections != 4 || s[0].Open.Schedule.Arrival != load.Poisson ||
+		s[0].Open.Schedule.Seed != 42 || s[0].Duration != 4e9 || s[0].Warmup != 1e9 || s[0].Streams != 2 {
+		t.Errorf("fixed-rate with 4 connections: %v: want 4 opened up front, no cap, Poisson seeded 42, 1 s warm-up in 4 s, 2 streams", s)
 	}
-	if s := localSpecs[8]; s.Closed == nil || s.Closed.Connections != 3 || s.Count != 500 {
-		t.Errorf("closed connections experiment: %s", jsonOf(t, s))
+	if s := byExp["closed"]; len(s) != 1 || s[0].Closed == nil || s[0].Closed.Connections != 3 || s[0].Count != 500 {
+		t.Errorf("closed connections experiment: %v", s)
+	}
+	if s := byExp["steps"]; len(s) != 3 || s[0].Warmup != 5e8 || s[1].Warmup != 0 || s[2].Open.Schedule.Rate != 300 || s[2].Duration != 1e9 {
+		t.Errorf("steps: %v: want 100, 200, 300 req/s for 1 s each, the warm-up before the first", s)
 	}
 }
 
