@@ -38,7 +38,7 @@ type Plan struct {
 	// Share is this generator's part of the load the spec describes.
 	Share Share `json:"share"`
 	// StartAt is when every generator of the run starts, so that interval i of each
-	// covers the same time and the intervals merge by index.
+	// covers the same time and the intervals merge by index; zero starts at once.
 	StartAt time.Time `json:"start_at"`
 }
 

@@ -18,8 +18,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// startLead is how far ahead a run's common start is set, so that every plan arrives
-// before it (through a port-forward, a round trip can take a while).
+// startLead is how far ahead the common start of several generators is set, so that
+// every plan arrives before it (through a port-forward, a round trip can take a
+// while). One generator starts as soon as its plan arrives: nothing needs to line up,
+// and a trial should not wait a second for nothing.
 const startLead = time.Second
 
 // Pool is a set of generators driven together.
@@ -105,8 +107,11 @@ func (p *Pool) Run(ctx context.Context, spec load.Spec, progress func(load.Progr
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	start := time.Now().Add(startLead)
 	n := len(p.conns)
+	var start time.Time
+	if n > 1 {
+		start = time.Now().Add(startLead)
+	}
 	results := make([]*load.Result, n)
 	errs := make([]error, n)
 	m := newIntervalMerger(n, progress)

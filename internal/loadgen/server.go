@@ -91,8 +91,12 @@ func (s *Server) run(p *Plan, stream grpc.ServerStream) error {
 	if err != nil {
 		return err
 	}
+	start := p.StartAt
+	if start.IsZero() {
+		start = time.Now()
+	}
 	if s.opts.RawDir != "" {
-		name := filepath.Join(s.opts.RawDir, fmt.Sprintf("plan-%s-%d.csv", p.StartAt.UTC().Format("20060102T150405.000000000"), p.Share.Index))
+		name := filepath.Join(s.opts.RawDir, fmt.Sprintf("plan-%s-%d.csv", start.UTC().Format("20060102T150405.000000000"), p.Share.Index))
 		f, err := os.Create(name)
 		if err != nil {
 			return status.Errorf(codes.Internal, "raw log: %v", err)
@@ -117,10 +121,6 @@ func (s *Server) run(p *Plan, stream grpc.ServerStream) error {
 		if !q.push(&Event{Interval: &iv, InFlight: pr.InFlight, Elapsed: pr.Elapsed, Total: pr.Total}) {
 			stopRun(errDriverBehind)
 		}
-	}
-	start := p.StartAt
-	if start.IsZero() {
-		start = time.Now()
 	}
 	select {
 	case <-time.After(time.Until(start)):
