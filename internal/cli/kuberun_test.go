@@ -137,6 +137,12 @@ spec:
 	if run.Status != "complete" || run.Substrate != "kubernetes" || len(run.Trials) != 4 {
 		t.Fatalf("run %s: status %s, substrate %q, %d trials; want complete, kubernetes, one trial per mesh and repeat", run.ID, run.Status, run.Substrate, len(run.Trials))
 	}
+	// One run id: the namespaces carry the stored run's, which clean takes.
+	for _, m := range []string{"baseline", "istio"} {
+		if want := fmt.Sprintf("namespace mmrun-%s-%s", run.ID, m); !strings.Contains(errOut, want) {
+			t.Errorf("progress does not say %q: the namespaces do not carry the stored run's id %s:\n%s", want, run.ID, errOut)
+		}
+	}
 	var measured int64
 	for _, tr := range run.Trials {
 		// 200 req/s for 3 s after the warm-up, split over two generators whose
@@ -649,6 +655,38 @@ func TestPrecisionOnKubernetesAddsRounds(t *testing.T) {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("progress lacks %q:\n%s", want, errOut)
 		}
+	}
+}
+
+// TestRunKeptOnClusterIsCleanedByItsStoredID: the namespaces of a run carry the id the
+// results store gives it, and `meshmark clean --kubernetes --all ID` takes that id.
+func TestRunKeptOnClusterIsCleanedByItsStoredID(t *testing.T) {
+	c := startTestCluster(t)
+	entry := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	defer entry.Close()
+	standInGenerators(t, c, "front", entry.Listener.Addr().String())
+	path := kubeStudy(t, c, "    - {name: baseline, profile: none}")
+	rewriteStudy(t, path, "    - {name: latency, kind: fixed-rate, rate: 100, duration: 30s}",
+		"    - {name: latency, kind: fixed-rate, rate: 100, duration: 1s, warmup: 200ms}",
+		"      namespacePrefix: mmtest\n", "      namespacePrefix: mmtest\n      cleanup: false\n")
+	run, errOut := runOnCluster(t, path)
+	want := "mmtest-" + run.ID + "-baseline"
+	if kept := meshmarkNamespaces(t, c); len(kept) != 1 || kept[0] != want {
+		t.Fatalf("cleanup: false kept namespaces %v, want [%s] (the stored run id %s)\n%s", kept, want, run.ID, errOut)
+	}
+	if hint := "remove it with `meshmark clean --kubernetes --all " + run.ID + "`"; !strings.Contains(errOut, hint) {
+		t.Errorf("progress does not say %q:\n%s", hint, errOut)
+	}
+	out, _, err := execCLI("clean", "--kubernetes", "--kubeconfig", c.Kubeconfig, "--all", "0123456789ab")
+	if err != nil || !strings.Contains(out, "nothing to clean") || len(meshmarkNamespaces(t, c)) != 1 {
+		t.Errorf("clean of another run's id: %v\n%s", err, out)
+	}
+	out, _, err = execCLI("clean", "--kubernetes", "--kubeconfig", c.Kubeconfig, "--all", run.ID)
+	if err != nil || !strings.Contains(out, "namespace "+want+" (run "+run.ID+"): removed") {
+		t.Errorf("clean --all %s: %v\n%s", run.ID, err, out)
+	}
+	if left := meshmarkNamespaces(t, c); len(left) > 0 {
+		t.Errorf("clean left namespaces %v", left)
 	}
 }
 

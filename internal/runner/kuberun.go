@@ -25,7 +25,6 @@ import (
 	"github.com/meshmark/meshmark/internal/sampler"
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
-	"github.com/meshmark/meshmark/internal/testbed"
 	"github.com/meshmark/meshmark/internal/topology"
 	"github.com/meshmark/meshmark/internal/workload"
 )
@@ -245,7 +244,9 @@ func (r *runner) appSpec(run string, m *study.Mesh) (kube.AppSpec, error) {
 // is removed at the end, after an error or an interrupt too (unless the study keeps
 // them).
 func (r *runner) executeKubernetes(ctx context.Context, c *kube.Cluster) error {
-	run := testbed.NewRunID()
+	// The namespaces carry the stored run's id, so that the id `meshmark ls` and the
+	// report show is the one `meshmark clean --kubernetes RUN` takes.
+	run := r.run.ID
 	var cur *kubeDeployment
 	defer func() { r.tearDownKube(c, cur) }()
 	var precisionStart time.Time
@@ -665,7 +666,11 @@ func (r *runner) tearDownKube(c *kube.Cluster, d *kubeDeployment) {
 		d.forwards.Close()
 	}
 	if !r.study.Spec.Substrate.Kubernetes.Cleanup {
-		r.progress.note(fmt.Sprintf("%s kept (cleanup: false); remove it with `meshmark clean --kubernetes --all`", d.mesh.Name))
+		run := "RUN"
+		if r.run != nil {
+			run = r.run.ID
+		}
+		r.progress.note(fmt.Sprintf("%s kept (cleanup: false); remove it with `meshmark clean --kubernetes --all %s`", d.mesh.Name, run))
 		return
 	}
 	start := time.Now()
