@@ -95,10 +95,13 @@ const (
 	KindTimeout
 	KindNon2xx
 	KindOther
+	// KindLookup is a name that did not resolve: no such host, or a resolver that did
+	// not answer in time (a cluster's DNS down), which is not the target's timeout.
+	KindLookup
 	numKinds
 )
 
-var kindNames = [numKinds]string{"none", "refused", "reset", "timeout", "non2xx", "other"}
+var kindNames = [numKinds]string{"none", "refused", "reset", "timeout", "non2xx", "other", "lookup"}
 
 func (k ErrorKind) String() string {
 	if k < numKinds {
@@ -113,7 +116,10 @@ func Classify(err error) ErrorKind {
 		return KindNone
 	}
 	var ne net.Error
+	var dns *net.DNSError
 	switch {
+	case errors.As(err, &dns):
+		return KindLookup
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return KindRefused
 	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
@@ -202,9 +208,43 @@ func (s *sharers) leave(closed *bool) bool {
 }
 
 func (o ClientOptions) dial() DialFunc {
-	if o.Dial != nil {
-		return o.Dial
+	dial := o.Dial
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
 	}
-	d := &net.Dialer{}
-	return d.DialContext
+	return failedLookups(dial)
+}
+
+// lookupMemory is how long a dial remembers that an address's name did not resolve.
+const lookupMemory = time.Second
+
+// failedLookups wraps dial so that, for lookupMemory after an address's name failed to
+// resolve, dials of it fail at once with the same error instead of asking the resolver
+// again. Where the resolver does not answer (a cluster's DNS down), each dial would
+// otherwise wait out the request's timeout, the sends queued behind it would end the run
+// dropped, counted nowhere, and a run in which no request got through would report no
+// errors; this way they fail, counted as lookup errors.
+func failedLookups(dial DialFunc) DialFunc {
+	type failure struct {
+		err   error
+		until time.Time
+	}
+	var mu sync.Mutex
+	failed := map[string]failure{}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		mu.Lock()
+		f, ok := failed[addr]
+		mu.Unlock()
+		if ok && time.Now().Before(f.until) {
+			return nil, f.err
+		}
+		conn, err := dial(ctx, network, addr)
+		var dns *net.DNSError
+		if err != nil && errors.As(err, &dns) && ctx.Err() != context.Canceled {
+			mu.Lock()
+			failed[addr] = failure{err, time.Now().Add(lookupMemory)}
+			mu.Unlock()
+		}
+		return conn, err
+	}
 }

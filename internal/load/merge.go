@@ -196,5 +196,5 @@ func MergeIntervals(sets [][]Interval) ([]Interval, error) {
 
 func (e Errors) plus(o Errors) Errors {
 	return Errors{Refused: e.Refused + o.Refused, Reset: e.Reset + o.Reset, Timeout: e.Timeout + o.Timeout,
-		Non2xx: e.Non2xx + o.Non2xx, Other: e.Other + o.Other}
+		Non2xx: e.Non2xx + o.Non2xx, Other: e.Other + o.Other, Lookup: e.Lookup + o.Lookup}
 }

@@ -17,7 +17,7 @@ import (
 //	first_byte_ns  first response byte  │ wall-clock time; the offsets themselves are
 //	done_ns        completion or error  ┘ measured on the monotonic clock)
 //	status         HTTP status; empty when no response header arrived
-//	error_kind     none, refused, reset, timeout, non2xx or other (ErrorKind.String)
+//	error_kind     none, refused, reset, timeout, non2xx, other or lookup (ErrorKind.String)
 //	bytes_in       response body bytes
 //	warmup         true for requests intended before Config.Warmup ends
 //

@@ -86,8 +86,8 @@ func WriteTable(w io.Writer, r *Result) error {
 	if f := r.Failures(); f > 0 {
 		failures = fmt.Sprintf("; %d without a response, in the latency at their time to failure", f)
 	}
-	fmt.Fprintf(w, "errors: %d (refused %d, reset %d, timeout %d, non-2xx %d, other %d)%s\n",
-		e.Total(), e.Refused, e.Reset, e.Timeout, e.Non2xx, e.Other, failures)
+	fmt.Fprintf(w, "errors: %d (refused %d, reset %d, timeout %d, non-2xx %d, other %d, lookup %d)%s\n",
+		e.Total(), e.Refused, e.Reset, e.Timeout, e.Non2xx, e.Other, e.Lookup, failures)
 	for _, s := range r.ErrorSamples {
 		fmt.Fprintf(w, "  e.g. %s\n", s)
 	}
@@ -141,7 +141,7 @@ func ReadJSON(rd io.Reader) (*Result, error) {
 func WriteCSV(w io.Writer, r *Result) error {
 	cw := csv.NewWriter(w)
 	_ = cw.Write([]string{"start_s", "length_s", "requested_rps", "achieved_rps", "completed",
-		"errors", "refused", "reset", "timeout", "non2xx", "other",
+		"errors", "refused", "reset", "timeout", "non2xx", "other", "lookup",
 		"latency_p50_us", "latency_p90_us", "latency_p99_us", "latency_max_us", "service_p99_us", "send_lag_max_us", "in_flight"})
 	us := func(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
@@ -149,7 +149,7 @@ func WriteCSV(w io.Writer, r *Result) error {
 	for _, iv := range r.Intervals {
 		e := iv.Errors
 		_ = cw.Write([]string{f(iv.Start.Seconds()), f(iv.Length.Seconds()), f(iv.RequestedRate), f(iv.AchievedRate),
-			n(iv.Completed), n(e.Total()), n(e.Refused), n(e.Reset), n(e.Timeout), n(e.Non2xx), n(e.Other),
+			n(iv.Completed), n(e.Total()), n(e.Refused), n(e.Reset), n(e.Timeout), n(e.Non2xx), n(e.Other), n(e.Lookup),
 			us(iv.LatencyP50), us(iv.LatencyP90), us(iv.LatencyP99), us(iv.LatencyMax), us(iv.ServiceP99), us(iv.SendLagMax), n(iv.InFlight)})
 	}
 	cw.Flush()

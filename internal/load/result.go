@@ -84,10 +84,12 @@ type Errors struct {
 	Timeout int64 `json:"timeout"`
 	Non2xx  int64 `json:"non2xx"`
 	Other   int64 `json:"other"`
+	// Lookup counts requests whose target's name did not resolve.
+	Lookup int64 `json:"lookup,omitempty"`
 }
 
 // Total is the number of failed requests.
-func (e Errors) Total() int64 { return e.Refused + e.Reset + e.Timeout + e.Non2xx + e.Other }
+func (e Errors) Total() int64 { return e.Refused + e.Reset + e.Timeout + e.Non2xx + e.Other + e.Lookup }
 
 func (e *Errors) add(k ErrorKind, n int64) {
 	switch k {
@@ -101,6 +103,8 @@ func (e *Errors) add(k ErrorKind, n int64) {
 		e.Non2xx += n
 	case KindOther:
 		e.Other += n
+	case KindLookup:
+		e.Lookup += n
 	}
 }
 
