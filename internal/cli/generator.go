@@ -71,5 +71,8 @@ func runRemoteLoad(cmd *cobra.Command, f loadFlags, spec load.Spec) error {
 	if err != nil {
 		return err
 	}
-	return writeResult(cmd, res, f.format, f.output)
+	if err := writeResult(cmd, res, f.format, f.output); err != nil {
+		return err
+	}
+	return noneSucceeded(res)
 }

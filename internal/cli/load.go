@@ -481,7 +481,23 @@ func runLoad(cmd *cobra.Command, cfg load.Config, f loadFlags) error {
 			fmt.Fprintln(stderr, "warning:", w)
 		}
 	}
-	return errors.Join(rawErr, runErr)
+	return errors.Join(rawErr, runErr, noneSucceeded(res))
+}
+
+// noneSucceeded fails a run in which no request succeeded, after its result is written:
+// it measured nothing of the target but that it did not serve, which exit status 0 and
+// "0 errors" (every send dropped behind a lookup that never answered) would hide.
+func noneSucceeded(res *load.Result) error {
+	if res.Incomplete || res.Completed > res.Errors.Total() {
+		return nil
+	}
+	e := res.Errors
+	msg := fmt.Sprintf("no request succeeded: %d completed, %d failed (lookup %d, refused %d, reset %d, timeout %d, non-2xx %d, other %d), %d sends dropped",
+		res.Completed, e.Total(), e.Lookup, e.Refused, e.Reset, e.Timeout, e.Non2xx, e.Other, res.Health.Dropped)
+	if len(res.ErrorSamples) > 0 {
+		msg += "; e.g. " + res.ErrorSamples[0]
+	}
+	return withExitCode(1, errors.New(msg))
 }
 
 // writeResult writes res in format (table, json or csv) to output, or to stdout when

@@ -31,7 +31,7 @@ func FromLoadInterval(service string, iv load.Interval) (Interval, error) {
 	out := Interval{Service: service, Duration: iv.Length, RequestedRate: iv.RequestedRate,
 		Completed: uint64(max(iv.Completed, 0)), Errors: map[string]uint64{}}
 	for kind, n := range map[string]int64{"refused": iv.Errors.Refused, "reset": iv.Errors.Reset,
-		"timeout": iv.Errors.Timeout, "non2xx": iv.Errors.Non2xx, "other": iv.Errors.Other} {
+		"timeout": iv.Errors.Timeout, "non2xx": iv.Errors.Non2xx, "other": iv.Errors.Other, "lookup": iv.Errors.Lookup} {
 		if n > 0 {
 			out.Errors[kind] = uint64(n)
 		}

@@ -752,6 +752,9 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 		}
 		return nil, fmt.Errorf("%s on %s, repeat %d: %w", label, t.Mesh.Name, t.Repeat+1, err)
 	}
+	if err := noSuccess(res); err != nil {
+		return nil, fmt.Errorf("%s on %s, repeat %d, through %d load generators: %w", label, t.Mesh.Name, t.Repeat+1, len(d.forwards.Generators), err)
+	}
 	after := d.readProxies(ctx)
 	trial := &results.Trial{
 		Repeat: t.Repeat, Mesh: t.Mesh.Name, Experiment: e.Name, Kind: string(e.Kind),

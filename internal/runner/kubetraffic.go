@@ -273,7 +273,7 @@ func judgeTraffic(enr *mesh.Enrollment, endpoints []mesh.ProxyEndpoint, out burs
 	res := out.res
 	t.Sent, t.Succeeded = res.Sent, res.Succeeded
 	t.Errors = map[string]int64{}
-	for kind, n := range map[string]int64{"refused": res.Errors.Refused, "reset": res.Errors.Reset, "timeout": res.Errors.Timeout, "non2xx": res.Errors.Non2xx, "other": res.Errors.Other} {
+	for kind, n := range map[string]int64{"refused": res.Errors.Refused, "reset": res.Errors.Reset, "timeout": res.Errors.Timeout, "non2xx": res.Errors.Non2xx, "other": res.Errors.Other, "lookup": res.Errors.Lookup} {
 		if n > 0 {
 			t.Errors[kind] = n
 		}
@@ -506,7 +506,7 @@ func describeBurstErrors(res *load.Result) string {
 	for _, k := range []struct {
 		name string
 		n    int64
-	}{{"refused", res.Errors.Refused}, {"reset", res.Errors.Reset}, {"timed out", res.Errors.Timeout}, {"non-2xx", res.Errors.Non2xx}, {"other", res.Errors.Other}} {
+	}{{"refused", res.Errors.Refused}, {"reset", res.Errors.Reset}, {"timed out", res.Errors.Timeout}, {"non-2xx", res.Errors.Non2xx}, {"other", res.Errors.Other}, {"failed lookups", res.Errors.Lookup}} {
 		if k.n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", k.n, k.name))
 		}

@@ -3,7 +3,10 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -69,6 +72,9 @@ func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, spe
 		servedErr = err2
 	}
 	faults := watch.finish()
+	if err == nil {
+		err = noSuccess(res)
+	}
 	if err != nil {
 		if len(faults) > 0 {
 			return nil, &faultError{label: label, mesh: t.Mesh.Name, faults: faults}
@@ -169,6 +175,47 @@ func describe(p results.TrialParams) string {
 	}
 }
 
+// noSuccess refuses a trial in which no measured request succeeded: it measured no
+// latency of the system, only that it did not serve, and a run that stored it as a
+// result would report 0% errors where every send was dropped (the target's name not
+// resolving, on a cluster whose DNS did not answer). It says what became of the sends.
+func noSuccess(res *load.Result) error {
+	if res.Completed > res.Errors.Total() {
+		return nil
+	}
+	e := res.Errors
+	var kinds []string
+	for _, k := range []struct {
+		name string
+		n    int64
+	}{{"lookup", e.Lookup}, {"refused", e.Refused}, {"reset", e.Reset}, {"timeout", e.Timeout}, {"non-2xx", e.Non2xx}, {"other", e.Other}} {
+		if k.n > 0 {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k.name, k.n))
+		}
+	}
+	msg := fmt.Sprintf("no request succeeded: %d measured, all failed", res.Completed)
+	if len(kinds) > 0 {
+		msg += " (" + strings.Join(kinds, ", ") + ")"
+	}
+	if len(res.StatusCodes) > 0 {
+		var codes []string
+		for _, c := range slices.Sorted(maps.Keys(res.StatusCodes)) {
+			codes = append(codes, fmt.Sprintf("%d×%d", c, res.StatusCodes[c]))
+		}
+		msg += "; answers " + strings.Join(codes, " ")
+	}
+	if h := res.Health; h.Dropped > 0 || h.Aborted > 0 {
+		msg += fmt.Sprintf("; %d sends dropped (never sent), %d cut off by the end of the run", h.Dropped, h.Aborted)
+	}
+	if len(res.ErrorSamples) > 0 {
+		msg += "; e.g. " + res.ErrorSamples[0]
+	}
+	if e.Lookup > 0 {
+		msg += "; the target's name did not resolve: is the cluster's DNS answering?"
+	}
+	return errors.New(msg + "; the trial is not stored")
+}
+
 // convert turns the engine's result into the stored model, dropping warm-up intervals.
 func convert(res *load.Result, warmup time.Duration) results.TrialResult {
 	out := results.TrialResult{
@@ -183,7 +230,7 @@ func convert(res *load.Result, warmup time.Duration) results.TrialResult {
 		StatusCodes:     res.StatusCodes,
 		ErrorsByKind: map[string]int64{
 			"refused": res.Errors.Refused, "reset": res.Errors.Reset, "timeout": res.Errors.Timeout,
-			"non2xx": res.Errors.Non2xx, "other": res.Errors.Other,
+			"non2xx": res.Errors.Non2xx, "other": res.Errors.Other, "lookup": res.Errors.Lookup,
 		},
 		Generator: results.GeneratorHealth{
 			SendLag:        res.Health.SendLag.Histogram,
