@@ -314,7 +314,7 @@ func renderMarkdown(w io.Writer, s *Summary) error {
 	if m.section(titleChecks, len(s.Checks) == 0, "No checks were stored with this run.") {
 		var rows [][]string
 		for _, c := range s.Checks {
-			rows = append(rows, []string{c.Mesh, c.Check, map[bool]string{true: "PASS", false: "FAIL"}[c.Pass], c.Detail})
+			rows = append(rows, []string{c.Mesh, c.Check, c.Result(), c.Detail})
 		}
 		m.table([]string{"Mesh", "Check", "Result", "Detail"}, rows)
 	}

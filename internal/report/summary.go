@@ -434,6 +434,20 @@ type CheckRow struct {
 	Check  string `json:"check"`
 	Pass   bool   `json:"pass"`
 	Detail string `json:"detail"`
+	// NotApplicable is a check that has nothing to hold this mesh to (a baseline that
+	// installs nothing has nothing to enroll): shown as n/a, neither pass nor fail.
+	NotApplicable bool `json:"not_applicable,omitempty"`
+}
+
+// Result is the row's verdict as the reports print it: PASS, FAIL or n/a.
+func (c CheckRow) Result() string {
+	switch {
+	case c.NotApplicable:
+		return "n/a"
+	case c.Pass:
+		return "PASS"
+	}
+	return "FAIL"
 }
 
 // ProvenanceSummary is where the numbers came from.
@@ -1166,9 +1180,15 @@ type enrollment struct {
 func checkRows(run *results.Run, groups []*analysis.Group) []CheckRow {
 	var out []CheckRow
 	for _, m := range run.Meshes {
-		if len(m.Enrollment) == 0 {
+		switch {
+		case len(m.Enrollment) == 0 && m.Profile == "none" && run.Substrate == "kubernetes":
+			// On a cluster the baseline installs nothing and its pods are plain pods:
+			// there is no mesh to have enrolled them.
+			out = append(out, CheckRow{Mesh: m.Label, Check: "enrollment", NotApplicable: true,
+				Detail: "the baseline installs no mesh on the cluster: there is nothing to enroll"})
+		case len(m.Enrollment) == 0:
 			out = append(out, CheckRow{Mesh: m.Label, Check: "enrollment", Pass: false, Detail: "no equivalence check stored with this run"})
-		} else {
+		default:
 			var e enrollment
 			if err := json.Unmarshal(m.Enrollment, &e); err != nil {
 				out = append(out, CheckRow{Mesh: m.Label, Check: "enrollment", Pass: false, Detail: "stored check is unreadable: " + err.Error()})

@@ -403,7 +403,7 @@
 
   if (R.checks && R.checks.length) {
     table("checks", ["Mesh", "Check", "Result", "Detail"],
-      R.checks.map(c => [c.mesh, c.check, el("span", { class: c.pass ? "pass" : "fail" }, c.pass ? "PASS" : "FAIL"), c.detail]));
+      R.checks.map(c => [c.mesh, c.check, c.not_applicable ? el("span", {}, "n/a") : el("span", { class: c.pass ? "pass" : "fail" }, c.pass ? "PASS" : "FAIL"), c.detail]));
   } else empty("checks", "No checks were stored with this run.");
 
   const cfgs = (R.provenance && R.provenance.config_digests) || [];
