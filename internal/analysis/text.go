@@ -216,10 +216,16 @@ func writeRunDetails(w io.Writer, run *results.Run, rep *Report) error {
 	if len(rep.Resources) > 0 {
 		fmt.Fprintln(w, "\nresources (summed over processes, mean over repeats):")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "POINT\tMESH\tCOMPONENT\tROLE\tPROCS\tCPU CORES\tPEAK\tCORES/1000 RPS\tRSS MEAN\tRSS PEAK\tPSS PEAK\t")
+		mem := strings.ToUpper(run.MemoryMeasure())
+		fmt.Fprintf(tw, "POINT\tMESH\tCOMPONENT\tROLE\tPROCS\tCPU CORES\tPEAK\tCORES/1000 RPS\t%s MEAN\t%s PEAK\tPSS PEAK\t\n", mem, mem)
 		for _, u := range rep.Resources {
+			// A cluster's kubelets report no PSS: not measured, not zero.
+			pss := "n/a"
+			if u.PSSPeak > 0 || run.Substrate != "kubernetes" {
+				pss = mib(float64(u.PSSPeak))
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s\t\n", u.Label, u.Mesh, u.Component, u.Role, u.Processes,
-				u.CPUCores, u.CPUCoresPeak, u.CoresPer1000RPS, mib(u.RSSMean), mib(float64(u.RSSPeak)), mib(float64(u.PSSPeak)))
+				u.CPUCores, u.CPUCoresPeak, u.CoresPer1000RPS, mib(u.RSSMean), mib(float64(u.RSSPeak)), pss)
 		}
 		tw.Flush()
 	}

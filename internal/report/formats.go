@@ -255,7 +255,11 @@ func renderMarkdown(w io.Writer, s *Summary) error {
 		for _, r := range s.Resources {
 			rows = append(rows, []string{r.Mesh, r.Component, r.Role, orDash(r.Pod), sig(r.AvgCores), sig(r.PeakCores), sig(r.AvgMemMiB), sig(r.PeakMemMiB)})
 		}
-		m.table([]string{"Mesh", "Component", "Role", "Pod", "CPU avg (cores)", "CPU peak (cores)", "RSS avg (MiB)", "RSS peak (MiB)"}, rows)
+		mem := s.MemoryMeasure
+		if mem == "" {
+			mem = "RSS"
+		}
+		m.table([]string{"Mesh", "Component", "Role", "Pod", "CPU avg (cores)", "CPU peak (cores)", mem + " avg (MiB)", mem + " peak (MiB)"}, rows)
 	}
 	m.printf("### %s\n\n", titleNetwork)
 	if len(s.Network) == 0 {

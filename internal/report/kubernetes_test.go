@@ -2,9 +2,11 @@ package report
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/results"
 )
 
@@ -44,5 +46,38 @@ func TestClusterBaselineEnrollmentNotApplicable(t *testing.T) {
 	}
 	if !strings.Contains(md.String(), "| baseline | enrollment | FAIL | no equivalence check stored with this run |") {
 		t.Error("a local run's missing check is no longer a failure")
+	}
+}
+
+// TestClusterMemoryIsTheWorkingSet: a cluster run's memory is each container's working
+// set, as its kubelet reports it, and is called so, not RSS; PSS, which no kubelet
+// reports, is n/a, not 0.0 MiB. A local run keeps RSS.
+func TestClusterMemoryIsTheWorkingSet(t *testing.T) {
+	run := clusterRun(t)
+	var md bytes.Buffer
+	if err := Render(&md, Markdown, run, nil, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if want := regexp.MustCompile(`\| CPU avg \(cores\) \| CPU peak \(cores\) \| working set avg \(MiB\) \| working set peak \(MiB\) \|`); !want.Match(md.Bytes()) || strings.Contains(md.String(), "RSS avg") {
+		t.Errorf("markdown does not call the memory the working set")
+	}
+	var text bytes.Buffer
+	if err := analysis.WriteRunSummary(&text, run, analysis.Analyze(run, analysis.Options{Seed: 1}, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "WORKING SET MEAN") || !regexp.MustCompile(`(?m)MiB\s+n/a\s*$`).Match(text.Bytes()) || strings.Contains(text.String(), "RSS MEAN") {
+		t.Errorf("text summary does not call memory the working set with PSS n/a:\n%s", text.String())
+	}
+	local := syntheticRun(t)
+	md.Reset()
+	if err := Render(&md, Markdown, local, nil, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	text.Reset()
+	if err := analysis.WriteRunSummary(&text, local, analysis.Analyze(local, analysis.Options{Seed: 1}, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "| RSS avg (MiB) |") || !strings.Contains(text.String(), "RSS MEAN") || regexp.MustCompile(`(?m)MiB\s+n/a\s*$`).Match(text.Bytes()) {
+		t.Error("a local run's memory is no longer RSS, or its PSS n/a")
 	}
 }

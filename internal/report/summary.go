@@ -81,6 +81,9 @@ type Summary struct {
 	Heatmaps    []Heatmap     `json:"heatmaps"`
 	TimeSeries  []TimeSeries  `json:"time_series"`
 	Resources   []ResourceRow `json:"resources"`
+	// MemoryMeasure names what the resources' memory is: RSS, or a container's working
+	// set on a cluster (results.Run.MemoryMeasure).
+	MemoryMeasure string `json:"memory_measure"`
 	// ResourcesFrom names the experiments Resources and Costs are computed from.
 	ResourcesFrom []string   `json:"resources_from"`
 	CostModel     CostModel  `json:"cost_model"`
@@ -359,7 +362,8 @@ type TimeSeries struct {
 	Errors []*float64 `json:"errors"`
 }
 
-// ResourceRow is one component of one mesh: CPU in cores, memory in MiB (RSS).
+// ResourceRow is one component of one mesh: CPU in cores, memory in MiB (RSS, or the
+// working set on a cluster: Summary.MemoryMeasure).
 type ResourceRow struct {
 	Mesh       string  `json:"mesh"`
 	Component  string  `json:"component"`
@@ -535,6 +539,7 @@ func Summarize(run *results.Run, an *analysis.Report, opts Options) *Summary {
 	}
 	s.CostModel, s.Costs = costRows(s.Resources, loadGroups, meshOrder(run), an.Baseline, prices, instance)
 	s.Checks = checkRows(run, an.Groups)
+	s.MemoryMeasure = run.MemoryMeasure()
 	s.Effort = effortRows(run)
 	s.Security = analysis.SecurityMatrix(run)
 	s.SecurityProbes = results.SecurityProbes

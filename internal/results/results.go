@@ -96,6 +96,16 @@ type Run struct {
 	Trials   []Trial `json:"trials,omitempty"`
 }
 
+// MemoryMeasure names what the memory of the run's resource samples (RSSBytes) is:
+// each process's resident set size on the local substrate, each container's working
+// set on a cluster, which is what its kubelet reports; PSS is measured locally only.
+func (r *Run) MemoryMeasure() string {
+	if r.Substrate == "kubernetes" {
+		return "working set"
+	}
+	return "RSS"
+}
+
 // Mesh returns the mesh with the given label, or nil.
 func (r *Run) Mesh(label string) *Mesh {
 	for i := range r.Meshes {
@@ -437,11 +447,13 @@ type ResourceSample struct {
 	T              time.Time `json:"t"`
 	CPUUserSeconds float64   `json:"cpu_user_seconds"`
 	CPUSysSeconds  float64   `json:"cpu_sys_seconds"`
-	RSSBytes       int64     `json:"rss_bytes"`
-	PSSBytes       int64     `json:"pss_bytes"`
-	Threads        int64     `json:"threads"`
-	VoluntaryCtx   int64     `json:"voluntary_ctx_switches"`
-	InvoluntaryCtx int64     `json:"involuntary_ctx_switches"`
+	// RSSBytes is the resident set size, or on a cluster the container's working set
+	// (Run.MemoryMeasure); PSSBytes is 0 where PSS is not measured (on a cluster).
+	RSSBytes       int64 `json:"rss_bytes"`
+	PSSBytes       int64 `json:"pss_bytes"`
+	Threads        int64 `json:"threads"`
+	VoluntaryCtx   int64 `json:"voluntary_ctx_switches"`
+	InvoluntaryCtx int64 `json:"involuntary_ctx_switches"`
 }
 
 // NetSample is one reading of one network interface of one pod (its network

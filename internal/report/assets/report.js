@@ -332,8 +332,9 @@
       });
     };
     bars("CPU per component", "avg_cores", "peak_cores", " cores");
-    bars("Memory (RSS) per component", "avg_mem_mib", "peak_mem_mib", " MiB");
-    table("resources", ["Mesh", "Component", "Role", "Pod", "CPU avg (cores)", "CPU peak (cores)", "RSS avg (MiB)", "RSS peak (MiB)", "Samples"],
+    const mem = R.memory_measure || "RSS";
+    bars("Memory (" + mem + ") per component", "avg_mem_mib", "peak_mem_mib", " MiB");
+    table("resources", ["Mesh", "Component", "Role", "Pod", "CPU avg (cores)", "CPU peak (cores)", mem + " avg (MiB)", mem + " peak (MiB)", "Samples"],
       R.resources.map(r => [r.mesh, r.component, r.role, r.pod || "—", fmt(r.avg_cores), fmt(r.peak_cores), fmt(r.avg_mem_mib), fmt(r.peak_mem_mib), r.samples]),
       [0, 0, 0, 0, 1, 1, 1, 1, 1]);
   } else empty("resources", "No resource samples were recorded in this run.");
