@@ -192,7 +192,7 @@ spec:
 		enr.Plaintext[1].Service != "front" || !enr.Plaintext[1].Refused || !strings.Contains(enr.Plaintext[1].Target, ".svc.cluster.local:9080 (http)") {
 		t.Errorf("istio enrollment stored plaintext refused %v, outcomes %+v: want both services probed and refusing", enr.PlaintextRefused, enr.Plaintext)
 	}
-	if installs, n := strings.Count(errOut, "istio: installing "), len(probes.Pods()); n != installs || n == 0 {
+	if installs, n := strings.Count(errOut, "istio: installed in "), len(probes.Pods()); n != installs || n == 0 {
 		t.Errorf("%d plaintext probe pods for %d Istio bring-ups, want one each (and none for the baseline)", n, installs)
 	}
 	var effort results.InstallEffort

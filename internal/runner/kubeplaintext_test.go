@@ -175,7 +175,7 @@ spec:
 		enr := check(istio, true)
 		if enr.Pass || enr.PlaintextRefused != nil || len(enr.Failures) != 1 ||
 			!strings.Contains(enr.Failures[0], "refusal of plaintext unproven: the plaintext probe could not run: ") ||
-			!strings.Contains(enr.Failures[0], "cannot start (image registry.example/meshmark:test): ImagePullBackOff") {
+			!strings.Contains(enr.Failures[0], "cannot start: the image cannot be pulled (container probe, image registry.example/meshmark:test): ImagePullBackOff") {
 			t.Errorf("pass %v, plaintext refused %v, failures %q: want it failed as unproven, saying why", enr.Pass, enr.PlaintextRefused, enr.Failures)
 		}
 		if took := time.Since(start); took > time.Minute {

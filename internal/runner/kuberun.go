@@ -210,6 +210,7 @@ func (r *runner) connectKubernetes(ctx context.Context) (*kube.Cluster, error) {
 	c, err := kube.Connect(ctx, kube.Config{
 		Kubeconfig: k.Kubeconfig, Context: k.Context, NamespacePrefix: k.NamespacePrefix,
 		AppNodeSelector: k.SUTNodeSelector, LoadgenNodeSelector: k.LoadgenNodeSelector, Image: k.Image,
+		Timeout: k.ReadyTimeout.D(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: spec.substrate.kubernetes: %w", r.study.File, err)
@@ -313,7 +314,14 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 	}
 	if plan != nil {
 		r.progress.note(fmt.Sprintf("%s: installing %s", m.Name, describeCharts(plan.Charts)))
-		if d.install, err = installKubeMesh(ctx, c, plan, r.helmLog(m.Name)); err != nil {
+		var shown time.Time
+		progress := func(release string, p kube.WaitProgress) {
+			if time.Since(shown) > 2*time.Second || p.Ready == p.Total {
+				r.progress.note(fmt.Sprintf("%s: installing %s: %s", m.Name, release, p))
+				shown = time.Now()
+			}
+		}
+		if d.install, err = installKubeMesh(ctx, c, plan, r.helmLog(m.Name), progress); err != nil {
 			return nil, fmt.Errorf("mesh %s: %w", m.Name, err)
 		}
 		e := d.install.Effort
@@ -339,9 +347,9 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 	}
 	d.resources.AddMesh(d.install)
 	last := time.Time{}
-	err = c.WaitReady(ctx, d.app, func(ready, total int) {
-		if time.Since(last) > 2*time.Second || ready == total {
-			r.progress.note(fmt.Sprintf("%s: %d/%d pods ready", m.Name, ready, total))
+	err = c.WaitReady(ctx, d.app, func(p kube.WaitProgress) {
+		if time.Since(last) > 2*time.Second || p.Ready == p.Total {
+			r.progress.note(fmt.Sprintf("%s: %s", m.Name, p))
 			last = time.Now()
 		}
 	})

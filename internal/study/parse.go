@@ -183,6 +183,12 @@ func (c *checker) kubernetes(k *KubernetesSubstrate) {
 	case k.Generators < 1 || k.Generators > 64:
 		c.errAt(p+".generators", "%d: want 1 to 64 load-generator pods", k.Generators)
 	}
+	switch {
+	case !c.has(p + ".readyTimeout"):
+		k.ReadyTimeout = DefaultReadyTimeout
+	case k.ReadyTimeout.D() < time.Second || k.ReadyTimeout.D() > 2*time.Hour:
+		c.errAt(p+".readyTimeout", "%s: want 1s to 2h", k.ReadyTimeout)
+	}
 	if c.has(p+".image") && !imageRef.MatchString(k.Image) {
 		c.errAt(p+".image", "%q: expected an image reference like registry.example/meshmark:v1 (lower-case repository, optional :tag or @sha256:digest)", k.Image)
 	}

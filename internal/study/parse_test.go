@@ -276,6 +276,8 @@ func TestInvalid(t *testing.T) {
 			[]string{`f.yaml:7:25: spec.substrate.kubernetes.image: "Meshmark:latest tag": expected an image reference like registry.example/meshmark:v1 (lower-case repository, optional :tag or @sha256:digest)`}},
 		{"kubernetes generators bounded", "  workload:\n", "  substrate:\n    kubernetes: {generators: 0}\n  workload:\n",
 			[]string{`f.yaml:7:30: spec.substrate.kubernetes.generators: 0: want 1 to 64 load-generator pods`}},
+		{"kubernetes ready timeout bounded", "  workload:\n", "  substrate:\n    kubernetes: {readyTimeout: 500ms}\n  workload:\n",
+			[]string{`f.yaml:7:32: spec.substrate.kubernetes.readyTimeout: 500ms: want 1s to 2h`}},
 		{"fixed rate without duration", "      duration: 20s\n", "",
 			[]string{`f.yaml:18:7: spec.experiments[1].duration: missing: how long to measure, like "60s"`}},
 		{"arrival on closed-loop load", "connections: [8, 16]", "connections: [8, 16]\n      arrival: poisson",
@@ -353,7 +355,8 @@ func TestKubernetesAndSearchDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := s.Spec.Substrate.Kubernetes
-	if s.Spec.Substrate.Local != nil || k == nil || k.NamespacePrefix != "meshmark" || !k.Cleanup || k.Context != "kind-a" || !strings.HasPrefix(k.Image, "registry.example:5000/team/meshmark:v1.2@sha256:ab") {
+	if s.Spec.Substrate.Local != nil || k == nil || k.NamespacePrefix != "meshmark" || !k.Cleanup || k.Context != "kind-a" || !strings.HasPrefix(k.Image, "registry.example:5000/team/meshmark:v1.2@sha256:ab") ||
+		k.ReadyTimeout.D() != 5*time.Minute {
 		t.Errorf("kubernetes substrate: %+v local %+v", k, s.Spec.Substrate.Local)
 	}
 	cp := s.Experiment("cap")

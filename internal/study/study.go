@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	_ "github.com/meshmark/meshmark/internal/mesh/meshes" // the registry behind KnownProfiles
@@ -189,7 +190,15 @@ type KubernetesSubstrate struct {
 	// Generators is how many load-generator pods share the load, spread over the
 	// load-generator nodes; default 1.
 	Generators int `yaml:"generators,omitempty"`
+	// ReadyTimeout bounds each wait for the cluster: a mesh's charts to be ready, the
+	// workload's pods to be ready, namespaces to go; default 5 minutes. A pod the
+	// cluster says cannot get ready (an image that cannot be pulled, no node to take it)
+	// ends the wait at once, whatever it is.
+	ReadyTimeout Duration `yaml:"readyTimeout,omitempty"`
 }
+
+// DefaultReadyTimeout is KubernetesSubstrate.ReadyTimeout's default.
+const DefaultReadyTimeout = Duration(5 * time.Minute)
 
 // Workload is the service graph under test.
 type Workload struct {

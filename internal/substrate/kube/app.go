@@ -242,12 +242,15 @@ func (c *Cluster) deployment(spec AppSpec, d workload.Deployment, labels map[str
 
 // WaitReady waits until every Deployment of the app has all its replicas available,
 // and every Gateway of the mesh's there is Programmed with its Deployment available,
-// reporting progress as it changes. When the wait times out, the error says which
-// deployments and gateways are short and why their pods are not ready, in the cluster's
-// own words (an image that cannot be pulled, a pod no node can take).
-func (c *Cluster) WaitReady(ctx context.Context, app *App, progress func(ready, total int)) error {
+// reporting progress as it changes: how many pods are ready of how many, and what some
+// of the others wait for. It gives up at once, with the cluster's reason, when a pod
+// cannot get ready without someone's help (StuckError: an image that cannot be pulled, a
+// pod no node can take, a container that keeps crashing, with the end of its log, pods
+// that admission refuses); and at the cluster's Timeout otherwise, saying which
+// deployments and gateways are short and why their pods are not ready.
+func (c *Cluster) WaitReady(ctx context.Context, app *App, progress func(WaitProgress)) error {
 	deadline := time.Now().Add(c.cfg.Timeout)
-	last := -1
+	last := ""
 	for {
 		deps, err := c.client.AppsV1().Deployments(app.Namespace).List(ctx, metav1.ListOptions{LabelSelector: ManagedByLabel + "=" + ManagedBy})
 		if err != nil {
@@ -256,6 +259,9 @@ func (c *Cluster) WaitReady(ctx context.Context, app *App, progress func(ready, 
 		total, ready := 0, 0
 		var short []string
 		for _, d := range deps.Items {
+			if why := stuckDeployment(&d, time.Now()); why != "" {
+				return &StuckError{Namespace: app.Namespace, Why: why}
+			}
 			have, want := available(&d)
 			total += int(want)
 			ready += int(min(have, want))
@@ -268,9 +274,17 @@ func (c *Cluster) WaitReady(ctx context.Context, app *App, progress func(ready, 
 			return err
 		}
 		ready, total, short = ready+gwReady, total+gwTotal, append(short, gwShort...)
-		if ready != last && progress != nil {
-			progress(ready, total)
-			last = ready
+		stuck, pods, err := c.podsWait(ctx, app.Namespace, nil)
+		if err != nil {
+			return err
+		}
+		if stuck != "" {
+			return &StuckError{Namespace: app.Namespace, Why: stuck}
+		}
+		p := WaitProgress{Ready: ready, Total: total, Waiting: pods.Waiting}
+		if line := p.String(); line != last && progress != nil {
+			progress(p)
+			last = line
 		}
 		if len(short) == 0 && len(deps.Items) == len(app.Deployments) {
 			// Ready pods are not yet reachable: a Service's endpoints follow them
@@ -283,8 +297,8 @@ func (c *Cluster) WaitReady(ctx context.Context, app *App, progress func(ready, 
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("namespace %s: not ready after %s: %s%s", app.Namespace, c.cfg.Timeout,
-				strings.Join(short, ", "), c.whyPodsWait(ctx, app.Namespace))
+			return fmt.Errorf("namespace %s: not ready after %s (spec.substrate.kubernetes.readyTimeout): %s%s", app.Namespace, c.cfg.Timeout,
+				strings.Join(short, ", "), c.whyPodsWait(ctx, app.Namespace, nil))
 		}
 		select {
 		case <-ctx.Done():
@@ -317,40 +331,6 @@ func (c *Cluster) unreachable(ctx context.Context, app *App) ([]string, error) {
 		}
 	}
 	return short, nil
-}
-
-// whyPodsWait finds the first reasons the namespace's pods give for not being ready.
-func (c *Cluster) whyPodsWait(ctx context.Context, namespace string) string {
-	pods, err := c.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return ""
-	}
-	seen := map[string]bool{}
-	var reasons []string
-	for _, p := range pods.Items {
-		var why string
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodScheduled && cond.Status != corev1.ConditionTrue {
-				why = "not scheduled: " + cond.Message
-			}
-		}
-		for _, cs := range p.Status.ContainerStatuses {
-			if w := cs.State.Waiting; w != nil && w.Reason != "" {
-				why = strings.TrimSpace(w.Reason + " " + w.Message)
-			}
-		}
-		if why != "" && !seen[why] {
-			seen[why] = true
-			reasons = append(reasons, fmt.Sprintf("pod %s: %s", p.Name, why))
-		}
-		if len(reasons) == 3 {
-			break
-		}
-	}
-	if len(reasons) == 0 {
-		return ""
-	}
-	return "; " + strings.Join(reasons, "; ")
 }
 
 // Teardown deletes the mesh's Gateways there, then the app's namespace, and with it

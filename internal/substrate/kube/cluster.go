@@ -49,7 +49,9 @@ type Config struct {
 	AppNodeSelector, LoadgenNodeSelector map[string]string
 	// Image is the meshmark image (meshmark-pod) the workload and the load generators run.
 	Image string
-	// Timeout bounds every wait for readiness or deletion; default 5 minutes.
+	// Timeout bounds every wait for readiness or deletion (the study's readyTimeout);
+	// default 5 minutes. A wait for pods ends sooner when the cluster says a pod cannot
+	// get ready (StuckError).
 	Timeout time.Duration
 }
 

@@ -21,6 +21,7 @@ import (
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/yaml"
 )
@@ -82,9 +83,12 @@ func (c *Cluster) helmConfig(namespace string, logw io.Writer) (*action.Configur
 }
 
 // Install installs the chart, waits until all its objects are ready (at most the
-// cluster's timeout) and measures the effort. On failure it removes what it installed.
-// Helm's own messages go to logw.
-func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer) (inst *Installed, err error) {
+// cluster's timeout) and measures the effort. While Helm waits, the pods the release
+// adds to its namespace are watched: progress hears how many are ready, and a pod the
+// cluster says cannot get ready (StuckError) ends the install at once with the reason,
+// as does Helm's own time limit with what the pods wait for. On failure it removes what
+// it installed. Helm's own messages go to logw.
+func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer, progress func(WaitProgress)) (inst *Installed, err error) {
 	if ch.Repo != "" && ch.Version == "" {
 		return nil, fmt.Errorf("chart %s from %s: no version: pin one, so that runs are comparable", ch.Ref, ch.Repo)
 	}
@@ -107,6 +111,9 @@ func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer) (inst *
 			inst = nil
 		}
 	}()
+	// What a namespace that is not meshmark's already holds (kube-system's, under
+	// Cilium) is not the release's: its wait leaves it out.
+	var before map[types.UID]bool
 	if _, err := c.client.CoreV1().Namespaces().Get(ctx, ch.Namespace, metav1.GetOptions{}); IsNotFound(err) {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 			Name:        ch.Namespace,
@@ -119,6 +126,8 @@ func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer) (inst *
 		inst.createdNamespace = true
 	} else if err != nil {
 		return inst, fmt.Errorf("namespace %s: %w", ch.Namespace, err)
+	} else if before, err = c.existingUIDs(ctx, ch.Namespace); err != nil {
+		return inst, err
 	}
 	cfg, err := c.helmConfig(ch.Namespace, logw)
 	if err != nil {
@@ -147,8 +156,25 @@ func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer) (inst *
 		return inst, err
 	}
 	install.SkipCRDs = true
-	rel, err := install.RunWithContext(ctx, loaded, ch.Values)
+	// Helm's wait knows only ready or not; the watch knows when waiting is pointless.
+	// Cancelling stops the wait at once (Helm's own waiter keeps polling until its time
+	// limit in the background, and then finds the release uninstalled).
+	wctx, stop := context.WithCancelCause(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		c.watchInstall(wctx, stop, ch.Namespace, before, progress)
+	}()
+	rel, err := install.RunWithContext(wctx, loaded, ch.Values)
+	stop(nil)
+	<-watched
 	if err != nil {
+		var stuck *StuckError
+		if errors.As(context.Cause(wctx), &stuck) && ctx.Err() == nil {
+			err = stuck
+		} else if why := c.whyPodsWait(context.WithoutCancel(ctx), ch.Namespace, before); why != "" {
+			err = fmt.Errorf("%w (spec.substrate.kubernetes.readyTimeout %s)%s", err, c.cfg.Timeout, why)
+		}
 		return inst, fmt.Errorf("install %s (chart %s %s) into %s: %w", ch.Release, loaded.Name(), loaded.Metadata.Version, ch.Namespace, err)
 	}
 	inst.Effort.Ready = time.Since(start)
@@ -172,6 +198,35 @@ func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer) (inst *
 	}
 	inst.Effort.Values = countLeaves(ch.Values)
 	return inst, nil
+}
+
+// watchInstall watches the pods an install adds to its namespace (all of them but
+// exclude) until ctx ends: progress hears how many are ready as that changes, and a pod
+// the cluster says cannot get ready ends the install (stop, with a StuckError).
+func (c *Cluster) watchInstall(ctx context.Context, stop context.CancelCauseFunc, namespace string, exclude map[types.UID]bool, progress func(WaitProgress)) {
+	last := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		stuck, p, err := c.podsWait(ctx, namespace, exclude)
+		if err != nil {
+			continue // the next round may list them; Helm's wait decides meanwhile
+		}
+		if stuck == "" {
+			stuck = c.controllersStuck(ctx, namespace, exclude)
+		}
+		if stuck != "" {
+			stop(&StuckError{Namespace: namespace, Why: stuck})
+			return
+		}
+		if line := p.String(); progress != nil && p.Total > 0 && line != last {
+			progress(p)
+			last = line
+		}
+	}
 }
 
 // loadLocalDependencies adds the dependencies a chart directory names as file://

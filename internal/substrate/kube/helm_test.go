@@ -3,6 +3,7 @@ package kube
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -32,12 +34,17 @@ func TestHelmInstallMeasuresEffortAndUninstallLeavesNothing(t *testing.T) {
 		t.Errorf("RequireCRDs before the install: %v", err)
 	}
 	var helmLog bytes.Buffer
+	var seen []WaitProgress
 	inst, err := c.Install(ctx, Chart{
 		Release: "widgets", Ref: "testdata/charts/widget-app", Namespace: "mmtest-widgets-system",
 		Values: map[string]any{"replicas": 2, "nodeSelector": map[string]any{"meshmark.dev/test-node": "2"}},
-	}, &helmLog)
+	}, &helmLog, func(p WaitProgress) { seen = append(seen, p) })
 	if err != nil {
 		t.Fatalf("%v\n%s", err, helmLog.String())
+	}
+	// Helm's wait polls every 2 s; the watch of the release's pods every second.
+	if len(seen) > 0 && seen[len(seen)-1].Total != 2 {
+		t.Errorf("install progress %v: want it to count the release's 2 pods", seen)
 	}
 	e := inst.Effort
 	wantKinds := map[string]int{"ServiceAccount": 1, "Deployment": 1, "Service": 1, "Widget": 1, "ClusterRole": 1, "CustomResourceDefinition": 2}
@@ -78,8 +85,11 @@ func TestHelmInstallThatNeverGetsReadyIsRemoved(t *testing.T) {
 	_, err := c.Install(ctx, Chart{
 		Release: "stuck", Ref: "testdata/charts/widget-app", Namespace: "mmtest-stuck-system",
 		Values: map[string]any{"nodeSelector": map[string]any{"meshmark.dev/test-node": "none"}},
-	}, nil)
-	if err == nil || !strings.Contains(err.Error(), "install stuck (chart widget-app 0.3.1) into mmtest-stuck-system") {
+	}, nil, nil)
+	// At Helm's time limit (before the watch would give up on an unschedulable pod),
+	// the error says what the pods wait for, not only Helm's "context deadline exceeded".
+	if err == nil || !strings.Contains(err.Error(), "install stuck (chart widget-app 0.3.1) into mmtest-stuck-system") ||
+		!strings.Contains(err.Error(), "(spec.substrate.kubernetes.readyTimeout 5s); pod stuck-") || !strings.Contains(err.Error(), "not scheduled: 0/3 nodes are available") {
 		t.Fatalf("install of pods no node takes: %v", err)
 	}
 	for _, crd := range []string{widgetCRD, gadgetCRD} {
@@ -90,9 +100,34 @@ func TestHelmInstallThatNeverGetsReadyIsRemoved(t *testing.T) {
 	if _, err := c.Client().CoreV1().Namespaces().Get(ctx, "mmtest-stuck-system", metav1.GetOptions{}); !IsNotFound(err) {
 		t.Errorf("a failed install left its namespace: %v", err)
 	}
-	if _, err := c.Install(ctx, Chart{Release: "x", Ref: "istiod", Repo: "https://istio-release.storage.googleapis.com/charts", Namespace: "x"}, nil); err == nil ||
+	if _, err := c.Install(ctx, Chart{Release: "x", Ref: "istiod", Repo: "https://istio-release.storage.googleapis.com/charts", Namespace: "x"}, nil, nil); err == nil ||
 		!strings.Contains(err.Error(), "no version: pin one") {
 		t.Errorf("an unpinned repository chart: %v", err)
+	}
+}
+
+// TestHelmInstallGivesUpOnAPodThatCannotStart: while Helm waits, a pod of the release
+// that the cluster says cannot start ends the install at once with the kubelet's reason
+// (kwok runs no container: the test writes the kubelet's status), and the release is
+// removed.
+func TestHelmInstallGivesUpOnAPodThatCannotStart(t *testing.T) {
+	needCluster(t)
+	ctx := context.Background()
+	c := connect(t, Config{Timeout: 3 * time.Minute})
+	cluster.OnNewPods(t, "app=pulling", func(ctx context.Context, p *corev1.Pod) (bool, error) {
+		if p.Status.Phase != corev1.PodRunning {
+			return false, nil
+		}
+		return true, cluster.PodWaits(ctx, p.Namespace, p.Name, "ErrImagePull", `failed to pull and unpack image "registry.example/widget:1": not found`)
+	})
+	_, err := c.Install(ctx, Chart{Release: "pulling", Ref: "testdata/charts/widget-app", Namespace: "mmtest-pulling-system"}, nil, nil)
+	var stuck *StuckError
+	if !errors.As(err, &stuck) || !strings.Contains(err.Error(), "install pulling (chart widget-app 0.3.1) into mmtest-pulling-system: namespace mmtest-pulling-system: pod pulling-") ||
+		!strings.Contains(err.Error(), `cannot start: the image cannot be pulled (container widget, image registry.example/widget:1): ErrImagePull failed to pull and unpack image "registry.example/widget:1": not found`) {
+		t.Fatalf("install whose image cannot be pulled: %v", err)
+	}
+	if _, err := c.Client().CoreV1().Namespaces().Get(ctx, "mmtest-pulling-system", metav1.GetOptions{}); !IsNotFound(err) {
+		t.Errorf("a failed install left its namespace: %v", err)
 	}
 }
 
@@ -107,7 +142,7 @@ func installAndHang() int {
 	_, err = c.Install(context.Background(), Chart{
 		Release: "killed", Ref: "testdata/charts/widget-app", Namespace: "mmtest-killed-system",
 		Values: map[string]any{"nodeSelector": map[string]any{"meshmark.dev/test-node": "none"}},
-	}, nil)
+	}, nil, nil)
 	fmt.Println("install returned:", err)
 	return 1
 }

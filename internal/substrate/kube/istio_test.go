@@ -105,7 +105,7 @@ func TestIstioInstallsInjectsAndLeavesNothing(t *testing.T) {
 // uninstall first, as it does to see what an uninstall leaves behind.
 func installMesh(t *testing.T, c *Cluster, charts []Chart, manifests []string, log *bytes.Buffer) (mi *MeshInstall, uninstall func() error) {
 	t.Helper()
-	mi, err := c.InstallMesh(context.Background(), charts, manifests, log)
+	mi, err := c.InstallMesh(context.Background(), charts, manifests, log, nil)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}

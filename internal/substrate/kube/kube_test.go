@@ -7,6 +7,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
 	"github.com/meshmark/meshmark/internal/workload"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -161,7 +163,7 @@ func TestDeployWaitTeardownLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var seen []int
-	if err := c.WaitReady(ctx, app, func(ready, total int) { seen = append(seen, ready, total) }); err != nil {
+	if err := c.WaitReady(ctx, app, func(p WaitProgress) { seen = append(seen, p.Ready, p.Total) }); err != nil {
 		t.Fatal(err)
 	}
 	if len(seen) < 2 || seen[len(seen)-2] != seen[len(seen)-1] || seen[len(seen)-1] != len(spec.Deployments) {
@@ -375,5 +377,92 @@ func TestCleanRemovesAKilledRun(t *testing.T) {
 	}
 	if left := labelled(t, "11ve00"); len(left) > 0 {
 		t.Errorf("clean --all left %v", left)
+	}
+}
+
+// TestWaitReadyGivesUpWithTheClustersReason: a wait for the app ends as soon as the
+// cluster says a pod cannot get ready without someone's help, long before its time
+// limit, with the reason in the cluster's words; progress meanwhile names the pods that
+// wait. kwok runs no container, so the test writes what a kubelet would into the pod's
+// status (and a crashing container's log, which the API server's pods/log serves);
+// scheduling and PodSecurity admission are the cluster's own.
+func TestWaitReadyGivesUpWithTheClustersReason(t *testing.T) {
+	needCluster(t)
+	ctx := context.Background()
+	// Running on kwok's word first: a kubelet's status comes after the pod started.
+	whenRunning := func(run, selector string, do func(ctx context.Context, p *corev1.Pod) error) {
+		cluster.OnNewPods(t, RunLabel+"="+run+","+selector, func(ctx context.Context, p *corev1.Pod) (bool, error) {
+			if p.DeletionTimestamp != nil {
+				return true, nil
+			}
+			if p.Status.Phase != corev1.PodRunning {
+				return false, nil
+			}
+			if err := do(ctx, p); err != nil && !IsNotFound(err) { // the teardown may take it first
+				return true, err
+			}
+			return true, nil
+		})
+	}
+	cases := []struct {
+		name, run string
+		cfg       Config
+		nsLabels  map[string]string
+		kubelet   func(run string)
+		want      []string
+	}{
+		{name: "image cannot be pulled", run: "stuck1",
+			kubelet: func(run string) {
+				whenRunning(run, "app=ratings", func(ctx context.Context, p *corev1.Pod) error {
+					return cluster.PodWaits(ctx, p.Namespace, p.Name, "ImagePullBackOff", `Back-off pulling image "registry.example/meshmark:test"`)
+				})
+			},
+			want: []string{"namespace meshmark-stuck1-baseline: pod ratings-v1-", "cannot start: the image cannot be pulled (container app, image registry.example/meshmark:test): ImagePullBackOff Back-off pulling image"}},
+		{name: "container keeps crashing", run: "stuck2",
+			kubelet: func(run string) {
+				whenRunning(run, "app=details", func(ctx context.Context, p *corev1.Pod) error {
+					return cluster.CrashLoops(ctx, p.Namespace, p.Name, "app", 3, 2, "meshmark service: starting\nError: graph test has no service \"details\"")
+				})
+			},
+			want: []string{"container app keeps crashing (3 restarts); its last run exited with code 2 (Error); the last 10 lines of its log:\n    meshmark service: starting\n    Error: graph test has no service \"details\""}},
+		{name: "no node takes it", run: "stuck3", cfg: Config{AppNodeSelector: map[string]string{"meshmark.dev/test-node": "no-such-node"}},
+			want: []string{"cannot be scheduled (for 1", "0/3 nodes are available", "node affinity/selector"}},
+		{name: "admission refuses its pods", run: "stuck4", nsLabels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
+			want: []string{"cannot create its pods: FailedCreate: ", `violates PodSecurity "restricted:latest"`}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Timeout = 3 * time.Minute
+			c := connect(t, tc.cfg)
+			if tc.kubelet != nil {
+				tc.kubelet(tc.run)
+			}
+			spec := bookinfoSpec(t, tc.run)
+			spec.NamespaceLabels = tc.nsLabels
+			app, err := c.Deploy(ctx, spec)
+			t.Cleanup(func() { _ = c.Teardown(context.Background(), app) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			var seen []WaitProgress
+			err = c.WaitReady(ctx, app, func(p WaitProgress) { seen = append(seen, p) })
+			var stuck *StuckError
+			if !errors.As(err, &stuck) {
+				t.Fatalf("WaitReady: %v; want it to give up with the cluster's reason, not at its time limit", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			t.Logf("error: %v", err)
+			// It may give up at its first look, before any progress.
+			if len(seen) > 0 {
+				t.Logf("last progress: %s", seen[len(seen)-1])
+				if p := seen[len(seen)-1]; p.Ready >= p.Total && tc.kubelet != nil {
+					t.Errorf("progress %s while a pod cannot start", p)
+				}
+			}
+		})
 	}
 }

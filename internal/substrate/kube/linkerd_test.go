@@ -49,7 +49,7 @@ func TestLinkerdInstallsWithMeshmarksCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	mi, err := c.InstallMesh(ctx, charts, plan.Manifests, &log)
+	mi, err := c.InstallMesh(ctx, charts, plan.Manifests, &log, nil)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}

@@ -34,10 +34,11 @@ type appliedObject struct {
 	name      string
 }
 
-// InstallMesh installs the charts in order, each waited for, then applies the manifests
-// (the mesh's configuration, labelled as meshmark's). A failure removes whatever was
-// installed, so a failed install leaves nothing either.
-func (c *Cluster) InstallMesh(ctx context.Context, charts []Chart, manifests []string, logw io.Writer) (mi *MeshInstall, err error) {
+// InstallMesh installs the charts in order, each waited for (progress, when set, hears
+// how many of each release's pods are ready), then applies the manifests (the mesh's
+// configuration, labelled as meshmark's). A failure removes whatever was installed, so a
+// failed install leaves nothing either.
+func (c *Cluster) InstallMesh(ctx context.Context, charts []Chart, manifests []string, logw io.Writer, progress func(release string, p WaitProgress)) (mi *MeshInstall, err error) {
 	mi = &MeshInstall{Effort: Effort{Kinds: map[string]int{}}}
 	defer func() {
 		if err != nil {
@@ -47,7 +48,11 @@ func (c *Cluster) InstallMesh(ctx context.Context, charts []Chart, manifests []s
 	}()
 	start := time.Now()
 	for _, ch := range charts {
-		inst, err := c.Install(ctx, ch, logw)
+		var chartProgress func(WaitProgress)
+		if progress != nil {
+			chartProgress = func(p WaitProgress) { progress(ch.Release, p) }
+		}
+		inst, err := c.Install(ctx, ch, logw, chartProgress)
 		if err != nil {
 			return mi, err
 		}

@@ -237,14 +237,6 @@ func (c *Cluster) probePod(name string, labels map[string]string, targets []mesh
 	}
 }
 
-// cannotStart are the reasons a kubelet gives for a container that will not start
-// without someone's help: the probe fails at once with the kubelet's words rather than
-// at its time limit.
-var cannotStart = map[string]bool{
-	"ImagePullBackOff": true, "ErrImageNeverPull": true, "InvalidImageName": true,
-	"CreateContainerConfigError": true, "CreateContainerError": true,
-}
-
 // waitProbes waits until every probe pod has ended, and returns them. A pod that cannot
 // start, fails, or has not ended within limit is an error that says which and why.
 func (c *Cluster) waitProbes(ctx context.Context, namespace string, names []string, limit time.Duration) (map[string]*corev1.Pod, error) {
@@ -270,13 +262,10 @@ func (c *Cluster) waitProbes(ctx context.Context, namespace string, names []stri
 			case corev1.PodFailed:
 				return nil, fmt.Errorf("namespace %s: probe pod %s failed: %s", namespace, name, describeEnd(p))
 			}
-			why := probeWaits(p)
-			for _, cs := range p.Status.ContainerStatuses {
-				if w := cs.State.Waiting; w != nil && cannotStart[w.Reason] {
-					return nil, fmt.Errorf("namespace %s: probe pod %s cannot start (image %s): %s", namespace, name, c.cfg.Image, why)
-				}
+			if stuck := c.stuckPod(ctx, p, time.Now()); stuck != "" {
+				return nil, fmt.Errorf("namespace %s: probe %s", namespace, stuck)
 			}
-			waiting = append(waiting, fmt.Sprintf("pod %s: %s", name, why))
+			waiting = append(waiting, fmt.Sprintf("pod %s: %s", name, probeWaits(p)))
 		}
 		if len(waiting) == 0 {
 			return byName, nil

@@ -146,7 +146,7 @@ func TestPlaintextProbeThatCannotReportIsAnError(t *testing.T) {
 			func(ctx context.Context, p *corev1.Pod, _ []byte) error {
 				return cluster.PodWaits(ctx, p.Namespace, p.Name, "ImagePullBackOff", `Back-off pulling image "registry.example/meshmark:test"`)
 			},
-			limit - time.Second, []string{"probe pod meshmark-plaintext-probe-0 cannot start (image registry.example/meshmark:test): ImagePullBackOff Back-off pulling image"}},
+			limit - time.Second, []string{"probe pod meshmark-plaintext-probe-0 cannot start: the image cannot be pulled (container probe, image registry.example/meshmark:test): ImagePullBackOff Back-off pulling image"}},
 		{"process fails",
 			func(ctx context.Context, p *corev1.Pod, _ []byte) error {
 				return cluster.EndPod(ctx, p.Namespace, p.Name, 1, `Error: unknown command "plaintext-probe" for "meshmark"`)

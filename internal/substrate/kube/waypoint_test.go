@@ -176,7 +176,7 @@ func TestWaypointOnTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	playIstiod(t, c, dyn, app.Namespace)
-	if err := c.WaitReady(ctx, app, func(ready, total int) { progress = append(progress, fmt.Sprintf("%d/%d", ready, total)) }); err != nil {
+	if err := c.WaitReady(ctx, app, func(p WaitProgress) { progress = append(progress, fmt.Sprintf("%d/%d", p.Ready, p.Total)) }); err != nil {
 		t.Fatal(err)
 	}
 	if last := progress[len(progress)-1]; last != "3/3" {

@@ -242,6 +242,11 @@ func Start(ctx context.Context, dir string, opts Options) (c *Cluster, err error
 	if err := c.createCRD(ctx, kwokcrd.PortForward); err != nil {
 		return c, err
 	}
+	// kwok's Logs objects say which file a container's log is, so that the API server's
+	// pods/log reads what a test wrote (CrashLoops).
+	if err := c.createCRD(ctx, kwokcrd.Logs); err != nil {
+		return c, err
+	}
 	// One kwok per node, each serving that node's kubelet endpoint on a loopback port of
 	// its own, as every node has its own kubelet: the API server reaches a node's
 	// /metrics/resource at the node's address and port (which the egress proxy maps to
@@ -270,7 +275,7 @@ func Start(ctx context.Context, dir string, opts Options) (c *Cluster, err error
 			"--node-ip", nodeIPs[i].String(), "--node-port", kubeletPort,
 			"--server-address", "127.0.0.1:"+kubeletPort,
 			"--tls-cert-file", pki.kubeletCert, "--tls-private-key-file", pki.kubeletKey,
-			"--enable-crds", "PortForward"); err != nil {
+			"--enable-crds", "PortForward,Logs"); err != nil {
 			return c, err
 		}
 	}

@@ -2,12 +2,19 @@ package kubetest
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -100,6 +107,68 @@ func (c *Cluster) PodWaits(ctx context.Context, namespace, name, reason, message
 				Name: ctr.Name, Image: ctr.Image,
 				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}},
 			})
+		}
+	})
+}
+
+// CrashLoops stands in for a kubelet whose container keeps crashing: the pod's
+// container waits in CrashLoopBackOff after restarts runs, the last of which exited with
+// exitCode, and the container's previous log, which the API server's pods/log serves
+// (through kwok's kubelet endpoint), is lastLog.
+func (c *Cluster) CrashLoops(ctx context.Context, namespace, name, container string, restarts, exitCode int32, lastLog string) error {
+	dir := filepath.Join(c.dir, "logs", namespace, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	// The CRI's log format, which kwok's kubelet endpoint reads.
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(lastLog, "\n"), "\n") {
+		fmt.Fprintf(&b, "%s stderr F %s\n", time.Now().UTC().Format(time.RFC3339Nano), line)
+	}
+	previous, current := filepath.Join(dir, container+".previous.log"), filepath.Join(dir, container+".log")
+	if err := os.WriteFile(previous, []byte(b.String()), 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(current, nil, 0o600); err != nil {
+		return err
+	}
+	rc, err := c.restConfig()
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
+		"metadata": map[string]any{"name": name, "namespace": namespace},
+		"spec": map[string]any{"logs": []any{map[string]any{
+			"containers": []any{container}, "logsFile": current, "previousLogsFile": previous,
+		}}},
+	}}
+	gvr := schema.GroupVersionResource{Group: "kwok.x-k8s.io", Version: "v1alpha1", Resource: "logs"}
+	if _, err := dyn.Resource(gvr).Namespace(namespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return c.updatePodStatus(ctx, namespace, name, func(p *corev1.Pod) {
+		now := metav1.Now()
+		p.Status.Phase = corev1.PodRunning
+		for i := range p.Status.ContainerStatuses {
+			cs := &p.Status.ContainerStatuses[i]
+			if cs.Name != container {
+				continue
+			}
+			cs.Ready, cs.RestartCount = false, restarts
+			cs.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+				Reason: "CrashLoopBackOff", Message: fmt.Sprintf("back-off 40s restarting failed container=%s pod=%s", container, name)}}
+			cs.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: exitCode, Reason: "Error", StartedAt: now, FinishedAt: now}}
+		}
+		for i := range p.Status.Conditions {
+			if p.Status.Conditions[i].Type == corev1.PodReady || p.Status.Conditions[i].Type == corev1.ContainersReady {
+				p.Status.Conditions[i].Status = corev1.ConditionFalse
+			}
 		}
 	})
 }
