@@ -60,6 +60,14 @@ type KubernetesInstall struct {
 	// setup's build, the images cluster up loaded. It returns what differs from the
 	// install a real cluster gets, by component, for the run's provenance.
 	ForLocalCluster func(*KubernetesInstall) (map[string]string, error)
+	// PrivilegedNamespaces are the charts' namespaces whose pods need more than Pod
+	// Security's baseline level (istio-cni's and ztunnel's host paths and capabilities,
+	// Linkerd's control plane's proxy-init with NET_ADMIN): meshmark creates them
+	// labelled PodSecurityEnforce=privileged, as the meshes' docs have their users label
+	// them, so that a cluster enforcing baseline by default admits their pods. An app
+	// namespace whose pods need it (an init container that writes iptables) says so in
+	// NamespaceLabels.
+	PrivilegedNamespaces []string
 }
 
 // AppGateway is a Gateway API Gateway of the mesh in the app's namespace. It is created
@@ -123,6 +131,13 @@ type ProxyEndpoint struct {
 	// counters and gauges; the substrate sets the component, pod and time.
 	Read func(body io.Reader, of ProxyScrape) (ProxyCounters, error)
 }
+
+// PodSecurityEnforce is Pod Security admission's enforce label for a namespace, and
+// PodSecurityPrivileged its level that admits any pod.
+const (
+	PodSecurityEnforce    = "pod-security.kubernetes.io/enforce"
+	PodSecurityPrivileged = "privileged"
+)
 
 // ProxyScrape is what the substrate tells a ProxyEndpoint's Read about the proxy.
 type ProxyScrape struct {

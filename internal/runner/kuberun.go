@@ -68,7 +68,8 @@ func kubernetesInstall(m study.Mesh) (*mesh.KubernetesInstall, error) {
 func helmCharts(in *mesh.KubernetesInstall) []kube.Chart {
 	var out []kube.Chart
 	for _, ch := range in.Charts {
-		out = append(out, kube.Chart{Release: ch.Release, Namespace: ch.Namespace, Ref: ch.Chart, Repo: ch.Repo, Version: ch.Version, Values: ch.Values})
+		out = append(out, kube.Chart{Release: ch.Release, Namespace: ch.Namespace, Ref: ch.Chart, Repo: ch.Repo, Version: ch.Version, Values: ch.Values,
+			Privileged: slices.Contains(in.PrivilegedNamespaces, ch.Namespace)})
 	}
 	return out
 }

@@ -79,10 +79,14 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 		manifests = append(manifests, istiohelm.PeerAuthentication("STRICT"))
 	}
 	install := mesh.KubernetesInstall{
-		Charts:              charts,
-		Manifests:           manifests,
-		NamespaceLabels:     map[string]string{"istio.io/dataplane-mode": "ambient"},
-		EnrolledAnnotations: map[string]string{RedirectionAnnotation: "enabled"},
+		Charts:          charts,
+		Manifests:       manifests,
+		NamespaceLabels: map[string]string{"istio.io/dataplane-mode": "ambient"},
+		// istio-cni's node agent and ztunnel need host paths and capabilities beyond
+		// Pod Security's baseline; Istio's docs label istio-system privileged. The app's
+		// pods need nothing: istio-cni redirects them.
+		PrivilegedNamespaces: []string{istiohelm.Namespace},
+		EnrolledAnnotations:  map[string]string{RedirectionAnnotation: "enabled"},
 		// Each node's ztunnel (the chart's DaemonSet, its pods labelled app=ztunnel)
 		// serves its metrics on its pod's address.
 		Proxies: []mesh.ProxyEndpoint{{Component: Component, Namespace: istiohelm.Namespace, Labels: map[string]string{"app": "ztunnel"},

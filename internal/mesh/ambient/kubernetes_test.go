@@ -34,6 +34,11 @@ func TestKubernetesInstallIsIstioAmbient(t *testing.T) {
 		in.Sidecar != "" || len(in.Manifests) != 1 || !strings.Contains(in.Manifests[0], "mode: STRICT") {
 		t.Errorf("install %+v", in)
 	}
+	// istio-cni's and ztunnel's host paths and capabilities are beyond Pod Security's
+	// baseline; the app's pods need nothing.
+	if len(in.PrivilegedNamespaces) != 1 || in.PrivilegedNamespaces[0] != "istio-system" || in.NamespaceLabels[mesh.PodSecurityEnforce] != "" {
+		t.Errorf("pod security: privileged namespaces %v, app namespace labels %v", in.PrivilegedNamespaces, in.NamespaceLabels)
+	}
 }
 
 // TestKubernetesInstallWithWaypoint: the waypoint as Istio's documentation adds it. The

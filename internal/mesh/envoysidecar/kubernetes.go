@@ -70,9 +70,12 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 		return mesh.KubernetesInstall{}, err
 	}
 	return mesh.KubernetesInstall{
-		Charts:          charts,
-		Manifests:       manifests,
-		NamespaceLabels: map[string]string{"istio-injection": "enabled"},
+		Charts:    charts,
+		Manifests: manifests,
+		// istio-init writes each pod's iptables with NET_ADMIN and NET_RAW, which Pod
+		// Security's baseline level refuses: Istio's docs label such namespaces
+		// privileged (or install istio-cni, which this profile does not).
+		NamespaceLabels: map[string]string{"istio-injection": "enabled", mesh.PodSecurityEnforce: mesh.PodSecurityPrivileged},
 		Sidecar:         IstioSidecar,
 		// The injection template leaves 15090 out of the redirection: the API server's
 		// reads do not pass through the sidecar they read.

@@ -29,6 +29,10 @@ func TestKubernetesInstallIsIstioAsConfigured(t *testing.T) {
 	if len(in.Manifests) != 0 || in.NamespaceLabels["istio-injection"] != "enabled" || in.Sidecar != "istio-proxy" {
 		t.Errorf("stock Istio (permissive, no configuration): %+v", in)
 	}
+	// istio-init's NET_ADMIN is beyond Pod Security's baseline; istiod needs nothing.
+	if in.NamespaceLabels[mesh.PodSecurityEnforce] != mesh.PodSecurityPrivileged || len(in.PrivilegedNamespaces) != 0 {
+		t.Errorf("pod security: app namespace labels %v, privileged namespaces %v", in.NamespaceLabels, in.PrivilegedNamespaces)
+	}
 
 	in, err = kubernetesInstall(t, map[string]any{"mtls": "strict", "concurrency": 4, "access_log": true,
 		"istio_charts": "/opt/istio/manifests/charts",

@@ -97,6 +97,11 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 	}
 	enroll := map[string]string{InjectAnnotation: "enabled"}
 	return mesh.KubernetesInstall{
+		// linkerd-init writes each meshed pod's iptables with NET_ADMIN and NET_RAW, the
+		// control plane's pods' included, which Pod Security's baseline level refuses
+		// (Linkerd's CNI plugin, which would avoid it, is not installed).
+		PrivilegedNamespaces: []string{KubeNamespace},
+		NamespaceLabels:      map[string]string{mesh.PodSecurityEnforce: mesh.PodSecurityPrivileged},
 		Charts:               charts,
 		NamespaceAnnotations: enroll,
 		// On the pods too, which Linkerd's injector honours the same way: the namespace

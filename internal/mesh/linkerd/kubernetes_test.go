@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -41,8 +42,13 @@ func TestKubernetesInstallIsLinkerdFromItsCharts(t *testing.T) {
 		}
 	}
 	if in.NamespaceAnnotations["linkerd.io/inject"] != "enabled" || in.PodAnnotations["linkerd.io/inject"] != "enabled" ||
-		in.Sidecar != "linkerd-proxy" || len(in.NamespaceLabels) != 0 || len(in.Manifests) != 0 {
+		in.Sidecar != "linkerd-proxy" || len(in.Manifests) != 0 {
 		t.Errorf("enrollment: %+v", in)
+	}
+	// linkerd-init's NET_ADMIN is beyond Pod Security's baseline, in the app's pods and
+	// the control plane's.
+	if len(in.NamespaceLabels) != 1 || in.NamespaceLabels[mesh.PodSecurityEnforce] != mesh.PodSecurityPrivileged || !slices.Equal(in.PrivilegedNamespaces, []string{"linkerd"}) {
+		t.Errorf("pod security: app namespace labels %v, privileged namespaces %v", in.NamespaceLabels, in.PrivilegedNamespaces)
 	}
 	if in.Charts[0].Values["installGatewayAPI"] != true {
 		t.Errorf("linkerd-crds values %v: want the Gateway API CRDs Linkerd's docs install with it", in.Charts[0].Values)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/mesh"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -40,6 +41,10 @@ type Chart struct {
 	Namespace string
 	// Values are the values a user sets; their number is part of the install's effort.
 	Values map[string]any
+	// Privileged creates the namespace, when meshmark creates it, labelled with Pod
+	// Security's privileged level (mesh.KubernetesInstall.PrivilegedNamespaces): its pods
+	// need more than baseline admits.
+	Privileged bool
 }
 
 // Effort is what installing a chart took, as a user would meet it: the "effort" column
@@ -120,6 +125,9 @@ func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer, progres
 			Labels:      map[string]string{ManagedByLabel: ManagedBy},
 			Annotations: map[string]string{OwnerAnnotation: ownerRecord()},
 		}}
+		if ch.Privileged {
+			ns.Labels[mesh.PodSecurityEnforce] = mesh.PodSecurityPrivileged
+		}
 		if _, err := c.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 			return inst, fmt.Errorf("create namespace %s: %w", ch.Namespace, err)
 		}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -199,5 +201,45 @@ func TestCleanAfterAKilledInstall(t *testing.T) {
 	}
 	if _, err := c.Client().CoreV1().Namespaces().Get(ctx, "mmtest-killed-system", metav1.GetOptions{}); !IsNotFound(err) {
 		t.Errorf("clean left the killed install's namespace: %v", err)
+	}
+}
+
+// TestPrivilegedNamespaceAdmitsAMeshsPods: on a cluster that enforces Pod Security's
+// baseline level by default, pods with an init container that writes iptables
+// (NET_ADMIN, NET_RAW: istio-init, linkerd-init) are refused unless their namespace is
+// labelled privileged, which meshmark does for the namespaces a mesh's profile names,
+// where it creates them; refused, the install ends at once with admission's words. Pod
+// Security admission is the real API server's; kwok starts no container.
+func TestPrivilegedNamespaceAdmitsAMeshsPods(t *testing.T) {
+	needCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	strict, err := kubetest.Start(ctx, t.TempDir(), kubetest.Options{Nodes: 1, PodSecurity: "baseline"})
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer strict.Stop()
+	c, err := Connect(context.Background(), Config{Kubeconfig: strict.Kubeconfig, Timeout: 3 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx = context.Background()
+	inst, err := c.Install(ctx, Chart{Release: "meshy", Ref: "testdata/charts/widget-app", Namespace: "mmtest-meshy-system", Privileged: true,
+		Values: map[string]any{"netAdmin": true}}, nil, nil)
+	if err != nil {
+		t.Fatalf("install into a namespace labelled privileged: %v", err)
+	}
+	ns, err := c.Client().CoreV1().Namespaces().Get(ctx, "mmtest-meshy-system", metav1.GetOptions{})
+	if err != nil || ns.Labels[mesh.PodSecurityEnforce] != mesh.PodSecurityPrivileged {
+		t.Errorf("namespace labels %v, %v: want %s=%s", ns.Labels, err, mesh.PodSecurityEnforce, mesh.PodSecurityPrivileged)
+	}
+	if err := c.Uninstall(ctx, inst, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Install(ctx, Chart{Release: "refused", Ref: "testdata/charts/widget-app", Namespace: "mmtest-refused-system",
+		Values: map[string]any{"netAdmin": true}}, nil, nil)
+	var stuck *StuckError
+	if !errors.As(err, &stuck) || !strings.Contains(err.Error(), `violates PodSecurity "baseline:latest": non-default capabilities`) {
+		t.Errorf("install into a namespace left at the cluster's baseline: %v; want it refused at once, in admission's words", err)
 	}
 }

@@ -99,6 +99,10 @@ type Options struct {
 	// /metrics/resource, as a kubelet that cannot be read. Every other node's serves
 	// kwok's emulation of it, with each container's usage as UsageAnnotations set it.
 	NoResourceMetrics []int
+	// PodSecurity, when set, is the Pod Security level the API server enforces on
+	// namespaces that carry no level of their own ("baseline", "restricted"), as a
+	// cluster configured stricter than Kubernetes' default (privileged) does.
+	PodSecurity string
 }
 
 // Missing returns the binaries of Binaries that cannot be found, with the command that
@@ -168,7 +172,25 @@ func Start(ctx context.Context, dir string, opts Options) (c *Cluster, err error
 		return c, err
 	}
 	server := "https://127.0.0.1:" + strconv.Itoa(ports[2])
-	if err := c.start(ctx, "kube-apiserver", nil,
+	var admission []string
+	if opts.PodSecurity != "" {
+		path := filepath.Join(dir, "admission.yaml")
+		config := fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: PodSecurity
+  configuration:
+    apiVersion: pod-security.admission.config.k8s.io/v1
+    kind: PodSecurityConfiguration
+    defaults: {enforce: %q, enforce-version: latest}
+    exemptions: {namespaces: [kube-system]}
+`, opts.PodSecurity)
+		if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+			return c, err
+		}
+		admission = []string{"--admission-control-config-file", path}
+	}
+	if err := c.start(ctx, "kube-apiserver", nil, append(admission,
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
 		// The API server refuses to publish a loopback address as the kubernetes
@@ -195,7 +217,7 @@ func Start(ctx context.Context, dir string, opts Options) (c *Cluster, err error
 		"--egress-selector-config-file", egressConfig,
 		"--kubelet-certificate-authority", pki.caCert,
 		"--kubelet-client-certificate", pki.kubeletClientCert, "--kubelet-client-key", pki.kubeletClientKey,
-		"--cert-dir", filepath.Join(dir, "apiserver-certs")); err != nil {
+		"--cert-dir", filepath.Join(dir, "apiserver-certs"))...); err != nil {
 		return c, err
 	}
 	c.Kubeconfig = filepath.Join(dir, "kubeconfig")
