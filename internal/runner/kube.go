@@ -54,6 +54,9 @@ func DeployKubernetes(ctx context.Context, st *study.Study, opts DeployOptions) 
 	if err != nil {
 		return nil, err
 	}
+	if err := r.checkInstallRights(ctx, c); err != nil {
+		return nil, err
+	}
 	r.progress = newProgress(progress, false, 0)
 	r.progress.note(fmt.Sprintf("cluster %s (context %s)", c.Server, c.ContextName))
 	run := testbed.NewRunID()

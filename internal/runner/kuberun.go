@@ -219,6 +219,23 @@ func (r *runner) connectKubernetes(ctx context.Context) (*kube.Cluster, error) {
 	return c, nil
 }
 
+// checkInstallRights asks the cluster, before anything is created, whether this user
+// may do what installing each mesh of the study asks of meshmark's own requests (its
+// CRDs, its requirements' lookups, its manifests' and Gateways' kinds), so that the third
+// mesh's denial is not found hours into the run.
+func (r *runner) checkInstallRights(ctx context.Context, c *kube.Cluster) error {
+	for _, m := range r.study.Spec.Meshes {
+		plan, err := kubernetesInstall(m)
+		if err != nil || plan == nil {
+			continue // checkKubernetes names the error; the baseline installs nothing
+		}
+		if err := c.CheckInstallRights(ctx, plan.Manifests, plan.Gateways); err != nil {
+			return fmt.Errorf("%s: mesh %s: %w", r.study.File, m.Name, err)
+		}
+	}
+	return nil
+}
+
 // appSpec is a mesh's workload for the cluster: the graph's deployments, running
 // `meshmark-pod service` with the graph the pods can read, and the study's generators.
 func (r *runner) appSpec(run string, m *study.Mesh) (kube.AppSpec, error) {

@@ -96,6 +96,9 @@ func Run(ctx context.Context, st *study.Study, opts Options) (*results.Run, erro
 		if err != nil {
 			return nil, err
 		}
+		if err := r.checkInstallRights(ctx, c); err != nil {
+			return nil, err
+		}
 		r.substrate = "kubernetes"
 		r.progress.note(fmt.Sprintf("cluster %s (context %s)", c.Server, c.ContextName))
 		execute = func(ctx context.Context) error { return r.executeKubernetes(ctx, c) }

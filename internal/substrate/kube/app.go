@@ -104,6 +104,11 @@ func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
 	if c.cfg.Image == "" {
 		return nil, fmt.Errorf("no image for the workload: set spec.substrate.kubernetes.image (build one with `meshmark image build`)")
 	}
+	if len(spec.Gateways) > 0 {
+		if err := c.CheckInstallRights(ctx, nil, spec.Gateways); err != nil {
+			return nil, err
+		}
+	}
 	gateways, err := c.parseGateways(ctx, spec.Gateways)
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/meshmark/meshmark/internal/testbed"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/releaseutil"
+	authv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -79,6 +80,12 @@ func (c *Cluster) Clean(ctx context.Context, opts CleanOptions) ([]CleanedNamesp
 		return nil, fmt.Errorf("cluster %s: list namespaces: %w", c.Server, err)
 	}
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	// A user who may not list and delete CRDs could not have had meshmark create any:
+	// it asks for those rights before it installs a mesh.
+	mayCRDs := c.checkRights(ctx, []authv1.ResourceAttributes{
+		{Verb: "list", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"},
+		{Verb: "delete", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"},
+	}, "removing CRDs") == nil
 	var report []CleanedNamespace
 	var remove []string
 	for _, ns := range list.Items {
@@ -110,7 +117,7 @@ func (c *Cluster) Clean(ctx context.Context, opts CleanOptions) ([]CleanedNamesp
 	if len(remove) > 0 {
 		errs = append(errs, c.deleteNamespaces(ctx, remove, opts.Progress))
 	}
-	if len(opts.Runs) == 0 || opts.All {
+	if (len(opts.Runs) == 0 || opts.All) && mayCRDs {
 		crds, err := c.cleanCRDs(ctx, opts.All)
 		report = append(report, crds...)
 		errs = append(errs, err)

@@ -17,6 +17,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/cli"
 	"helm.sh/helm/v3/pkg/releaseutil"
+	authv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
@@ -99,6 +100,9 @@ func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer, progres
 	}
 	if logw == nil {
 		logw = io.Discard
+	}
+	if err := c.checkRights(ctx, meshRights, "installing chart "+ch.Ref); err != nil {
+		return nil, err
 	}
 	crdsBefore, err := c.crdNames(ctx)
 	if err != nil {
@@ -401,6 +405,9 @@ func (c *Cluster) deleteCRDs(ctx context.Context, names []string) error {
 // peerauthentications.security.istio.io), so that a mesh's configuration is refused
 // with a clear message before anything is applied, not half-way through.
 func (c *Cluster) RequireCRDs(ctx context.Context, why string, names ...string) error {
+	if err := c.checkRights(ctx, []authv1.ResourceAttributes{{Verb: "list", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}}, "looking for CRDs"); err != nil {
+		return err
+	}
 	have, err := c.crdNames(ctx)
 	if err != nil {
 		return err

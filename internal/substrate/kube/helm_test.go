@@ -204,6 +204,35 @@ func TestCleanAfterAKilledInstall(t *testing.T) {
 	}
 }
 
+// TestInstallRightsNameTheMeshsKinds: what installing a mesh asks of meshmark's own
+// requests is its CRDs and requirements (meshRights), and creating and deleting each of
+// its manifests' kinds, by their resource names, and a Gateway's also read.
+func TestInstallRightsNameTheMeshsKinds(t *testing.T) {
+	rights, err := InstallRights(
+		[]string{"apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\n",
+			"apiVersion: cilium.io/v2\nkind: CiliumClusterwideNetworkPolicy\nmetadata: {name: p}\n"},
+		[]mesh.AppGateway{{Manifest: "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: waypoint}\n", Deployment: "waypoint"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ra := range rights {
+		got = append(got, describe(ra))
+	}
+	want := []string{"create customresourcedefinitions.apiextensions.k8s.io", "delete customresourcedefinitions.apiextensions.k8s.io", "list daemonsets.apps", "list secrets",
+		"create peerauthentications.security.istio.io", "delete peerauthentications.security.istio.io",
+		"create ciliumclusterwidenetworkpolicies.cilium.io", "delete ciliumclusterwidenetworkpolicies.cilium.io",
+		"create gateways.gateway.networking.k8s.io", "get gateways.gateway.networking.k8s.io", "delete gateways.gateway.networking.k8s.io"}
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			t.Errorf("install rights %v lack %q", got, w)
+		}
+	}
+	if _, err := InstallRights([]string{"kind: [broken"}, nil); err == nil {
+		t.Error("a manifest that does not parse gave rights")
+	}
+}
+
 // TestPrivilegedNamespaceAdmitsAMeshsPods: on a cluster that enforces Pod Security's
 // baseline level by default, pods with an init container that writes iptables
 // (NET_ADMIN, NET_RAW: istio-init, linkerd-init) are refused unless their namespace is

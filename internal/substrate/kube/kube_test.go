@@ -9,19 +9,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
 	"github.com/meshmark/meshmark/internal/workload"
+	authv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 )
 
 var cluster *kubetest.Cluster
@@ -51,10 +58,48 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
+	observeRequest = holdToCheckedRights
 	code := m.Run()
 	cluster.Stop()
 	os.RemoveAll(dir)
+	if code == 0 && len(unchecked) > 0 {
+		// Every request meshmark's code made in these tests must be one whose right it
+		// asks the API server for before anything is created (neededRights at connect,
+		// InstallRights before a mesh): otherwise an RBAC denial would stop a run half-way.
+		fmt.Fprintln(os.Stderr, "FAIL: requests made without their right being checked first (add them to neededRights or meshRights):")
+		for _, u := range slices.Sorted(maps.Keys(unchecked)) {
+			fmt.Fprintf(os.Stderr, "  %s (e.g. %s)\n", u, unchecked[u])
+		}
+		code = 1
+	}
 	os.Exit(code)
+}
+
+// unchecked collects, by right, a request meshmark's clients made whose right the
+// Cluster had not checked (holdToCheckedRights).
+var (
+	uncheckedMu sync.Mutex
+	unchecked   = map[string]string{}
+	requestInfo = &apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
+)
+
+// holdToCheckedRights reads each request as the API server's authorizer would (verb,
+// group, resource, subresource) and records it when its Cluster did not check that
+// right: the derivation of what meshmark needs from what it does.
+func holdToCheckedRights(c *Cluster, req *http.Request) {
+	info, err := requestInfo.NewRequestInfo(req)
+	if err != nil || !info.IsResourceRequest || info.Resource == "selfsubjectaccessreviews" {
+		return // discovery and the rights check itself need no right
+	}
+	ra := authv1.ResourceAttributes{Verb: info.Verb, Group: info.APIGroup, Resource: info.Resource, Subresource: info.Subresource}
+	if c != nil && c.hasChecked(ra) {
+		return
+	}
+	uncheckedMu.Lock()
+	defer uncheckedMu.Unlock()
+	if _, seen := unchecked[rightKey(ra)]; !seen {
+		unchecked[rightKey(ra)] = req.Method + " " + req.URL.Path
+	}
 }
 
 func needCluster(t *testing.T) {
@@ -280,7 +325,7 @@ func TestConnectErrors(t *testing.T) {
 		{"garbled", Config{Kubeconfig: garbled}, []string{"kubeconfig " + garbled}},
 		{"no such context", Config{Kubeconfig: cluster.Kubeconfig, Context: "prod"}, []string{`has no context "prod" (contexts: admin, viewer)`}},
 		{"unreachable", Config{Kubeconfig: unreachable}, []string{"cluster https://127.0.0.1:1 (context admin) does not answer", "connection refused"}},
-		{"rbac", Config{Kubeconfig: cluster.Kubeconfig, Context: cluster.ViewerContext}, []string{"RBAC denies this user: create namespaces, delete namespaces, list namespaces, create deployments.apps"}},
+		{"rbac", Config{Kubeconfig: cluster.Kubeconfig, Context: cluster.ViewerContext}, []string{"RBAC denies this user, for a run: create namespaces, get namespaces, list namespaces, delete namespaces, create deployments.apps"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Connect(ctx, tc.cfg)

@@ -44,6 +44,10 @@ func TestLinkerdInstallsWithMeshmarksCertificates(t *testing.T) {
 	}
 	c := connect(t, Config{Timeout: 2 * time.Minute})
 	var log bytes.Buffer
+	// As a run does before anything is created.
+	if err := c.CheckInstallRights(ctx, plan.Manifests, nil); err != nil {
+		t.Fatal(err)
+	}
 	crdsBefore, err := c.crdNames(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,11 @@ import (
 // that is the cluster's pod network (Cilium) installed over another breaks the
 // cluster, so it is refused before anything is created.
 func (c *Cluster) CheckRequirements(ctx context.Context, reqs []mesh.ClusterRequirement) error {
+	if len(reqs) > 0 {
+		if err := c.checkRights(ctx, meshRights, "installing the mesh"); err != nil {
+			return err
+		}
+	}
 	var problems []string
 	for _, r := range reqs {
 		found, err := c.findObjects(ctx, r)

@@ -280,11 +280,11 @@ func TestConnectNamesTheMissingNodeProxyRight(t *testing.T) {
 	var connErr error
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		_, connErr = Connect(ctx, Config{Kubeconfig: path, Context: user})
-		if connErr != nil && strings.Contains(connErr.Error(), "RBAC denies this user: get nodes/proxy;") {
+		if connErr != nil && strings.Contains(connErr.Error(), "RBAC denies this user, for a run: get nodes/proxy;") {
 			break
 		}
 	}
-	if connErr == nil || !strings.Contains(connErr.Error(), "RBAC denies this user: get nodes/proxy;") {
+	if connErr == nil || !strings.Contains(connErr.Error(), "RBAC denies this user, for a run: get nodes/proxy;") {
 		t.Fatalf("connect as a user without nodes/proxy: %v; want the one missing right named", connErr)
 	}
 	t.Log(connErr)

@@ -92,7 +92,7 @@ func TestWaypointOnTheCluster(t *testing.T) {
 	ctx := context.Background()
 	c := connect(t, Config{})
 	client := c.Client()
-	dyn, err := dynamic.NewForConfig(c.rest)
+	dyn, err := dynamic.NewForConfig(c.RESTConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestWaypointOnTheCluster(t *testing.T) {
 	// Nothing plays istiod: the wait must end at its limit and say what is missing.
 	brief := connect(t, Config{Timeout: 3 * time.Second})
 	lone, err := brief.Deploy(ctx, spec("9a7e02", nil))
-	defer func() { _ = c.Teardown(context.Background(), lone) }()
+	defer func() { _ = brief.Teardown(context.Background(), lone) }()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestWaypointOnTheCluster(t *testing.T) {
 		!strings.Contains(read[0].Err.Error(), "no waypoint pod (labels gateway.networking.k8s.io/gateway-name=waypoint) in the namespace") {
 		t.Errorf("reading a waypoint that has no pod: %+v", read)
 	}
-	if err := c.Teardown(ctx, lone); err != nil {
+	if err := brief.Teardown(ctx, lone); err != nil {
 		t.Fatal(err)
 	}
 
