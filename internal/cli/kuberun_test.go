@@ -670,6 +670,24 @@ func TestRunKeptOnClusterIsCleanedByItsStoredID(t *testing.T) {
 		"    - {name: latency, kind: fixed-rate, rate: 100, duration: 1s, warmup: 200ms}",
 		"      namespacePrefix: mmtest\n", "      namespacePrefix: mmtest\n      cleanup: false\n")
 	run, errOut := runOnCluster(t, path)
+	// The provenance is the cluster's: its version, its two (kwok) nodes, and the image
+	// the app's 4 pods and the generator ran.
+	if cp := run.Provenance.Cluster; cp == nil || !strings.HasPrefix(cp.ServerVersion, "v1.") || len(cp.Nodes) != 2 || !strings.HasPrefix(cp.Nodes[0].KubeletVersion, "kwok-") {
+		t.Errorf("cluster provenance %+v: want the server's version and its 2 nodes", cp)
+	} else {
+		pods := map[string]int{}
+		for _, im := range cp.Images {
+			if im.Mesh == "baseline" && im.Image == "registry.example/meshmark:test" {
+				pods[im.Container] += im.Pods
+			}
+		}
+		if pods["app"] != 4 || pods["generator"] != 1 {
+			t.Errorf("images %+v: want the meshmark image in 4 app pods and 1 generator", cp.Images)
+		}
+	}
+	if !strings.Contains(errOut, "cluster: Kubernetes v1.") || !strings.Contains(errOut, ", 2 nodes (2× kubelet kwok-") {
+		t.Errorf("progress does not describe the cluster:\n%s", errOut)
+	}
 	want := "mmtest-" + run.ID + "-baseline"
 	if kept := meshmarkNamespaces(t, c); len(kept) != 1 || kept[0] != want {
 		t.Fatalf("cleanup: false kept namespaces %v, want [%s] (the stored run id %s)\n%s", kept, want, run.ID, errOut)

@@ -466,11 +466,31 @@ func orDash(s string) string {
 // provenanceRows lists the machine, versions and placement as item/value pairs.
 func provenanceRows(s *Summary) [][]string {
 	p := s.Provenance
+	// On a cluster the machine meshmark ran on only drove it: its rows say so.
+	host := ""
+	if p.Cluster != nil {
+		host = "meshmark's host: "
+	}
 	rows := [][]string{
-		{"Host", orDash(p.Hostname)}, {"Kernel", orDash(p.Kernel)}, {"OS", orDash(p.OS)}, {"CPU", orDash(p.CPUModel)},
-		{"Cores", strconv.Itoa(p.Cores)}, {"Memory", fmt.Sprintf("%.1f GiB", float64(p.MemoryBytes)/(1<<30))},
+		{host + "Host", orDash(p.Hostname)}, {host + "Kernel", orDash(p.Kernel)}, {host + "OS", orDash(p.OS)}, {host + "CPU", orDash(p.CPUModel)},
+		{host + "Cores", strconv.Itoa(p.Cores)}, {host + "Memory", fmt.Sprintf("%.1f GiB", float64(p.MemoryBytes)/(1<<30))},
 		{"meshmark", orDash(p.MeshmarkVersion)}, {"Go", orDash(p.GoVersion)}, {"Substrate", orDash(s.Substrate)},
 		{"Study file", orDash(p.StudyPath)}, {"Seed", strconv.FormatInt(p.Seed, 10)},
+	}
+	if c := p.Cluster; c != nil {
+		rows = append(rows, []string{"cluster", fmt.Sprintf("%s (context %s)", c.Server, orDash(c.Context))},
+			[]string{"cluster: Kubernetes", orDash(c.ServerVersion)}, []string{"cluster: nodes", strconv.Itoa(len(c.Nodes))})
+		for _, n := range c.Nodes {
+			rows = append(rows, []string{"node " + n.Name, fmt.Sprintf("kubelet %s, %s, kernel %s, %s, %s, %s CPUs, %s memory",
+				orDash(n.KubeletVersion), orDash(n.OSImage), orDash(n.KernelVersion), orDash(n.ContainerRuntime), orDash(n.Architecture), orDash(n.CPU), orDash(n.Memory))})
+		}
+		for _, im := range c.Images {
+			id := im.ImageID
+			if id == "" {
+				id = "digest not reported by the kubelet"
+			}
+			rows = append(rows, []string{fmt.Sprintf("image: %s, container %s", im.Mesh, im.Container), fmt.Sprintf("%s (%s), %d pods", im.Image, id, im.Pods)})
+		}
 	}
 	if p.StudyFile != "" {
 		rows = append(rows, []string{"Study file SHA-256", "`" + sha256Hex(p.StudyFile) + "`"})

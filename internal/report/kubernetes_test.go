@@ -81,3 +81,35 @@ func TestClusterMemoryIsTheWorkingSet(t *testing.T) {
 		t.Error("a local run's memory is no longer RSS, or its PSS n/a")
 	}
 }
+
+// TestClusterProvenance: a cluster run's provenance names the cluster, its version,
+// every node as its kubelet reports itself and the images the pods ran with their
+// digests; the machine meshmark ran on is said to be that, not where it measured.
+func TestClusterProvenance(t *testing.T) {
+	run := clusterRun(t)
+	run.Provenance.Cluster = &results.ClusterProvenance{Server: "https://198.18.0.1:6443", Context: "meshmark-local", ServerVersion: "v1.37.2",
+		Nodes: []results.ClusterNode{
+			{Name: "node-0", KubeletVersion: "v1.37.2", OSImage: "Debian GNU/Linux 12 (bookworm)", KernelVersion: "6.1.0-28-amd64", ContainerRuntime: "containerd://1.6.20", Architecture: "amd64", CPU: "2", Memory: "23Gi"},
+			{Name: "node-1", KubeletVersion: "v1.37.2", OSImage: "Debian GNU/Linux 12 (bookworm)", KernelVersion: "6.1.0-28-amd64", ContainerRuntime: "containerd://1.6.20", Architecture: "amd64", CPU: "2", Memory: "23Gi"},
+		},
+		Images: []results.PodImage{{Mesh: "baseline", Container: "app", Image: "meshmark:dev", ImageID: "docker.io/library/meshmark@sha256:0123", Pods: 6}},
+	}
+	var md bytes.Buffer
+	if err := Render(&md, Markdown, run, nil, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| meshmark's host: Host | bench-1 |",
+		"| cluster | https://198.18.0.1:6443 (context meshmark-local) |",
+		"| cluster: Kubernetes | v1.37.2 |", "| cluster: nodes | 2 |",
+		"| node node-1 | kubelet v1.37.2, Debian GNU/Linux 12 (bookworm), kernel 6.1.0-28-amd64, containerd://1.6.20, amd64, 2 CPUs, 23Gi memory |",
+		"| image: baseline, container app | meshmark:dev (docker.io/library/meshmark@sha256:0123), 6 pods |",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown provenance lacks %q", want)
+		}
+	}
+	if local := provenanceRows(Summarize(syntheticRun(t), nil, Options{})); local[0][0] != "Host" {
+		t.Errorf("a local run's first provenance row is %q, want Host", local[0])
+	}
+}

@@ -149,6 +149,46 @@ type Provenance struct {
 	// where it ran: a CPU set, a node name.
 	Placement map[string]string `json:"placement,omitempty"`
 	Configs   []GeneratedConfig `json:"configs,omitempty"`
+	// Cluster is the Kubernetes cluster a run measured on; the fields above then
+	// describe the machine meshmark ran on, which drove the cluster.
+	Cluster *ClusterProvenance `json:"cluster,omitempty"`
+}
+
+// ClusterProvenance is the Kubernetes cluster a run measured on, as its API server
+// describes it, and the images its pods ran.
+type ClusterProvenance struct {
+	Server        string `json:"server"`
+	Context       string `json:"context,omitempty"`
+	ServerVersion string `json:"server_version"`
+	// Nodes are every node of the cluster (their count is the cluster's size).
+	Nodes []ClusterNode `json:"nodes"`
+	// Images are the images the pods of each mesh's namespaces ran, each with the
+	// digest its node resolved it to.
+	Images []PodImage `json:"images,omitempty"`
+}
+
+// ClusterNode is one node as its kubelet reports it.
+type ClusterNode struct {
+	Name             string `json:"name"`
+	KubeletVersion   string `json:"kubelet_version"`
+	OSImage          string `json:"os_image,omitempty"`
+	KernelVersion    string `json:"kernel_version,omitempty"`
+	ContainerRuntime string `json:"container_runtime,omitempty"`
+	Architecture     string `json:"architecture,omitempty"`
+	// CPU and Memory are the node's capacity, as Kubernetes quantities ("4", "16Gi").
+	CPU    string `json:"cpu,omitempty"`
+	Memory string `json:"memory,omitempty"`
+}
+
+// PodImage is an image that containers of a mesh's pods ran.
+type PodImage struct {
+	Mesh      string `json:"mesh"`
+	Container string `json:"container"`
+	Image     string `json:"image"`
+	// ImageID is the image as the node's runtime resolved it (a digest); empty when the
+	// kubelet did not report it.
+	ImageID string `json:"image_id,omitempty"`
+	Pods    int    `json:"pods"`
 }
 
 // GeneratedConfig is one configuration file meshmark generated and used (Envoy

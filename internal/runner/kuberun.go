@@ -374,6 +374,7 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 	if err != nil {
 		return d, fmt.Errorf("mesh %s: %w", m.Name, err)
 	}
+	r.recordImages(ctx, d)
 	if plan != nil {
 		// The enrollment check, in order: the mesh's own record on the cluster, the
 		// plaintext probe where it promises to refuse plaintext, then (with the
@@ -615,6 +616,63 @@ func (r *runner) adaptToLocalCluster(ctx context.Context, c *kube.Cluster, m *st
 		r.run.Provenance.Components[k] = v
 	}
 	return r.opts.Store.SetProvenance(ctx, r.run.ID, r.run.Provenance)
+}
+
+// describeCluster is the cluster's provenance in a line: its version, its nodes and
+// what runs them.
+func describeCluster(cp *results.ClusterProvenance) string {
+	kinds := map[string]int{}
+	var order []string
+	for _, n := range cp.Nodes {
+		k := fmt.Sprintf("kubelet %s, %s, kernel %s, %s", n.KubeletVersion, orUnknown(n.OSImage), orUnknown(n.KernelVersion), orUnknown(n.ContainerRuntime))
+		if kinds[k] == 0 {
+			order = append(order, k)
+		}
+		kinds[k]++
+	}
+	var parts []string
+	for _, k := range order {
+		parts = append(parts, fmt.Sprintf("%d× %s", kinds[k], k))
+	}
+	return fmt.Sprintf("cluster: Kubernetes %s, %d nodes (%s)", cp.ServerVersion, len(cp.Nodes), strings.Join(parts, "; "))
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+// recordImages stores, with the run's provenance, the images the pods of the mesh's
+// bring-up ran (the app's namespace and the namespaces meshmark made for the mesh), each
+// with the digest its node resolved it to, once per image and digest: a tag that moves
+// between bring-ups shows as two digests.
+func (r *runner) recordImages(ctx context.Context, d *kubeDeployment) {
+	if r.run == nil || r.run.Provenance.Cluster == nil {
+		return
+	}
+	images, err := d.cluster.PodImages(ctx, d.mesh.Name, append([]string{d.app.Namespace}, d.install.OwnNamespaces()...)...)
+	if err != nil {
+		r.progress.note(fmt.Sprintf("warning: %s: the images its pods ran are not recorded: %v", d.mesh.Name, err))
+		return
+	}
+	cp := r.run.Provenance.Cluster
+	added := false
+	for _, im := range images {
+		if !slices.ContainsFunc(cp.Images, func(have results.PodImage) bool {
+			return have.Mesh == im.Mesh && have.Container == im.Container && have.Image == im.Image && have.ImageID == im.ImageID
+		}) {
+			cp.Images = append(cp.Images, im)
+			added = true
+		}
+	}
+	if !added {
+		return
+	}
+	if err := r.opts.Store.SetProvenance(ctx, r.run.ID, r.run.Provenance); err != nil {
+		r.progress.note(fmt.Sprintf("warning: %s: the images its pods ran are not recorded: %v", d.mesh.Name, err))
+	}
 }
 
 // recordEffort stores, with the run's provenance, what installing the mesh took and

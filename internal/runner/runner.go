@@ -69,6 +69,9 @@ type runner struct {
 	progress  *progress
 	// substrate says where the run measures, as stored with it.
 	substrate string
+	// cluster is the Kubernetes cluster the run measures on, for provenance; nil on
+	// the local substrate.
+	cluster *results.ClusterProvenance
 	// startCPUs is the CPU mask meshmark had before the placement pinned it.
 	startCPUs *unix.CPUSet
 	// cpuIdle says how idle CPUs waited during the trials (cpuIdleFor), for
@@ -101,6 +104,12 @@ func Run(ctx context.Context, st *study.Study, opts Options) (*results.Run, erro
 		}
 		r.substrate = "kubernetes"
 		r.progress.note(fmt.Sprintf("cluster %s (context %s)", c.Server, c.ContextName))
+		// The run's provenance is the cluster's, beside the machine that drove it.
+		if r.cluster, err = c.Describe(ctx); err != nil {
+			r.progress.note(fmt.Sprintf("warning: the cluster's nodes and versions are not recorded with the run: %v", err))
+		} else {
+			r.progress.note(describeCluster(r.cluster))
+		}
 		execute = func(ctx context.Context) error { return r.executeKubernetes(ctx, c) }
 	} else if err := r.preflight(ctx); err != nil {
 		return nil, err
@@ -176,6 +185,7 @@ func (r *runner) createRun(ctx context.Context) error {
 		run.Baseline = b.Name
 	}
 	run.OwnerHost = run.Provenance.Hostname
+	run.Provenance.Cluster = r.cluster
 	if r.cpuIdle != "" {
 		run.Provenance.Placement["cpu-idle"] = r.cpuIdle
 	}

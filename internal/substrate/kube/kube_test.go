@@ -511,3 +511,39 @@ func TestWaitReadyGivesUpWithTheClustersReason(t *testing.T) {
 		})
 	}
 }
+
+// TestDescribeRecordsTheCluster: a run's provenance is the cluster's: its server
+// version, every node as its kubelet reports itself (kwok's, here), and the images the
+// app's pods ran, counted per container.
+func TestDescribeRecordsTheCluster(t *testing.T) {
+	needCluster(t)
+	ctx := context.Background()
+	c := connect(t, Config{})
+	cp, err := c.Describe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(cp.ServerVersion, "v1.") || len(cp.Nodes) != len(cluster.Nodes) || cp.Server != c.Server {
+		t.Errorf("cluster %+v: want the server's version and its %d nodes", cp, len(cluster.Nodes))
+	}
+	for _, n := range cp.Nodes {
+		if !strings.HasPrefix(n.KubeletVersion, "kwok-") || !strings.HasPrefix(n.ContainerRuntime, "kwok-") || n.Architecture != "amd64" {
+			t.Errorf("node %+v: want what its (kwok) kubelet reports", n)
+		}
+	}
+	app, err := c.Deploy(ctx, bookinfoSpec(t, "prov01"))
+	t.Cleanup(func() { _ = c.Teardown(context.Background(), app) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(ctx, app, nil); err != nil {
+		t.Fatal(err)
+	}
+	images, err := c.PodImages(ctx, "baseline", app.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(images) != 1 || images[0].Container != "app" || images[0].Image != "registry.example/meshmark:test" || images[0].Pods != 6 || images[0].Mesh != "baseline" {
+		t.Errorf("images %+v: want the meshmark image, run by bookinfo's 6 pods", images)
+	}
+}
