@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -193,6 +194,29 @@ func TestKubernetesExamplesValidate(t *testing.T) {
 	for _, f := range files {
 		if out, errOut, err := execCLI("validate", f); err != nil || !strings.Contains(out, ": ok (") {
 			t.Errorf("%s: %v\n%s%s", f, err, out, errOut)
+		}
+	}
+}
+
+// TestKubernetesExamplesFitOneNode: every Kubernetes example can run on a one-node
+// cluster: one node can carry the labels of both its node selectors, which therefore
+// never give one key two values (a study can keep the app and the generators apart only
+// where nodes differ, by labelling them).
+func TestKubernetesExamplesFitOneNode(t *testing.T) {
+	files, err := filepath.Glob("../../examples/kubernetes/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Kubernetes examples: %v", err)
+	}
+	for _, f := range files {
+		st, err := study.ParseFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := st.Spec.Substrate.Kubernetes
+		for key, v := range k.SUTNodeSelector {
+			if w, ok := k.LoadgenNodeSelector[key]; ok && w != v {
+				t.Errorf("%s: sutNodeSelector %s=%s and loadgenNodeSelector %s=%s: no one node can carry both", f, key, v, key, w)
+			}
 		}
 	}
 }

@@ -59,6 +59,9 @@ func DeployKubernetes(ctx context.Context, st *study.Study, opts DeployOptions) 
 	}
 	r.progress = newProgress(progress, false, 0)
 	r.progress.note(fmt.Sprintf("cluster %s (context %s)", c.Server, c.ContextName))
+	if err := r.checkPlacement(ctx, c); err != nil {
+		return nil, err
+	}
 	run := testbed.NewRunID()
 	for _, m := range st.Spec.Meshes {
 		d, err := r.bringUpKube(ctx, c, run, &m, false)

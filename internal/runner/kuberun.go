@@ -219,6 +219,25 @@ func (r *runner) connectKubernetes(ctx context.Context) (*kube.Cluster, error) {
 	return c, nil
 }
 
+// checkPlacement refuses, before anything is created, a node selector of the study that
+// no node of the cluster matches, and says where the app's and the load generators'
+// pods can go when they may share a node.
+func (r *runner) checkPlacement(ctx context.Context, c *kube.Cluster) error {
+	p, err := c.CheckPlacement(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w", r.study.File, err)
+	}
+	k := r.study.Spec.Substrate.Kubernetes
+	if shared := p.Shared(); len(shared) > 0 && r.progress != nil {
+		how := "no node selectors set"
+		if len(k.SUTNodeSelector) > 0 || len(k.LoadgenNodeSelector) > 0 {
+			how = "the node selectors both match it"
+		}
+		r.progress.note(fmt.Sprintf("placement: the app's pods and the load generators may share node %s (%s): they then compete for its CPUs", strings.Join(shared, ", "), how))
+	}
+	return nil
+}
+
 // checkInstallRights asks the cluster, before anything is created, whether this user
 // may do what installing each mesh of the study asks of meshmark's own requests (its
 // CRDs, its requirements' lookups, its manifests' and Gateways' kinds), so that the third

@@ -102,6 +102,9 @@ func Run(ctx context.Context, st *study.Study, opts Options) (*results.Run, erro
 		if err := r.checkInstallRights(ctx, c); err != nil {
 			return nil, err
 		}
+		if err := r.checkPlacement(ctx, c); err != nil {
+			return nil, err
+		}
 		r.substrate = "kubernetes"
 		r.progress.note(fmt.Sprintf("cluster %s (context %s)", c.Server, c.ContextName))
 		// The run's provenance is the cluster's, beside the machine that drove it.

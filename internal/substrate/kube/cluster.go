@@ -216,9 +216,9 @@ func (c *Cluster) reach(ctx context.Context) error {
 // Deployments, ReplicaSets and pods by collection), watch the pods and their Services'
 // endpoints (WaitReady), read a crashing container's log, start the plaintext probe's
 // pods under strict mTLS (ProbePlaintext), reach the load generators
-// (pods/portforward), describe the nodes (Describe, LocalCluster), read every node's
-// kubelet resource metrics (SampleResources) and the mesh's proxies' counters
-// (ReadProxyCounters) through the API server. A test records every request the
+// (pods/portforward), describe the nodes (Describe, CheckPlacement, LocalCluster), read
+// every node's kubelet resource metrics (SampleResources) and the mesh's proxies'
+// counters (ReadProxyCounters) through the API server. A test records every request the
 // package's tests make and holds it to these and to meshRights (TestMain).
 var neededRights = []authv1.ResourceAttributes{
 	{Verb: "create", Resource: "namespaces"},

@@ -547,3 +547,28 @@ func TestDescribeRecordsTheCluster(t *testing.T) {
 		t.Errorf("images %+v: want the meshmark image, run by bookinfo's 6 pods", images)
 	}
 }
+
+// TestCheckPlacementNamesAnUnmatchedSelector: a node selector no node matches is refused
+// before anything is created, naming it, each node's value of its key and how to label
+// one, rather than leaving every pod unschedulable; where both selectors match a node,
+// the app and the generators may share it.
+func TestCheckPlacementNamesAnUnmatchedSelector(t *testing.T) {
+	needCluster(t)
+	ctx := context.Background()
+	c := connect(t, Config{AppNodeSelector: map[string]string{"meshmark.dev/test-node": "0"}, LoadgenNodeSelector: map[string]string{"type": "kwok"}})
+	p, err := c.CheckPlacement(ctx)
+	if err != nil || !slices.Equal(p.App, cluster.Nodes[:1]) || len(p.Loadgen) != len(cluster.Nodes) || !slices.Equal(p.Shared(), cluster.Nodes[:1]) {
+		t.Errorf("placement %+v (shared %v), %v: want the app on node 0, the generators on every node, sharing node 0", p, p.Shared(), err)
+	}
+	c = connect(t, Config{AppNodeSelector: map[string]string{"meshmark.dev/role": "sut"}, LoadgenNodeSelector: map[string]string{"meshmark.dev/role": "loadgen"}})
+	_, err = c.CheckPlacement(ctx)
+	for _, want := range []string{
+		"spec.substrate.kubernetes.sutNodeSelector meshmark.dev/role=sut: no node that takes pods matches it (nodes " + cluster.Nodes[0] + ": meshmark.dev/role=(none);",
+		"label one: kubectl label node NODE meshmark.dev/role=sut",
+		"spec.substrate.kubernetes.loadgenNodeSelector meshmark.dev/role=loadgen: no node",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("placement with selectors no node matches: %v; want it to say %q", err, want)
+		}
+	}
+}
