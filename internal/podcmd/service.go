@@ -28,7 +28,7 @@ func Service(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&pod, "pod", "", "pod name reported in traces (default: $POD_NAME, then the host name)")
 	fs.StringVar(&listen, "listen", "", "address to listen on (default: :<service port>)")
 	fs.Var(&resolve, "resolve", "name=ip or name=ip:port: where calls to a service go (repeatable)")
-	fs.Var(&spread, "spread", "service=ip:port@weight,...: call a service's endpoints directly, one picked per request by weight (repeatable; the baseline's per-request balancing)")
+	fs.Var(&spread, "spread", "service=ip:port@weight,...: call a service's endpoints directly, one picked per request by weight; an endpoint name:port stands for every address the name resolves to (a headless Service), sharing its weight (repeatable; the baseline's per-request balancing)")
 	fs.Var(&callees, "callee", "service=host:port: the authority calls to a service use in their URLs instead of service:port (repeatable; meshes that address services by their own names set it)")
 	fs.DurationVar(&callTimeout, "call-timeout", 30*time.Second, "time limit for one request's whole script")
 	fs.BoolVar(&printGraph, "print", false, "print the graph file of the built-in named by --graph and exit")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -90,6 +91,9 @@ type kubeDeployment struct {
 	// after every trial; services are the app's, which node proxies count into.
 	proxies  []mesh.ProxyEndpoint
 	services []string
+	// mixUnread says why the request mix is not checked on this bring-up: its pods
+	// could not be read (under strict mTLS they refuse the API server's plaintext).
+	mixUnread string
 }
 
 // readProxies reads every proxy of the mesh now, through the API server: none for a
@@ -262,9 +266,14 @@ func (r *runner) appSpec(run string, m *study.Mesh) (kube.AppSpec, error) {
 	if err != nil {
 		return kube.AppSpec{}, err
 	}
+	spread, err := r.kubeSpread(m)
+	if err != nil {
+		return kube.AppSpec{}, err
+	}
 	return kube.AppSpec{
 		Run: run, Mesh: m.Name, Deployments: r.graph.Deployments(), Files: files,
-		Generators: r.study.Spec.Substrate.Kubernetes.Generators,
+		Generators:     r.study.Spec.Substrate.Kubernetes.Generators,
+		SpreadServices: len(spread) > 0,
 		Args: func(d workload.Deployment) []string {
 			args := r.graph.ServiceArgs(d, kube.PodNameArg)
 			for i := range args {
@@ -272,9 +281,46 @@ func (r *runner) appSpec(run string, m *study.Mesh) (kube.AppSpec, error) {
 					args[i+1] = graphArg
 				}
 			}
-			return args
+			return append(args, spread...)
 		},
 	}, nil
+}
+
+// kubeSpread is how the workload of a mesh that balances per request with no proxy (the
+// baseline's `balancing: per-request`, mesh.Spreader) spreads its calls on a cluster:
+// `--spread` over each service's versions' headless Services (kube.SpreadServiceName),
+// each name standing for every ready pod of its version, weighted by the version's
+// weight (a version's weight shared among its pods, as the local profile shares it;
+// were every weight 0, every pod alike). None for the meshes, whose
+// proxies balance per request, and for `balancing: per-connection`.
+func (r *runner) kubeSpread(m *study.Mesh) ([]string, error) {
+	p, err := mesh.New(m.Profile, m.Options)
+	if err != nil {
+		return nil, err
+	}
+	sp, ok := p.(mesh.Spreader)
+	if !ok || sp.Balancing() != none.PerRequest {
+		return nil, nil
+	}
+	var args []string
+	for _, s := range r.graph.Services {
+		split := false
+		for _, v := range s.Versions {
+			split = split || v.Weight > 0
+		}
+		var eps []workload.Endpoint
+		for _, v := range s.Versions {
+			w := 1000 * max(v.Replicas, 1) // an unsplit service: every pod alike
+			if split {
+				w = v.Weight
+			}
+			if w > 0 {
+				eps = append(eps, workload.Endpoint{Addr: net.JoinHostPort(kube.SpreadServiceName(s.Name, v.Name), strconv.Itoa(s.Port)), Weight: w})
+			}
+		}
+		args = append(args, "--spread", workload.FormatSpread(s.Name, eps))
+	}
+	return args, nil
 }
 
 // executeKubernetes walks the plan on the cluster: a mesh's namespace stays up across
@@ -837,6 +883,9 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 	label := fmt.Sprintf("%s %s", e.Name, describe(params))
 	warmup := spec.Warmup
 	r.progress.begin(t, label, spec.Duration)
+	// What the pods served is read outside the proxies' window, so that the reads are
+	// not among the requests the proxies count.
+	servedBefore := r.kubeServed(ctx, d, t.Mesh.Name)
 	before := d.readProxies(ctx)
 	resources := d.cluster.SampleResources(ctx, d.resources, sampler.DefaultInterval)
 	res, _, err := d.pool.Run(ctx, spec, func(p load.Progress) {
@@ -859,6 +908,7 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 		return nil, fmt.Errorf("%s on %s, repeat %d, through %d load generators: %w", label, t.Mesh.Name, t.Repeat+1, len(d.forwards.Generators), err)
 	}
 	after := d.readProxies(ctx)
+	servedAfter := r.kubeServed(ctx, d, t.Mesh.Name)
 	trial := &results.Trial{
 		Repeat: t.Repeat, Mesh: t.Mesh.Name, Experiment: e.Name, Kind: string(e.Kind),
 		Params: params, WarmupTrimmed: warmup,
@@ -880,6 +930,14 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 		trial.Result.Flags = append(trial.Result.Flags, results.FlagGeneratorBehind)
 		r.progress.note(fmt.Sprintf("warning: a load generator fell behind in %s on %s; this trial is flagged", label, t.Mesh.Name))
 	}
+	if servedBefore != nil && servedAfter != nil {
+		trial.Result.Mix = r.kubeRequestMix(servedBefore, servedAfter)
+		if msg := mixSkew(trial.Result.Mix); msg != "" {
+			trial.Result.Flags = append(trial.Result.Flags, results.FlagMixSkewed)
+			r.progress.note(fmt.Sprintf("warning: request mix off by more than %.0f points in %s on %s: %s; this trial is flagged",
+				100*mixTolerance, label, t.Mesh.Name, msg))
+		}
+	}
 	r.flagSaturated(trial, label)
 	if err := r.opts.Store.AddTrial(ctx, r.run.ID, trial); err != nil {
 		return nil, err
@@ -887,6 +945,22 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 	r.run.Trials = append(r.run.Trials, *trial)
 	r.progress.end(res)
 	return res, nil
+}
+
+// kubeServed reads what every workload pod of the deployment has served, for the
+// request-mix check, or nil when they cannot all be read; the first time they cannot, it
+// says why, and the bring-up's later trials are not checked.
+func (r *runner) kubeServed(ctx context.Context, d *kubeDeployment, meshName string) []kube.PodServed {
+	if d.mixUnread != "" {
+		return nil
+	}
+	served, err := d.cluster.Served(ctx, d.app)
+	if err != nil {
+		d.mixUnread = err.Error()
+		r.progress.note(fmt.Sprintf("warning: %s: the request mix is not checked on this bring-up: %v", meshName, err))
+		return nil
+	}
+	return served
 }
 
 func describeGenerators(gs []kube.Generator) string {

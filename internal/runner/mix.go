@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/topology"
 	"github.com/meshmark/meshmark/internal/workload"
 )
@@ -111,6 +112,28 @@ func (r *runner) requestMix(d *deployment, before, after map[string]int64) []res
 			byVersion[[2]string{pod.Service, pod.Version}] += a - b
 		}
 	}
+	return r.mixOf(byVersion)
+}
+
+// kubeRequestMix is requestMix for a cluster's pods, as kube.Served reads them: only
+// pods read both before and after count (a pod restarted in between would count from 0).
+func (r *runner) kubeRequestMix(before, after []kube.PodServed) []results.VersionShare {
+	was := map[string]int64{}
+	for _, p := range before {
+		was[p.Pod] = p.Served
+	}
+	byVersion := map[[2]string]int64{}
+	for _, p := range after {
+		if b, ok := was[p.Pod]; ok && p.Served >= b {
+			byVersion[[2]string{p.Service, p.Version}] += p.Served - b
+		}
+	}
+	return r.mixOf(byVersion)
+}
+
+// mixOf is each multi-version service's split among its versions, from what each
+// version served, with the shares the graph's weights intend.
+func (r *runner) mixOf(byVersion map[[2]string]int64) []results.VersionShare {
 	var out []results.VersionShare
 	for _, svc := range r.graph.Services {
 		if len(svc.Versions) < 2 {

@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,17 +64,29 @@ type ServerOptions struct {
 	// balancing, kube-proxy style, is per connection). It is client-side balancing,
 	// what a gRPC client's round-robin policy or a mesh's proxy does per request, for a
 	// baseline whose request mix must match the meshes'. The Host header (gRPC
-	// authority) stays the service's name and port.
+	// authority) stays the service's name and port. An endpoint named by a host name
+	// (a cluster's headless Service of one version) stands for every address the name
+	// resolves to, its weight shared among them, and is resolved again at most every
+	// second while requests use it.
 	Spread map[string][]Endpoint
+	// LookupHost resolves the host names of Spread endpoints; nil means the system's
+	// resolver.
+	LookupHost func(ctx context.Context, host string) ([]string, error)
 	// CallTimeout bounds each request's whole script; 0 means 30s.
 	CallTimeout time.Duration
 }
 
-// Endpoint is one pod of a callee for Spread: its ip:port and its share of requests.
+// Endpoint is one pod of a callee for Spread: its ip:port and its share of requests;
+// or, as name:port, every pod the name resolves to, sharing the weight evenly.
 type Endpoint struct {
 	Addr   string
 	Weight int
 }
+
+// spreadRefresh is how long resolved Spread names are used before they are resolved
+// again: a pod that becomes ready or goes is seen within about that long after the
+// cluster's DNS has it.
+const spreadRefresh = time.Second
 
 // Server plays one version of one service of a graph. It answers HTTP/1.1 and
 // cleartext HTTP/2 (prior knowledge) on its port whatever its protocol, and gRPC too when
@@ -120,7 +134,7 @@ type upstream struct {
 	probability float64
 	// spread, when set, is picked from per request (ServerOptions.Spread); authority
 	// is then the Host every request carries.
-	spread    []spreadTarget
+	spread    *spreader
 	authority string
 }
 
@@ -131,15 +145,125 @@ type spreadTarget struct {
 	upTo        int
 }
 
-// pick returns the url and target of this request's endpoint.
+// spreader is a callee's Spread endpoints: addresses, and names resolved to addresses
+// (refreshed every spreadRefresh while in use), as one table of weighted targets.
+type spreader struct {
+	path   string
+	static []Endpoint // ip:port
+	names  []Endpoint // name:port, each weight shared by the name's addresses
+	lookup func(ctx context.Context, host string) ([]string, error)
+
+	table      atomic.Pointer[[]spreadTarget]
+	mu         sync.Mutex
+	resolvedAt time.Time
+	refreshing bool
+	last       map[string][]string // each name's last answer
+}
+
+// targets is the current table, resolving the names first when there is none yet,
+// and again in the background when it is older than spreadRefresh.
+func (s *spreader) targets() []spreadTarget {
+	t := s.table.Load()
+	if len(s.names) == 0 {
+		return *t
+	}
+	s.mu.Lock()
+	stale := !s.refreshing && time.Since(s.resolvedAt) >= spreadRefresh
+	if stale {
+		s.refreshing = true
+	}
+	s.mu.Unlock()
+	switch {
+	case stale && (t == nil || len(*t) == 0):
+		s.resolve()
+		t = s.table.Load()
+	case stale:
+		go s.resolve()
+	}
+	if t == nil {
+		return nil
+	}
+	return *t
+}
+
+// resolve builds the table anew from the static addresses and what each name resolves
+// to now. A name that does not resolve keeps the addresses it had last.
+func (s *spreader) resolve() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	type weighted struct {
+		addr   string
+		weight int
+	}
+	var all []weighted
+	for _, ep := range s.static {
+		all = append(all, weighted{ep.Addr, ep.Weight * 1000})
+	}
+	for _, ep := range s.names {
+		host, port, _ := net.SplitHostPort(ep.Addr)
+		ips, err := s.lookup(ctx, host)
+		s.mu.Lock()
+		if err == nil {
+			sort.Strings(ips)
+			s.last[host] = ips
+		} else {
+			ips = s.last[host]
+		}
+		s.mu.Unlock()
+		for _, ip := range ips {
+			all = append(all, weighted{net.JoinHostPort(ip, port), max(1, ep.Weight*1000/len(ips))})
+		}
+	}
+	var table []spreadTarget
+	total := 0
+	for _, w := range all {
+		total += w.weight
+		table = append(table, spreadTarget{url: "http://" + w.addr + s.path, target: w.addr, upTo: total})
+	}
+	s.table.Store(&table)
+	s.mu.Lock()
+	s.resolvedAt, s.refreshing = time.Now(), false
+	s.mu.Unlock()
+}
+
+// newSpreader is the spread of a callee's endpoints of positive weight, or nil when it
+// has none. Addresses make the table at once; names when first used.
+func newSpreader(eps []Endpoint, path string, lookup func(context.Context, string) ([]string, error)) *spreader {
+	s := &spreader{path: path, lookup: lookup, last: map[string][]string{}}
+	for _, ep := range eps {
+		if ep.Weight <= 0 {
+			continue
+		}
+		if host, _, err := net.SplitHostPort(ep.Addr); err == nil && net.ParseIP(host) == nil {
+			s.names = append(s.names, ep)
+		} else {
+			s.static = append(s.static, ep)
+		}
+	}
+	if len(s.static)+len(s.names) == 0 {
+		return nil
+	}
+	if len(s.names) == 0 {
+		s.resolve()
+	}
+	return s
+}
+
+// pick returns the url and target of this request's endpoint: one of the spread's,
+// by weight, or the service's own address when there is no spread or none of its
+// names resolves.
 func (u *upstream) pick() (url, target string) {
-	if len(u.spread) == 0 {
+	if u.spread == nil {
 		return u.url, u.target
 	}
-	n := rand.IntN(u.spread[len(u.spread)-1].upTo)
-	for _, t := range u.spread {
-		if n < t.upTo {
-			return t.url, t.target
+	t := u.spread.targets()
+	if len(t) == 0 {
+		return u.url, u.target
+	}
+	n := rand.IntN(t[len(t)-1].upTo)
+	for _, x := range t {
+		if n < x.upTo {
+			return x.url, x.target
 		}
 	}
 	return u.url, u.target // not reached: n < the last upTo
@@ -187,7 +311,11 @@ func NewServer(g *Graph, opts ServerOptions) (*Server, error) {
 		s.timeout = 30 * time.Second
 	}
 	var maxSize int64
-	s.program = compile(g, ver.Script, opts.Callees, opts.Spread, &maxSize)
+	lookup := opts.LookupHost
+	if lookup == nil {
+		lookup = net.DefaultResolver.LookupHost
+	}
+	s.program = compile(g, ver.Script, opts.Callees, opts.Spread, lookup, &maxSize)
 	s.payload = make([]byte, maxSize)
 	s.padding = bytes.Repeat([]byte{'x'}, int(svc.ResponseSize))
 	s.client = &http.Client{Transport: newTransport(opts.Resolve, false)}
@@ -213,7 +341,7 @@ func NewServer(g *Graph, opts ServerOptions) (*Server, error) {
 	return s, nil
 }
 
-func compile(g *Graph, sc Script, callees map[string]string, spread map[string][]Endpoint, maxSize *int64) []op {
+func compile(g *Graph, sc Script, callees map[string]string, spread map[string][]Endpoint, lookup func(context.Context, string) ([]string, error), maxSize *int64) []op {
 	out := make([]op, 0, len(sc))
 	for _, st := range sc {
 		switch {
@@ -244,21 +372,14 @@ func compile(g *Graph, sc Script, callees map[string]string, spread map[string][
 			if callee.Protocol == ProtocolGRPC {
 				u.path = grpcMethod(path)
 			}
-			total := 0
-			for _, ep := range spread[callee.Name] {
-				if ep.Weight > 0 {
-					total += ep.Weight
-					u.spread = append(u.spread, spreadTarget{url: "http://" + ep.Addr + path, target: ep.Addr, upTo: total})
-				}
-			}
-			if len(u.spread) > 0 {
-				u.authority = target
+			if sp := newSpreader(spread[callee.Name], path, lookup); sp != nil {
+				u.spread, u.authority = sp, target
 			}
 			out = append(out, op{call: u})
 		case st.Sleep != nil:
 			out = append(out, op{sleep: st.Sleep})
 		case st.Concurrent != nil:
-			out = append(out, op{group: compile(g, st.Concurrent, callees, spread, maxSize)})
+			out = append(out, op{group: compile(g, st.Concurrent, callees, spread, lookup, maxSize)})
 		default:
 			out = append(out, op{cpu: st.CPU})
 		}
@@ -387,8 +508,12 @@ func FormatSpread(service string, eps []Endpoint) string {
 	return service + "=" + strings.Join(list, ",")
 }
 
+// hostName is a DNS name: dot-separated RFC 1123 labels.
+var hostName = regexp.MustCompile(`^(?i)[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$`)
+
 // ParseSpread reads --spread values of the form service=ip:port@weight,ip:port@weight,...
-// (@weight may be left out: 1); a service given twice is an error.
+// (@weight may be left out: 1), where an endpoint may also be name:port, every address
+// the name resolves to; a service given twice is an error.
 func ParseSpread(specs []string) (map[string][]Endpoint, error) {
 	out := map[string][]Endpoint{}
 	for _, spec := range specs {
@@ -412,8 +537,8 @@ func ParseSpread(specs []string) (map[string][]Endpoint, error) {
 				weight = n
 			}
 			host, port, err := net.SplitHostPort(addr)
-			if err != nil || net.ParseIP(host) == nil {
-				return nil, fmt.Errorf("--spread %q: %q is not ip:port", spec, addr)
+			if err != nil || net.ParseIP(host) == nil && !hostName.MatchString(host) {
+				return nil, fmt.Errorf("--spread %q: %q is not ip:port or name:port", spec, addr)
 			}
 			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 				return nil, fmt.Errorf("--spread %q: port %q out of range", spec, port)

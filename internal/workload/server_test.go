@@ -719,7 +719,7 @@ services:
 		}
 	}
 
-	for _, bad := range []string{"b", "b=", "=127.0.0.1:1", "b=host:1", "b=127.0.0.1:0", "b=127.0.0.1:1@x", "b=127.0.0.1:1@-1", "b=127.0.0.1:1@0"} {
+	for _, bad := range []string{"b", "b=", "=127.0.0.1:1", "b=127.0.0.1:0", "b=127.0.0.1:1@x", "b=127.0.0.1:1@-1", "b=127.0.0.1:1@0"} {
 		if _, err := ParseSpread([]string{bad}); err == nil {
 			t.Errorf("ParseSpread(%q) accepted", bad)
 		}

@@ -3,7 +3,9 @@ package kube
 import (
 	"context"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -42,7 +44,23 @@ type AppSpec struct {
 	// waypoint): created in the namespace before the workload, waited for with it,
 	// deleted before it.
 	Gateways []mesh.AppGateway
+	// SpreadServices adds, for each service version, a headless Service over its pods
+	// (SpreadServiceName), whose name resolves to every ready pod of the version: callers
+	// that balance per request themselves (the baseline's `balancing: per-request`)
+	// spread their calls over them by the versions' weights, where the service's own
+	// Service, through kube-proxy, picks a pod per connection.
+	SpreadServices bool
 }
+
+// SpreadServiceName is the headless Service of one version of a service, for callers
+// that spread their requests over its pods (AppSpec.SpreadServices).
+func SpreadServiceName(service, version string) string {
+	return dnsLabel(service + "-" + version + "-pods")
+}
+
+// spreadRole is the RoleLabel of the headless Services of AppSpec.SpreadServices, which
+// are not the graph's services (the plaintext probe, for one, leaves them out).
+const spreadRole = "spread"
 
 // PodNameArg stands for the pod's name in AppSpec.Args: Kubernetes expands it from the
 // downward API when the container starts.
@@ -56,6 +74,9 @@ type App struct {
 	// pods counts the pods behind each Service, which its endpoints must all list
 	// before the app is ready.
 	pods map[string]int
+	// spread are the headless Services of AppSpec.SpreadServices, with the pods behind
+	// each.
+	spread map[string]int
 	// generators is how many load-generator pods the app has; files, whether it has
 	// a ConfigMap of files.
 	generators, files int
@@ -160,6 +181,11 @@ func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
 		services = append(services, s)
 	}
 	sort.Strings(services)
+	if spec.SpreadServices {
+		if err := c.createSpreadServices(ctx, app, spec, labels, services); err != nil {
+			return app, err
+		}
+	}
 	for _, s := range services {
 		d := ports[s]
 		name, appProtocol := portName(d.Protocol)
@@ -178,6 +204,43 @@ func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
 		app.Services = append(app.Services, svc.Name)
 	}
 	return app, nil
+}
+
+// createSpreadServices creates a headless Service per service version
+// (AppSpec.SpreadServices), after checking that no name is a graph service's or
+// another version's.
+func (c *Cluster) createSpreadServices(ctx context.Context, app *App, spec AppSpec, labels map[string]string, services []string) error {
+	taken := map[string]string{}
+	for _, s := range services {
+		taken[dnsLabel(s)] = "service " + s
+	}
+	for _, d := range spec.Deployments {
+		name := SpreadServiceName(d.Service, d.Version)
+		what := fmt.Sprintf("version %s of service %s", d.Version, d.Service)
+		if other, ok := taken[name]; ok {
+			return fmt.Errorf("namespace %s: the headless Service of %s would be named %s, as %s is: rename one", app.Namespace, what, name, other)
+		}
+		taken[name] = what
+		portName, appProtocol := portName(d.Protocol)
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: merge(labels, map[string]string{"app": d.Service, "version": d.Version, RoleLabel: spreadRole})},
+			Spec: corev1.ServiceSpec{
+				ClusterIP: corev1.ClusterIPNone,
+				Selector:  map[string]string{"app": d.Service, "version": d.Version},
+				Ports: []corev1.ServicePort{{
+					Name: portName, AppProtocol: &appProtocol, Port: int32(d.Port), TargetPort: intstr.FromInt32(int32(d.Port)),
+				}},
+			},
+		}
+		if _, err := c.client.CoreV1().Services(app.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("namespace %s: create service %s: %w", app.Namespace, name, err)
+		}
+		if app.spread == nil {
+			app.spread = map[string]int{}
+		}
+		app.spread[name] = max(d.Replicas, 1)
+	}
+	return nil
 }
 
 func (c *Cluster) labels(spec AppSpec) map[string]string {
@@ -317,7 +380,9 @@ func (c *Cluster) WaitReady(ctx context.Context, app *App, progress func(WaitPro
 // pod behind them.
 func (c *Cluster) unreachable(ctx context.Context, app *App) ([]string, error) {
 	var short []string
-	for _, svc := range app.Services {
+	want := maps.Clone(app.pods)
+	maps.Copy(want, app.spread)
+	for _, svc := range slices.Sorted(maps.Keys(want)) {
 		slices, err := c.client.DiscoveryV1().EndpointSlices(app.Namespace).List(ctx,
 			metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
 		if err != nil {
@@ -331,8 +396,8 @@ func (c *Cluster) unreachable(ctx context.Context, app *App) ([]string, error) {
 				}
 			}
 		}
-		if ready < app.pods[svc] {
-			short = append(short, fmt.Sprintf("service %s endpoints %d/%d", svc, ready, app.pods[svc]))
+		if ready < want[svc] {
+			short = append(short, fmt.Sprintf("service %s endpoints %d/%d", svc, ready, want[svc]))
 		}
 	}
 	return short, nil

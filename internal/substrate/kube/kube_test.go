@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -570,5 +572,144 @@ func TestCheckPlacementNamesAnUnmatchedSelector(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("placement with selectors no node matches: %v; want it to say %q", err, want)
 		}
+	}
+}
+
+// TestSpreadServicesCarryTheVersionsWeights: with SpreadServices, each service version
+// has a headless Service over its pods, whose endpoints the wait waits for and the
+// plaintext probe leaves out; callers that spread over them by name reach every version
+// per request by its weight, and what each pod served is read back through the API
+// server's pod proxy. kubetest runs no cluster DNS and no container: each pod is a real
+// `meshmark service` server on loopback (reached by the pod proxy, kubetest.ReachPodPort),
+// the names resolve to the ready endpoints of the headless Service's EndpointSlices, as
+// cluster DNS answers them, and each pod address is dialed at its stand-in (Resolve).
+func TestSpreadServicesCarryTheVersionsWeights(t *testing.T) {
+	needCluster(t)
+	ctx := context.Background()
+	c := connect(t, Config{AppNodeSelector: map[string]string{"meshmark.dev/test-node": "0"}})
+	g, err := workload.Builtin("bookinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := bookinfoSpec(t, "spread1")
+	spec.SpreadServices = true
+	app, err := c.Deploy(ctx, spec)
+	t.Cleanup(func() { _ = c.Teardown(context.Background(), app) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(ctx, app, nil); err != nil {
+		t.Fatal(err)
+	}
+	client := c.Client()
+	for _, d := range g.Deployments() {
+		name := SpreadServiceName(d.Service, d.Version)
+		svc, err := client.CoreV1().Services(app.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.Selector["version"] != d.Version || svc.Spec.Ports[0].Port != int32(d.Port) {
+			t.Fatalf("headless service %s: %+v, %v", name, svc, err)
+		}
+	}
+	if targets, err := c.plaintextTargets(ctx, app); err != nil || len(targets) != len(g.Services) {
+		t.Errorf("plaintext targets %+v, %v: want the graph's %d services only", targets, err, len(g.Services))
+	}
+	// The names, as cluster DNS answers them: the ready endpoints of each headless Service.
+	lookup := func(ctx context.Context, host string) ([]string, error) {
+		slices, err := client.DiscoveryV1().EndpointSlices(app.Namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + host})
+		if err != nil {
+			return nil, err
+		}
+		var ips []string
+		for _, s := range slices.Items {
+			for _, e := range s.Endpoints {
+				if e.Conditions.Ready != nil && *e.Conditions.Ready {
+					ips = append(ips, e.Addresses...)
+				}
+			}
+		}
+		return ips, nil
+	}
+	var spread []string
+	for _, s := range g.Services {
+		var eps []string
+		for _, v := range s.Versions {
+			eps = append(eps, fmt.Sprintf("%s:%d@1", SpreadServiceName(s.Name, v.Name), s.Port))
+		}
+		spread = append(spread, s.Name+"="+strings.Join(eps, ","))
+	}
+	spreadMap, err := workload.ParseSpread(spread)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := client.CoreV1().Pods(app.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type standIn struct {
+		ln  net.Listener
+		srv *workload.Server
+		pod corev1.Pod
+	}
+	resolve := map[string]string{}
+	var standIns []*standIn
+	for _, p := range pods.Items {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		resolve[p.Status.PodIP] = ln.Addr().String()
+		standIns = append(standIns, &standIn{ln: ln, pod: p})
+	}
+	var entry *workload.Server
+	for _, si := range standIns {
+		srv, err := workload.NewServer(g, workload.ServerOptions{Service: si.pod.Labels["app"], Version: si.pod.Labels["version"], Pod: si.pod.Name,
+			Spread: spreadMap, LookupHost: lookup, Resolve: resolve})
+		if err != nil {
+			t.Fatal(err)
+		}
+		si.srv = srv
+		sctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		go srv.Serve(sctx, si.ln)
+		if err := cluster.ReachPodPort(si.pod.Status.PodIP, 9080, si.ln.Addr().String()); err != nil {
+			t.Fatal(err)
+		}
+		if si.pod.Labels["app"] == "productpage" {
+			entry = srv
+		}
+	}
+	before, err := c.Served(ctx, app)
+	if err != nil || len(before) != len(g.Deployments()) {
+		t.Fatalf("served before: %+v, %v", before, err)
+	}
+	const n = 600
+	for range n {
+		rec := httptest.NewRecorder()
+		entry.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/productpage", nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("productpage answered %d: %s", rec.Code, rec.Body)
+		}
+	}
+	after, err := c.Served(ctx, app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	was := map[string]int64{}
+	for _, p := range before {
+		was[p.Pod] = p.Served
+	}
+	byVersion := map[string]int64{}
+	for _, p := range after {
+		byVersion[p.Service+" "+p.Version] += p.Served - was[p.Pod]
+	}
+	t.Logf("served over %d requests: %v", n, byVersion)
+	// reviews' three versions of equal weight: 200 each expected, sd 11.5.
+	for _, v := range []string{"v1", "v2", "v3"} {
+		if got := byVersion["reviews "+v]; got < 160 || got > 240 {
+			t.Errorf("reviews %s served %d of %d requests: want about a third, per request", v, got, n)
+		}
+	}
+	if byVersion["productpage v1"] != n || byVersion["details v1"] != n || byVersion["ratings v1"] != byVersion["reviews v2"]+byVersion["reviews v3"] {
+		t.Errorf("served %v: want productpage and details every request, ratings every call of reviews v2 and v3", byVersion)
 	}
 }

@@ -171,8 +171,8 @@ func (c *Cluster) plaintextTargets(ctx context.Context, app *App) ([]mesh.Plaint
 	sort.Slice(svcs.Items, func(i, j int) bool { return svcs.Items[i].Name < svcs.Items[j].Name })
 	var out []mesh.PlaintextTarget
 	for _, s := range svcs.Items {
-		if len(s.Spec.Ports) == 0 {
-			continue
+		if len(s.Spec.Ports) == 0 || s.Labels[RoleLabel] == spreadRole {
+			continue // a version's headless Service is not a service of the graph
 		}
 		port := s.Spec.Ports[0]
 		protocol := "http"

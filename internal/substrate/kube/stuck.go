@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -308,4 +309,15 @@ func (c *Cluster) whyPodsWait(ctx context.Context, namespace string, exclude map
 		return ""
 	}
 	return "; " + strings.Join(reasons, "; ")
+}
+
+// truncate cuts s to at most n bytes on a character boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
