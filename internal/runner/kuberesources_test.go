@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +49,10 @@ func TestContainerResourcesFeedTheAnalysis(t *testing.T) {
 		}
 		appCPU += 0.25
 	}
-	stored := containerResources(samples, "istio", at(2), at(6))
+	stored, coarse := containerResources(samples, "istio", at(2), at(6))
+	if coarse != "" {
+		t.Errorf("readings every second called coarse: %s", coarse)
+	}
 	for _, s := range stored {
 		if s.T.Before(at(2)) || s.T.After(at(6)) {
 			t.Errorf("reading at %s kept, outside the window 2s..6s", s.T.Sub(t0))
@@ -83,6 +87,53 @@ func TestContainerResourcesFeedTheAnalysis(t *testing.T) {
 	}
 	if len(want) > 0 {
 		t.Errorf("roles missing from the analysis: %v", want)
+	}
+}
+
+// TestKubeletRefreshDoesNotSmearTrialCPU: a kubelet refreshes its readings every 10 s,
+// not every second. A trial's CPU is the counters' difference between its first and last
+// readings inside the trial, not between the readings around it, which would average in
+// the idle time before and after: a container busy at half a core from 5 s to 35 s
+// measures 0.5 core over the trial 5-35 s (readings at 10, 20, 30 s), where the
+// bracketing readings (0 and 40 s) give 0.375. A trial shorter than the refresh period
+// holds fewer than two readings: it keeps the bracketing ones and says its CPU is coarse.
+func TestKubeletRefreshDoesNotSmearTrialCPU(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	busy := func(s float64) float64 { return 0.5 * max(0, min(s, 35)-5) } // CPU seconds used by time s
+	var samples []kube.ContainerSample
+	// Read every second, as the runner does; the kubelet's timestamp moves every 10 s.
+	for i := 0; i <= 40; i++ {
+		refreshed := float64(i / 10 * 10)
+		samples = append(samples, kube.ContainerSample{Node: "n1", Namespace: "ns", Pod: "front-1", Container: "istio-proxy", Role: substrate.RoleSidecar,
+			T: at(refreshed), CPUSeconds: busy(refreshed), WorkingSetBytes: 30 << 20})
+	}
+	// The sampler keeps a reading once per kubelet timestamp.
+	samples = slices.CompactFunc(samples, func(a, b kube.ContainerSample) bool { return a.T.Equal(b.T) })
+	cores := func(stored []results.ResourceSample, start, end time.Time) float64 {
+		latency := hdrhistogram.New(1, 60_000_000, 3)
+		_ = latency.RecordValue(1000)
+		run := &results.Run{ID: "r", Meshes: []results.Mesh{{Label: "istio", Profile: "envoy-sidecar"}}, Trials: []results.Trial{{
+			Mesh: "istio", Experiment: "latency", Kind: "fixed-rate", Start: start, End: end,
+			Params: results.TrialParams{RequestedRate: 100}, Result: results.TrialResult{Requests: 1, Latency: latency, Resources: stored},
+		}}}
+		for _, u := range analysis.Analyze(run, analysis.Options{Seed: 1}, nil).Resources {
+			return u.CPUCores
+		}
+		return -1
+	}
+	stored, coarse := containerResources(samples, "istio", at(5), at(35))
+	if got := cores(stored, at(5), at(35)); math.Abs(got-0.5) > 1e-9 || coarse != "" {
+		t.Errorf("a 30 s trial at half a core measures %.4f cores (coarse %q); want 0.5000, from the readings inside it", got, coarse)
+	}
+	stored, coarse = containerResources(samples, "istio", at(12), at(15))
+	if len(stored) != 2 || !stored[0].T.Equal(at(10)) || !stored[1].T.Equal(at(20)) {
+		t.Errorf("a 3 s trial keeps %+v; want the readings at 10 and 20 s around it", stored)
+	}
+	for _, want := range []string{"the kubelets refresh their readings about every 10s", "front-1/istio-proxy had fewer than two readings within this 3s trial", "readings 10s apart"} {
+		if !strings.Contains(coarse, want) {
+			t.Errorf("coarse %q does not say %q", coarse, want)
+		}
 	}
 }
 

@@ -870,6 +870,11 @@ func (r *runner) kubeLoad(ctx context.Context, d *kubeDeployment, t *study.Trial
 // "resource_warning".
 const flagResourcesIncomplete = "resources-incomplete"
 
+// flagResourcesCoarse marks a trial on a cluster shorter than its kubelets' refresh
+// period: some containers' CPU is averaged over readings beyond the trial's bounds. The
+// trial's params say which, under "resource_coarse".
+const flagResourcesCoarse = "resources-coarse"
+
 // measureRemote drives one load run through every generator of the deployment, merges
 // their results exactly and stores the trial, with the CPU and memory of every container
 // of the mesh's and the app's namespaces, read from the kubelets over the run at the
@@ -916,11 +921,17 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 		Result: convert(res, warmup),
 	}
 	trial.End = trial.Start.Add(res.Elapsed)
-	trial.Result.Resources = containerResources(readings.Samples, t.Mesh.Name, trial.Start, trial.End)
+	var coarse string
+	trial.Result.Resources, coarse = containerResources(readings.Samples, t.Mesh.Name, trial.Start, trial.End)
 	if msg := resourceWarning(readings, len(trial.Result.Resources)); msg != "" {
 		trial.Params.Extra["resource_warning"] = msg
 		trial.Result.Flags = append(trial.Result.Flags, flagResourcesIncomplete)
 		r.progress.note(fmt.Sprintf("warning: %s in %s on %s; this trial is flagged", msg, label, t.Mesh.Name))
+	}
+	if coarse != "" && len(trial.Result.Resources) > 0 {
+		trial.Params.Extra["resource_coarse"] = coarse
+		trial.Result.Flags = append(trial.Result.Flags, flagResourcesCoarse)
+		r.progress.note(fmt.Sprintf("warning: %s in %s on %s; this trial is flagged", coarse, label, t.Mesh.Name))
 	}
 	if len(d.proxies) > 0 {
 		r.proxyEvidence(trial, mesh.DiffCounters(before, after), r.graph.Entrypoint().Service, res, label)
@@ -971,12 +982,17 @@ func describeGenerators(gs []kube.Generator) string {
 	return strings.Join(out, ", ")
 }
 
-// containerResources keeps, of each container's kubelet readings, those that bracket the
-// measured window (the last at or before its start through the first at or after its
-// end), as steadyRounds does for the local sampler's rounds, and stores them as the local
-// substrate stores a process's: the container's name is the component, the kubelet's
-// CPU time all user time (it does not split it), its working set the memory.
-func containerResources(samples []kube.ContainerSample, meshName string, start, end time.Time) []results.ResourceSample {
+// containerResources keeps, of each container's kubelet readings, those taken within
+// the measured window, and stores them as the local substrate stores a process's: the
+// container's name is the component, the kubelet's CPU time all user time (it does not
+// split it), its working set the memory. A kubelet refreshes its figures every 10-15 s,
+// not every second: readings bracketing the window, as the local sampler's rounds are
+// kept, would average the CPU over up to two refresh periods outside the trial (the
+// warm-up, the idle time after it), so the CPU of a trial is the counters' difference
+// between its first and last readings inside it. A container with fewer than two
+// readings inside (a trial shorter than the refresh period) keeps the two that bracket
+// the window, and coarse says so: that trial's CPU is averaged over more than the trial.
+func containerResources(samples []kube.ContainerSample, meshName string, start, end time.Time) (out []results.ResourceSample, coarse string) {
 	type key struct{ namespace, pod, container string }
 	series := map[key][]kube.ContainerSample{}
 	var order []key
@@ -987,20 +1003,39 @@ func containerResources(samples []kube.ContainerSample, meshName string, start, 
 		}
 		series[k] = append(series[k], s)
 	}
-	var out []results.ResourceSample
+	var short []string
+	var refresh []time.Duration
+	widest := time.Duration(0)
 	for _, k := range order {
 		ss := series[k]
 		slices.SortFunc(ss, func(a, b kube.ContainerSample) int { return a.T.Compare(b.T) })
-		first, last := 0, len(ss)-1
-		for i, s := range ss {
-			if !s.T.After(start) {
-				first = i
-			}
+		for i := 1; i < len(ss); i++ {
+			refresh = append(refresh, ss[i].T.Sub(ss[i-1].T))
 		}
-		for i := len(ss) - 1; i >= first; i-- {
-			if !ss[i].T.Before(end) {
+		first, last := -1, -1
+		for i, s := range ss {
+			if !s.T.Before(start) && !s.T.After(end) {
+				if first < 0 {
+					first = i
+				}
 				last = i
 			}
+		}
+		if first < 0 || last == first {
+			// Fewer than two readings inside: the ones that bracket the window.
+			first, last = 0, len(ss)-1
+			for i, s := range ss {
+				if !s.T.After(start) {
+					first = i
+				}
+			}
+			for i := len(ss) - 1; i >= first; i-- {
+				if !ss[i].T.Before(end) {
+					last = i
+				}
+			}
+			short = append(short, k.pod+"/"+k.container)
+			widest = max(widest, ss[last].T.Sub(ss[first].T))
 		}
 		for _, s := range ss[first : last+1] {
 			out = append(out, results.ResourceSample{
@@ -1009,7 +1044,20 @@ func containerResources(samples []kube.ContainerSample, meshName string, start, 
 			})
 		}
 	}
-	return out
+	if len(short) > 0 {
+		slices.Sort(short)
+		if len(short) > 3 {
+			short = append(short[:3], fmt.Sprintf("and %d more", len(short)-3))
+		}
+		every := "every few seconds"
+		if len(refresh) > 0 {
+			slices.Sort(refresh)
+			every = "about every " + refresh[len(refresh)/2].Round(100*time.Millisecond).String()
+		}
+		coarse = fmt.Sprintf("CPU averaged over more than the trial: the kubelets refresh their readings %s, and %s had fewer than two readings within this %s trial, so their CPU is taken over readings %s apart; measure for at least two refresh periods",
+			every, strings.Join(short, ", "), end.Sub(start).Round(100*time.Millisecond), widest.Round(100*time.Millisecond))
+	}
+	return out, coarse
 }
 
 // resourceWarning says what the trial's resources lack: nodes whose kubelet could not be
