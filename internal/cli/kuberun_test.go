@@ -61,7 +61,7 @@ func TestRunMeasuresOnKubernetesThroughGeneratorPods(t *testing.T) {
 	webhook := standInIstiod(t, c)
 	// Every service refuses the probe's plaintext, as a sidecar under strict mTLS does.
 	probes := c.StandInPlaintextProbe(t, kubetest.PlaintextProbe{
-		Selector: kube.RoleLabel + "=" + kube.PlaintextProbeRole, ParseTarget: kube.ParsePlaintextTarget, Run: kube.RunPlaintextProbe,
+		Selector: kube.RoleLabel + "=" + kube.PlaintextProbeRole, ParseTarget: kube.ParsePlaintextTarget, Run: kube.RunPlaintextProbe, Control: kube.PlaintextControlService,
 	})
 	// The front sidecar counts what the entry service served; back's counts 3 at each
 	// read. The generators' sidecars answer the bring-up's two reads, around its probe

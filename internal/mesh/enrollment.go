@@ -23,6 +23,11 @@ type Enrollment struct {
 	// ended (sent from a probe pod outside the mesh, to the service's cluster name);
 	// the local checks note theirs on each pod's row instead.
 	Plaintext []PlaintextProbe `json:"plaintext,omitempty"`
+	// PlaintextControl is, on Kubernetes, how each probe's positive control ended: the
+	// same plaintext request to a service outside the mesh, which must be served for
+	// the probe's refusals to count (a probe that cannot reach anything would see every
+	// service refuse).
+	PlaintextControl []PlaintextProbe `json:"plaintext_control,omitempty"`
 	// Traffic is, on Kubernetes, the short burst of load sent through the mesh before
 	// the first measurement and what every proxy counted of it: the proof that each
 	// pod's proxy carried traffic, which the local checks' probes give. Each pod's row

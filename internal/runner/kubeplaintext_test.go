@@ -39,7 +39,7 @@ func TestKubePlaintextCheckNamesTheServiceThatServed(t *testing.T) {
 	}
 	t.Cleanup(cluster.Stop)
 	probes := cluster.StandInPlaintextProbe(t, kubetest.PlaintextProbe{
-		Selector: kube.RoleLabel + "=" + kube.PlaintextProbeRole, ParseTarget: kube.ParsePlaintextTarget, Run: kube.RunPlaintextProbe,
+		Selector: kube.RoleLabel + "=" + kube.PlaintextProbeRole, ParseTarget: kube.ParsePlaintextTarget, Run: kube.RunPlaintextProbe, Control: kube.PlaintextControlService,
 	})
 
 	st := parseStudy(t, fmt.Sprintf(`apiVersion: meshmark.dev/v1alpha1

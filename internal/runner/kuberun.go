@@ -605,7 +605,7 @@ func (r *runner) checkPlaintextOnCluster(ctx context.Context, c *kube.Cluster, r
 	if err != nil {
 		r.progress.note(fmt.Sprintf("warning: %s: %v; `meshmark clean --kubernetes` removes it", m.Name, err))
 	}
-	enr.Plaintext = res.Probes
+	enr.Plaintext, enr.PlaintextControl = res.Probes, res.Control
 	refused := true
 	for _, p := range res.Probes {
 		if !p.Refused {
@@ -615,7 +615,8 @@ func (r *runner) checkPlaintextOnCluster(ctx context.Context, c *kube.Cluster, r
 	}
 	enr.PlaintextRefused = &refused
 	if refused {
-		r.progress.note(fmt.Sprintf("%s: plaintext from outside the mesh refused by all %d services (%s)", m.Name, len(res.Probes), describeRefusals(res.Probes)))
+		r.progress.note(fmt.Sprintf("%s: plaintext from outside the mesh refused by all %d services (%s), while the positive control outside the mesh answered each probe pod (%s)",
+			m.Name, len(res.Probes), describeRefusals(res.Probes), describeRefusals(res.Control)))
 	}
 	return nil
 }

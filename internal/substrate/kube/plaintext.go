@@ -15,8 +15,10 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/substrate/kube/plaintextprobe"
+	"github.com/meshmark/meshmark/internal/workload"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // Under strict mTLS a mesh must refuse a caller that has no mesh identity. On a
@@ -40,6 +42,14 @@ const (
 
 	// PlaintextProbeRole is the probe pods' RoleLabel.
 	PlaintextProbeRole = "plaintext-probe"
+	// PlaintextControlService is the positive control's Service in the probe's
+	// namespace: a meshmark service outside the mesh, which every probe pod calls as it
+	// calls the app's services, and which must answer for the pod's refusals to count.
+	PlaintextControlService = "meshmark-plaintext-control"
+	// plaintextControlRole is the control pod's RoleLabel.
+	plaintextControlRole = "plaintext-control"
+	// plaintextControlPort is where the control serves.
+	plaintextControlPort = 9080
 	// servicesPerProbe keeps one probe pod's report within TerminationMessageLimit:
 	// a graph of many services is shared out among several probe pods.
 	servicesPerProbe = 16
@@ -83,6 +93,9 @@ type PlaintextResult struct {
 	Pods []string
 	// Probes is how the request to each service ended, in the order of the services.
 	Probes []mesh.PlaintextProbe
+	// Control is how each probe pod's request to the positive control ended (served:
+	// the pod reached a plaintext service, so its refusals count).
+	Control []mesh.PlaintextProbe
 }
 
 // ProbePlaintext calls every service of the app in plaintext from pods outside the
@@ -120,9 +133,16 @@ func (c *Cluster) ProbePlaintext(ctx context.Context, app *App, spec PlaintextCh
 			err = errors.Join(err, fmt.Errorf("removing the plaintext probe's namespace: %w", derr))
 		}
 	}()
+	// The positive control first: the same request, from the same pod, to a service
+	// outside the mesh that must answer. A probe that cannot reach anything (cluster DNS
+	// down, no route) would see every service "refuse".
+	control, err := c.startPlaintextControl(ctx, res.Namespace, labels, spec.Timeout)
+	if err != nil {
+		return res, err
+	}
 	byPod := map[string][]mesh.PlaintextTarget{}
 	for i := 0; i < len(targets); i += servicesPerProbe {
-		batch := targets[i:min(i+servicesPerProbe, len(targets))]
+		batch := append(slices.Clone(targets[i:min(i+servicesPerProbe, len(targets))]), control)
 		pod := c.probePod(fmt.Sprintf("meshmark-plaintext-probe-%d", i/servicesPerProbe), labels, batch, spec.Timeout)
 		if _, err := c.client.CoreV1().Pods(res.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			return res, fmt.Errorf("namespace %s: create pod %s: %w", res.Namespace, pod.Name, err)
@@ -144,10 +164,84 @@ func (c *Cluster) ProbePlaintext(ctx context.Context, app *App, spec PlaintextCh
 		if err != nil {
 			return res, err
 		}
-		all = append(all, probes...)
+		ctl := probes[len(probes)-1]
+		if ctl.Refused {
+			return res, fmt.Errorf("namespace %s: probe pod %s could not reach the positive control, a plaintext service outside the mesh (%s): %s; so the services' refusals it saw are no evidence (is the cluster's DNS answering?)",
+				res.Namespace, name, ctl.Target, ctl.Observed)
+		}
+		res.Control = append(res.Control, ctl)
+		all = append(all, probes[:len(probes)-1]...)
 	}
 	res.Probes = all
 	return res, nil
+}
+
+// startPlaintextControl starts the positive control in the probe's namespace, which
+// opts out of every mesh: a pod running `meshmark service` (chain-1's one service)
+// behind the Service PlaintextControlService, and waits until the Service's endpoints
+// list it. It returns the control as a probe target.
+func (c *Cluster) startPlaintextControl(ctx context.Context, namespace string, labels map[string]string, limit time.Duration) (mesh.PlaintextTarget, error) {
+	target := mesh.PlaintextTarget{Service: PlaintextControlService, Protocol: "http",
+		Addr: net.JoinHostPort(fmt.Sprintf("%s.%s.svc.cluster.local", PlaintextControlService, namespace), strconv.Itoa(plaintextControlPort))}
+	podLabels := merge(merge(labels, outsideMeshPodLabels), map[string]string{RoleLabel: plaintextControlRole})
+	uid, nonRoot, noToken := int64(2000), true, false
+	grace := int64(2)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: PlaintextControlService, Labels: podLabels, Annotations: maps.Clone(outsideMeshPodAnnotations)},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name: "control", Image: c.cfg.Image, ImagePullPolicy: corev1.PullIfNotPresent,
+				Args: []string{"service", "--graph", "chain-1", "--service", "svc-0", "--pod", PlaintextControlService,
+					"--listen", ":" + strconv.Itoa(plaintextControlPort)},
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: plaintextControlPort}},
+				ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+					HTTPGet: &corev1.HTTPGetAction{Path: workload.HealthPath, Port: intstr.FromInt32(plaintextControlPort)}}},
+				SecurityContext: &corev1.SecurityContext{RunAsUser: &uid, RunAsNonRoot: &nonRoot},
+			}},
+			NodeSelector:                  c.cfg.LoadgenNodeSelector,
+			AutomountServiceAccountToken:  &noToken,
+			TerminationGracePeriodSeconds: &grace,
+		},
+	}
+	if _, err := c.client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return target, fmt.Errorf("namespace %s: create the positive control's pod: %w", namespace, err)
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: PlaintextControlService, Labels: labels},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{RoleLabel: plaintextControlRole},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: plaintextControlPort, TargetPort: intstr.FromInt32(plaintextControlPort)}},
+		},
+	}
+	if _, err := c.client.CoreV1().Services(namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		return target, fmt.Errorf("namespace %s: create the positive control's service: %w", namespace, err)
+	}
+	deadline := time.Now().Add(limit)
+	for {
+		p, err := c.client.CoreV1().Pods(namespace).Get(ctx, PlaintextControlService, metav1.GetOptions{})
+		if err != nil {
+			return target, fmt.Errorf("namespace %s: the positive control's pod: %w", namespace, err)
+		}
+		if stuck := c.stuckPod(ctx, p, time.Now()); stuck != "" {
+			return target, fmt.Errorf("namespace %s: the plaintext probe's positive control: %s", namespace, stuck)
+		}
+		app := &App{Namespace: namespace, pods: map[string]int{PlaintextControlService: 1}}
+		short, err := c.unreachable(ctx, app)
+		if err != nil {
+			return target, err
+		}
+		if podReady(p) && len(short) == 0 {
+			return target, nil
+		}
+		if time.Now().After(deadline) {
+			return target, fmt.Errorf("namespace %s: the plaintext probe's positive control not ready within %s: %s", namespace, limit, podWaits(p))
+		}
+		select {
+		case <-ctx.Done():
+			return target, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // probeNamespace is the namespace of an app's plaintext probe: the app's, shortened

@@ -20,7 +20,7 @@ import (
 func standInProbes(t *testing.T) *kubetest.PlaintextProbeStandIn {
 	t.Helper()
 	return cluster.StandInPlaintextProbe(t, kubetest.PlaintextProbe{
-		Selector: RoleLabel + "=" + PlaintextProbeRole, ParseTarget: ParsePlaintextTarget, Run: RunPlaintextProbe,
+		Selector: RoleLabel + "=" + PlaintextProbeRole, ParseTarget: ParsePlaintextTarget, Run: RunPlaintextProbe, Control: PlaintextControlService,
 	})
 }
 
@@ -82,6 +82,16 @@ func TestPlaintextProbeReportsEveryService(t *testing.T) {
 			}
 		case !p.Refused || p.Observed != "refused: connection closed without an answer":
 			t.Errorf("%s, which closes plaintext connections: %+v", p.Service, p)
+		}
+	}
+	// Each probe pod reached the positive control, a plaintext service outside the mesh.
+	if len(res.Control) != 2 {
+		t.Errorf("positive control %+v: want one outcome per probe pod", res.Control)
+	}
+	for _, ctl := range res.Control {
+		if ctl.Refused || ctl.Service != PlaintextControlService || !strings.Contains(ctl.Observed, `served: HTTP 200 "{\"service\":\"meshmark-plaintext-control\"`) ||
+			!strings.HasPrefix(ctl.Target, PlaintextControlService+"."+app.Namespace+"-probe.svc.cluster.local:9080") {
+			t.Errorf("positive control %+v: want it served, at its cluster name in the probe's namespace", ctl)
 		}
 	}
 	if res.Namespace != app.Namespace+"-probe" || len(res.Pods) != 2 {
@@ -232,5 +242,27 @@ func TestPlaintextReportFitsATerminationMessage(t *testing.T) {
 		if _, err := ParsePlaintextTarget(s); err == nil {
 			t.Errorf("target %q accepted", s)
 		}
+	}
+}
+
+// TestPlaintextProbeWithoutItsControlProvesNothing: a probe pod that cannot reach the
+// positive control, a plaintext service outside the mesh in its own namespace, would see
+// every service refuse whatever the mesh does (cluster DNS down, no route): its
+// refusals are no evidence, and ProbePlaintext says so instead of reporting them.
+func TestPlaintextProbeWithoutItsControlProvesNothing(t *testing.T) {
+	needCluster(t)
+	ctx := context.Background()
+	c := connect(t, Config{AppNodeSelector: map[string]string{"meshmark.dev/test-node": "0"}, LoadgenNodeSelector: map[string]string{"meshmark.dev/test-node": "1"}})
+	probes := standInProbes(t)
+	probes.ControlDown(true)
+	app := deployGraph(t, c, "ptctl", "chain-2")
+	res, err := c.ProbePlaintext(ctx, app, PlaintextCheck{Run: "ptctl", Mesh: "istio", Timeout: time.Minute})
+	want := "probe pod meshmark-plaintext-probe-0 could not reach the positive control, a plaintext service outside the mesh (" + PlaintextControlService + "." + app.Namespace +
+		"-probe.svc.cluster.local:9080 (http)): refused: connection refused; so the services' refusals it saw are no evidence"
+	if err == nil || res.Probes != nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("probe whose control is unreachable: probes %+v, %v; want no result and an error saying %q", res.Probes, err, want)
+	}
+	if _, gerr := c.Client().CoreV1().Namespaces().Get(ctx, res.Namespace, metav1.GetOptions{}); !IsNotFound(gerr) {
+		t.Errorf("probe namespace %s left behind: %v", res.Namespace, gerr)
 	}
 }

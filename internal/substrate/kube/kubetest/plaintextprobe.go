@@ -27,6 +27,10 @@ type PlaintextProbe struct {
 	// Run calls the targets and returns the report, as `meshmark plaintext-probe` does:
 	// kube.RunPlaintextProbe.
 	Run func(ctx context.Context, targets []mesh.PlaintextTarget, dial mesh.DialFunc) []byte
+	// Control is the positive control's service (kube.PlaintextControlService): a
+	// plaintext service outside the mesh, which answers as the workload does unless
+	// ControlDown says it cannot be reached.
+	Control string
 }
 
 // PlaintextProbeStandIn stands in for the process of the plaintext probe's pods (see
@@ -36,6 +40,16 @@ type PlaintextProbeStandIn struct {
 	seen  []corev1.Pod // each probe pod as it was when kwok had marked it running
 	serve map[string]bool
 	end   func(ctx context.Context, p *corev1.Pod, report []byte) error
+	// controlDown makes the positive control unreachable, as from a pod whose cluster
+	// DNS does not answer.
+	controlDown bool
+}
+
+// ControlDown says whether the next probe pods can reach the positive control.
+func (s *PlaintextProbeStandIn) ControlDown(down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.controlDown = down
 }
 
 // StandInPlaintextProbe stands in for the process of every plaintext probe pod. kwok
@@ -43,7 +57,8 @@ type PlaintextProbeStandIn struct {
 // `meshmark plaintext-probe` would do in it with the pod's own arguments (probe.Run),
 // except that each service's cluster name leads to a listener of the test: a server
 // answering as the workload does for the services Set serves, and for the others a
-// listener that closes every connection, as a sidecar that wants mTLS does. Then it ends
+// listener that closes every connection, as a sidecar that wants mTLS does; the positive
+// control answers as the workload does (unless ControlDown). Then it ends
 // the pod as the kubelet would, by default with the report as its termination message
 // (Set may say otherwise).
 func (c *Cluster) StandInPlaintextProbe(t testing.TB, probe PlaintextProbe) *PlaintextProbeStandIn {
@@ -57,7 +72,7 @@ func (c *Cluster) StandInPlaintextProbe(t testing.TB, probe PlaintextProbe) *Pla
 		}
 		s.mu.Lock()
 		s.seen = append(s.seen, *p.DeepCopy())
-		serve, end := s.serve, s.end
+		serve, end, controlDown := s.serve, s.end, s.controlDown
 		s.mu.Unlock()
 		to := map[string]string{}
 		var targets []mesh.PlaintextTarget
@@ -72,8 +87,11 @@ func (c *Cluster) StandInPlaintextProbe(t testing.TB, probe PlaintextProbe) *Pla
 			}
 			targets = append(targets, tg)
 			to[tg.Addr] = closed
-			if serve[tg.Service] {
+			if serve[tg.Service] || tg.Service == probe.Control && probe.Control != "" && !controlDown {
 				to[tg.Addr] = workloadAddr
+			}
+			if tg.Service == probe.Control && controlDown {
+				to[tg.Addr] = "127.0.0.1:1" // nothing listens: connection refused, as a dead path gives
 			}
 		}
 		report := probe.Run(ctx, targets, func(ctx context.Context, network, addr string) (net.Conn, error) {
