@@ -68,6 +68,11 @@ type KubernetesInstall struct {
 	// namespace whose pods need it (an init container that writes iptables) says so in
 	// NamespaceLabels.
 	PrivilegedNamespaces []string
+	// AppManifests are objects of the mesh's configuration that go into the app's
+	// namespace (without a namespace of their own), created with it before the
+	// workload and removed with it: Linkerd's Server that lets the API server read each
+	// proxy's admin metrics under its all-authenticated default policy.
+	AppManifests []string
 }
 
 // AppGateway is a Gateway API Gateway of the mesh in the app's namespace. It is created

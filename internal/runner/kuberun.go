@@ -252,7 +252,7 @@ func (r *runner) checkInstallRights(ctx context.Context, c *kube.Cluster) error 
 		if err != nil || plan == nil {
 			continue // checkKubernetes names the error; the baseline installs nothing
 		}
-		if err := c.CheckInstallRights(ctx, plan.Manifests, plan.Gateways); err != nil {
+		if err := c.CheckInstallRights(ctx, plan.Manifests, plan.Gateways, plan.AppManifests); err != nil {
 			return fmt.Errorf("%s: mesh %s: %w", r.study.File, m.Name, err)
 		}
 	}
@@ -413,7 +413,7 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 			return d, err
 		}
 		spec.NamespaceLabels, spec.NamespaceAnnotations, spec.PodAnnotations = plan.NamespaceLabels, plan.NamespaceAnnotations, plan.PodAnnotations
-		spec.Gateways = plan.Gateways
+		spec.Gateways, spec.Manifests = plan.Gateways, plan.AppManifests
 	}
 	d.app, err = c.Deploy(ctx, spec)
 	if err != nil {

@@ -96,7 +96,12 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 		return mesh.KubernetesInstall{}, err
 	}
 	enroll := map[string]string{InjectAnnotation: "enabled"}
+	var appManifests []string
+	if p.mode == mesh.MTLSStrict {
+		appManifests = append(appManifests, adminServer)
+	}
 	return mesh.KubernetesInstall{
+		AppManifests: appManifests,
 		// linkerd-init writes each meshed pod's iptables with NET_ADMIN and NET_RAW, the
 		// control plane's pods' included, which Pod Security's baseline level refuses
 		// (Linkerd's CNI plugin, which would avoid it, is not installed).
@@ -113,6 +118,27 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 		Proxies: []mesh.ProxyEndpoint{{Component: Component, Container: Sidecar, Port: AdminPort, Path: "/metrics", Read: readKubeMetrics}},
 	}, nil
 }
+
+// adminServer opens each meshed pod's proxy admin port (linkerd-admin, 4191) to
+// unauthenticated clients, in the app's namespace. Linkerd's policy applies to the admin
+// server's port too: under the all-authenticated default (strict mTLS) it answers the
+// API server's pod proxy, which reads each proxy's /metrics in plaintext as a trial's
+// proxy counters, with 403, and only the pod's own HTTP probe paths are authorized
+// there by default (the policy controller's pod_http_probes). The app's ports keep the
+// default policy, so the plaintext the probe sends them is still refused. Admin routes
+// that change the proxy answer only callers on the pod's loopback whatever the policy.
+const adminServer = `apiVersion: policy.linkerd.io/v1beta3
+kind: Server
+metadata:
+  name: meshmark-proxy-admin
+spec:
+  podSelector:
+    matchExpressions:
+      - {key: linkerd.io/control-plane-ns, operator: Exists}
+  port: linkerd-admin
+  proxyProtocol: HTTP/1
+  accessPolicy: all-unauthenticated
+`
 
 // kubeCharts are the two charts pinned to the release the options name, from
 // meshmark's vendored copy, a local copy or a Helm repository.

@@ -137,6 +137,14 @@ func TestKubernetesOptionsBecomeLinkerdSettings(t *testing.T) {
 	if v["controllerLogLevel"] != "debug" || v["identityTrustDomain"] != "bench.example" {
 		t.Errorf("values %v", v)
 	}
+	// Strict: the proxies' admin port stays readable by the API server's pod proxy.
+	if len(in.AppManifests) != 1 || !strings.Contains(in.AppManifests[0], "kind: Server") || !strings.Contains(in.AppManifests[0], "port: linkerd-admin") ||
+		!strings.Contains(in.AppManifests[0], "accessPolicy: all-unauthenticated") {
+		t.Errorf("strict app manifests %q: want the admin port's Server, open to unauthenticated reads", in.AppManifests)
+	}
+	if permissive, err := kubernetesInstall(t, nil); err != nil || len(permissive.AppManifests) != 0 {
+		t.Errorf("permissive app manifests %q, %v: want none, its default policy lets any client read", permissive.AppManifests, err)
+	}
 	issuer := parseCert(t, v["identity"].(map[string]any)["issuer"].(map[string]any)["tls"].(map[string]any)["crtPEM"].(string))
 	if issuer.Subject.CommonName != "identity.linkerd.bench.example" {
 		t.Errorf("issuer %q for trust domain bench.example", issuer.Subject.CommonName)

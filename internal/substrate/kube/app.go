@@ -16,7 +16,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
 )
 
 // FilesDir is where AppSpec.Files appear in every workload pod.
@@ -44,6 +46,9 @@ type AppSpec struct {
 	// waypoint): created in the namespace before the workload, waited for with it,
 	// deleted before it.
 	Gateways []mesh.AppGateway
+	// Manifests are the mesh's objects for the app's namespace (mesh.KubernetesInstall's
+	// AppManifests): created in it, labelled as meshmark's, before the workload.
+	Manifests []string
 	// SpreadServices adds, for each service version, a headless Service over its pods
 	// (SpreadServiceName), whose name resolves to every ready pod of the version: callers
 	// that balance per request themselves (the baseline's `balancing: per-request`)
@@ -125,8 +130,8 @@ func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
 	if c.cfg.Image == "" {
 		return nil, fmt.Errorf("no image for the workload: set spec.substrate.kubernetes.image (build one with `meshmark image build`)")
 	}
-	if len(spec.Gateways) > 0 {
-		if err := c.CheckInstallRights(ctx, nil, spec.Gateways); err != nil {
+	if len(spec.Gateways)+len(spec.Manifests) > 0 {
+		if err := c.CheckInstallRights(ctx, nil, spec.Gateways, spec.Manifests); err != nil {
 			return nil, err
 		}
 	}
@@ -150,6 +155,17 @@ func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
 			return app, fmt.Errorf("namespace %s: create files: %w", app.Namespace, err)
 		}
 		app.files = 1
+	}
+	for _, m := range spec.Manifests {
+		var obj unstructured.Unstructured
+		if err := yaml.Unmarshal([]byte(m), &obj.Object); err != nil {
+			return app, fmt.Errorf("namespace %s: mesh configuration: %w", app.Namespace, err)
+		}
+		obj.SetNamespace(app.Namespace)
+		obj.SetLabels(merge(obj.GetLabels(), labels))
+		if _, err := c.create(ctx, &obj); err != nil {
+			return app, fmt.Errorf("namespace %s: %w", app.Namespace, err)
+		}
 	}
 	for i, gw := range gateways {
 		if err := c.createGateway(ctx, app, gw, spec.Gateways[i].Deployment); err != nil {
@@ -267,12 +283,13 @@ func (c *Cluster) deployment(spec AppSpec, d workload.Deployment, labels map[str
 		replicas = 1
 	}
 	uid, nonRoot := int64(2000), true
-	probe := &corev1.Probe{PeriodSeconds: 2, FailureThreshold: 3}
-	if d.Protocol == "grpc" {
-		probe.GRPC = &corev1.GRPCAction{Port: int32(d.Port)}
-	} else {
-		probe.HTTPGet = &corev1.HTTPGetAction{Path: workload.HealthPath, Port: intstr.FromInt32(int32(d.Port))}
-	}
+	// An HTTP probe whatever the service's protocol: `meshmark service` answers HTTP on
+	// every port, gRPC services' included, and a mesh's default policy may authorize
+	// only HTTP probes (Linkerd's policy controller authorizes a pod's httpGet probe
+	// paths, not its gRPC probes, so under all-authenticated the kubelet's gRPC probe,
+	// which carries no mesh identity, would be refused and the pod never get ready).
+	probe := &corev1.Probe{PeriodSeconds: 2, FailureThreshold: 3, ProbeHandler: corev1.ProbeHandler{
+		HTTPGet: &corev1.HTTPGetAction{Path: workload.HealthPath, Port: intstr.FromInt32(int32(d.Port))}}}
 	container := corev1.Container{
 		Name:            "app",
 		Image:           c.cfg.Image,

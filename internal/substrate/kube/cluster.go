@@ -266,10 +266,11 @@ var meshRights = []authv1.ResourceAttributes{
 	{Verb: "list", Resource: "events"},
 }
 
-// InstallRights is what installing a mesh with these manifests and app Gateways asks of
-// the cluster beyond neededRights: meshRights, creating and deleting each manifest's
-// kind, and creating, reading and deleting each Gateway's.
-func InstallRights(manifests []string, gateways []mesh.AppGateway) ([]authv1.ResourceAttributes, error) {
+// InstallRights is what installing a mesh with these manifests, app Gateways and app
+// manifests asks of the cluster beyond neededRights: meshRights, creating and deleting
+// each manifest's kind, creating, reading and deleting each Gateway's, and creating
+// each app manifest's (its namespace takes it away).
+func InstallRights(manifests []string, gateways []mesh.AppGateway, appManifests []string) ([]authv1.ResourceAttributes, error) {
 	out := slices.Clone(meshRights)
 	add := func(doc string, verbs ...string) error {
 		var head struct {
@@ -301,6 +302,11 @@ func InstallRights(manifests []string, gateways []mesh.AppGateway) ([]authv1.Res
 			return nil, err
 		}
 	}
+	for _, m := range appManifests {
+		if err := add(m, "create"); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 
@@ -321,8 +327,8 @@ func resourceOf(kind string) string {
 // CheckInstallRights asks the API server, before anything of the mesh is created,
 // whether the caller may do what installing it asks (InstallRights), and names every
 // right it lacks in one error.
-func (c *Cluster) CheckInstallRights(ctx context.Context, manifests []string, gateways []mesh.AppGateway) error {
-	rights, err := InstallRights(manifests, gateways)
+func (c *Cluster) CheckInstallRights(ctx context.Context, manifests []string, gateways []mesh.AppGateway, appManifests []string) error {
+	rights, err := InstallRights(manifests, gateways, appManifests)
 	if err != nil {
 		return err
 	}

@@ -211,7 +211,8 @@ func TestInstallRightsNameTheMeshsKinds(t *testing.T) {
 	rights, err := InstallRights(
 		[]string{"apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\n",
 			"apiVersion: cilium.io/v2\nkind: CiliumClusterwideNetworkPolicy\nmetadata: {name: p}\n"},
-		[]mesh.AppGateway{{Manifest: "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: waypoint}\n", Deployment: "waypoint"}})
+		[]mesh.AppGateway{{Manifest: "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: waypoint}\n", Deployment: "waypoint"}},
+		[]string{"apiVersion: policy.linkerd.io/v1beta3\nkind: Server\nmetadata: {name: admin}\n"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,13 +223,14 @@ func TestInstallRightsNameTheMeshsKinds(t *testing.T) {
 	want := []string{"create customresourcedefinitions.apiextensions.k8s.io", "delete customresourcedefinitions.apiextensions.k8s.io", "list daemonsets.apps", "list secrets",
 		"create peerauthentications.security.istio.io", "delete peerauthentications.security.istio.io",
 		"create ciliumclusterwidenetworkpolicies.cilium.io", "delete ciliumclusterwidenetworkpolicies.cilium.io",
-		"create gateways.gateway.networking.k8s.io", "get gateways.gateway.networking.k8s.io", "delete gateways.gateway.networking.k8s.io"}
+		"create gateways.gateway.networking.k8s.io", "get gateways.gateway.networking.k8s.io", "delete gateways.gateway.networking.k8s.io",
+		"create servers.policy.linkerd.io"}
 	for _, w := range want {
 		if !slices.Contains(got, w) {
 			t.Errorf("install rights %v lack %q", got, w)
 		}
 	}
-	if _, err := InstallRights([]string{"kind: [broken"}, nil); err == nil {
+	if _, err := InstallRights([]string{"kind: [broken"}, nil, nil); err == nil {
 		t.Error("a manifest that does not parse gave rights")
 	}
 }

@@ -713,3 +713,50 @@ func TestSpreadServicesCarryTheVersionsWeights(t *testing.T) {
 		t.Errorf("served %v: want productpage and details every request, ratings every call of reviews v2 and v3", byVersion)
 	}
 }
+
+// TestReadinessIsAnHTTPProbeForEveryProtocol: every workload pod's readiness probe is an
+// HTTP GET of the service's health path, gRPC services' too, and a gRPC service's real
+// server answers it on its gRPC port: Linkerd's policy controller authorizes a pod's
+// HTTP probe paths by default (linkerd2 edge-26.8.3,
+// policy-controller/k8s/index/src/inbound/workload.rs, pod_http_probes), not its gRPC
+// probes, which the all-authenticated default would refuse.
+func TestReadinessIsAnHTTPProbeForEveryProtocol(t *testing.T) {
+	g, err := workload.Builtin("emojivoto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{cfg: Config{Image: "registry.example/meshmark:test"}}
+	spec := AppSpec{Run: "r", Mesh: "linkerd", Args: func(d workload.Deployment) []string { return g.ServiceArgs(d, PodNameArg) }}
+	grpcServices := 0
+	for _, d := range g.Deployments() {
+		dep := c.deployment(spec, d, nil)
+		probe := dep.Spec.Template.Spec.Containers[0].ReadinessProbe
+		if probe.GRPC != nil || probe.HTTPGet == nil || probe.HTTPGet.Path != workload.HealthPath || probe.HTTPGet.Port.IntValue() != d.Port {
+			t.Errorf("%s (%s): readiness probe %+v, want an HTTP GET of %s on port %d", d.Service, d.Protocol, probe, workload.HealthPath, d.Port)
+		}
+		if d.Protocol != workload.ProtocolGRPC {
+			continue
+		}
+		grpcServices++
+		srv, err := workload.NewServer(g, workload.ServerOptions{Service: d.Service, Version: d.Version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go srv.Serve(ctx, ln)
+		resp, err := http.Get("http://" + ln.Addr().String() + workload.HealthPath)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("gRPC service %s: GET %s: %v %v", d.Service, workload.HealthPath, resp, err)
+		} else {
+			resp.Body.Close()
+		}
+		cancel()
+	}
+	if grpcServices == 0 {
+		t.Fatal("emojivoto has no gRPC service to check")
+	}
+}

@@ -11,6 +11,9 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh/linkerd"
 	linkerdcharts "github.com/meshmark/meshmark/third_party/linkerd-charts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 )
 
 // TestLinkerdInstallsWithMeshmarksCertificates installs Linkerd's own charts
@@ -45,7 +48,7 @@ func TestLinkerdInstallsWithMeshmarksCertificates(t *testing.T) {
 	c := connect(t, Config{Timeout: 2 * time.Minute})
 	var log bytes.Buffer
 	// As a run does before anything is created.
-	if err := c.CheckInstallRights(ctx, plan.Manifests, nil); err != nil {
+	if err := c.CheckInstallRights(ctx, plan.Manifests, nil, plan.AppManifests); err != nil {
 		t.Fatal(err)
 	}
 	crdsBefore, err := c.crdNames(ctx)
@@ -144,11 +147,30 @@ func TestLinkerdInstallsWithMeshmarksCertificates(t *testing.T) {
 	spec := bookinfoSpec(t, "11d01")
 	spec.Mesh = "linkerd"
 	spec.NamespaceAnnotations, spec.PodAnnotations = plan.NamespaceAnnotations, plan.PodAnnotations
+	spec.Manifests = plan.AppManifests
 	spec.Generators = 1
 	app, err := c.Deploy(ctx, spec)
 	defer func() { _ = c.Teardown(context.Background(), app) }()
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Strict mTLS: a Server in the app's namespace, accepted by Linkerd's own CRD, opens
+	// the proxies' admin port (and only it) to the API server's plaintext reads of
+	// /metrics. No proxy runs here to answer them: that it then serves them is for a
+	// cluster that runs containers to show.
+	servers := schema.GroupVersionResource{Group: "policy.linkerd.io", Version: "v1beta3", Resource: "servers"}
+	dyn, err := dynamic.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := dyn.Resource(servers).Namespace(app.Namespace).Get(ctx, "meshmark-proxy-admin", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the admin port's Server: %v", err)
+	}
+	port, _, _ := unstructured.NestedString(srv.Object, "spec", "port")
+	access, _, _ := unstructured.NestedString(srv.Object, "spec", "accessPolicy")
+	if port != "linkerd-admin" || access != "all-unauthenticated" || srv.GetLabels()[RunLabel] != "11d01" {
+		t.Errorf("Server %v: want port linkerd-admin open to unauthenticated clients, labelled with the run", srv.Object)
 	}
 	ns, err := c.Client().CoreV1().Namespaces().Get(ctx, app.Namespace, metav1.GetOptions{})
 	if err != nil {

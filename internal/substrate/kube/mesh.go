@@ -39,7 +39,7 @@ type appliedObject struct {
 // configuration, labelled as meshmark's). A failure removes whatever was installed, so a
 // failed install leaves nothing either.
 func (c *Cluster) InstallMesh(ctx context.Context, charts []Chart, manifests []string, logw io.Writer, progress func(release string, p WaitProgress)) (mi *MeshInstall, err error) {
-	if err := c.CheckInstallRights(ctx, manifests, nil); err != nil {
+	if err := c.CheckInstallRights(ctx, manifests, nil, nil); err != nil {
 		return nil, err
 	}
 	mi = &MeshInstall{Effort: Effort{Kinds: map[string]int{}}}
