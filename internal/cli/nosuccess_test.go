@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/meshmark/meshmark/internal/substrate/kube"
 )
 
 // TestLoadWithNoSuccessExitsOne: `meshmark load` writes the result of a run in which no
@@ -57,5 +59,21 @@ func TestLoadWithNoSuccessExitsOne(t *testing.T) {
 				t.Errorf("the result does not say %s:\n%s", tc.table, out)
 			}
 		})
+	}
+}
+
+// TestPodRefusesAnotherRunnersVersion: meshmark in a pod that a meshmark of another
+// version started (kube.RunnerVersionEnv) refuses to run, naming both versions and how
+// to make the image match; the same version runs.
+func TestPodRefusesAnotherRunnersVersion(t *testing.T) {
+	t.Setenv(kube.RunnerVersionEnv, "v0.0.1-elsewhere")
+	_, _, err := execCLI("service", "--graph", "chain-1", "--print")
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "this image's meshmark is "+Version+", but the meshmark that started this pod is v0.0.1-elsewhere: build the image from the runner's own binary") {
+		t.Errorf("another runner's version: %v", err)
+	}
+	t.Setenv(kube.RunnerVersionEnv, Version)
+	if out, _, err := execCLI("service", "--graph", "chain-1", "--print"); err != nil || !strings.Contains(out, "name: chain-1") {
+		t.Errorf("the runner's own version: %v\n%s", err, out)
 	}
 }

@@ -20,6 +20,8 @@ type DeployOptions struct {
 	Keep bool
 	// Progress receives one line per step.
 	Progress io.Writer
+	// Version is meshmark's own version, which every pod's meshmark must have.
+	Version string
 }
 
 // KubeDeployment is one mesh's workload as brought up on the cluster.
@@ -43,7 +45,7 @@ func DeployKubernetes(ctx context.Context, st *study.Study, opts DeployOptions) 
 	if progress == nil {
 		progress = io.Discard
 	}
-	r := &runner{study: st}
+	r := &runner{study: st, opts: Options{Version: opts.Version}}
 	if err := r.prepareGraph(); err != nil {
 		return nil, err
 	}

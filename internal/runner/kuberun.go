@@ -215,7 +215,7 @@ func (r *runner) connectKubernetes(ctx context.Context) (*kube.Cluster, error) {
 	c, err := kube.Connect(ctx, kube.Config{
 		Kubeconfig: k.Kubeconfig, Context: k.Context, NamespacePrefix: k.NamespacePrefix,
 		AppNodeSelector: k.SUTNodeSelector, LoadgenNodeSelector: k.LoadgenNodeSelector, Image: k.Image,
-		Timeout: k.ReadyTimeout.D(),
+		Timeout: k.ReadyTimeout.D(), RunnerVersion: r.opts.Version,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: spec.substrate.kubernetes: %w", r.study.File, err)

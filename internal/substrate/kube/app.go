@@ -295,8 +295,8 @@ func (c *Cluster) deployment(spec AppSpec, d workload.Deployment, labels map[str
 		Image:           c.cfg.Image,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Args:            spec.Args(d),
-		Env: []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
-			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+		Env: append([]corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}, c.runnerEnv()...),
 		Ports:          []corev1.ContainerPort{{Name: "app", ContainerPort: int32(d.Port)}},
 		ReadinessProbe: probe,
 		SecurityContext: &corev1.SecurityContext{

@@ -19,6 +19,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/meshmark/meshmark/internal/mesh"
 	authv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,10 +56,27 @@ type Config struct {
 	AppNodeSelector, LoadgenNodeSelector map[string]string
 	// Image is the meshmark image (meshmark-pod) the workload and the load generators run.
 	Image string
+	// RunnerVersion, when set, is the version of the meshmark that drives the pods,
+	// given to each of them (RunnerVersionEnv): a pod whose image holds a meshmark of
+	// another version refuses to start, naming both, and the wait for it ends at once
+	// with its words.
+	RunnerVersion string
 	// Timeout bounds every wait for readiness or deletion (the study's readyTimeout);
 	// default 5 minutes. A wait for pods ends sooner when the cluster says a pod cannot
 	// get ready (StuckError).
 	Timeout time.Duration
+}
+
+// RunnerVersionEnv is the environment variable that tells meshmark in a pod which
+// version started it (Config.RunnerVersion).
+const RunnerVersionEnv = "MESHMARK_RUNNER_VERSION"
+
+// runnerEnv is the environment every meshmark container of the run gets.
+func (c *Cluster) runnerEnv() []corev1.EnvVar {
+	if c.cfg.RunnerVersion == "" {
+		return nil
+	}
+	return []corev1.EnvVar{{Name: RunnerVersionEnv, Value: c.cfg.RunnerVersion}}
 }
 
 // DefaultNamespacePrefix is used when a study names none.

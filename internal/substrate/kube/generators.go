@@ -45,8 +45,8 @@ func (c *Cluster) generatorDeployment(spec AppSpec, labels map[string]string, n 
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Args: []string{"generator", "--listen", "127.0.0.1:" + strconv.Itoa(GeneratorPort),
 			"--allow-namespace", "$(POD_NAMESPACE)"},
-		Env: []corev1.EnvVar{{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{
-			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}},
+		Env: append([]corev1.EnvVar{{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}, c.runnerEnv()...),
 		SecurityContext: &corev1.SecurityContext{RunAsUser: &uid, RunAsNonRoot: &nonRoot},
 	}
 	spread := &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{

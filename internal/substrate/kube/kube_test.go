@@ -760,3 +760,29 @@ func TestReadinessIsAnHTTPProbeForEveryProtocol(t *testing.T) {
 		t.Fatal("emojivoto has no gRPC service to check")
 	}
 }
+
+// TestPodsAreToldTheRunnersVersion: the meshmark containers the substrate starts (the
+// workload's, the load generators', the plaintext probe's; its control's likewise) are
+// told the runner's version, which their meshmark checks against its own before it runs.
+func TestPodsAreToldTheRunnersVersion(t *testing.T) {
+	g, err := workload.Builtin("chain-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{cfg: Config{Image: "registry.example/meshmark:test", RunnerVersion: "v1.2.3"}}
+	spec := AppSpec{Run: "r", Mesh: "m", Args: func(d workload.Deployment) []string { return g.ServiceArgs(d, PodNameArg) }}
+	containers := []corev1.Container{
+		c.deployment(spec, g.Deployments()[0], nil).Spec.Template.Spec.Containers[0],
+		c.generatorDeployment(spec, nil, 1).Spec.Template.Spec.Containers[0],
+		c.probePod("p", nil, nil, time.Minute).Spec.Containers[0],
+	}
+	for _, ctr := range containers {
+		found := false
+		for _, e := range ctr.Env {
+			found = found || e.Name == RunnerVersionEnv && e.Value == "v1.2.3"
+		}
+		if !found {
+			t.Errorf("container %s env %v: want %s=v1.2.3", ctr.Name, ctr.Env, RunnerVersionEnv)
+		}
+	}
+}

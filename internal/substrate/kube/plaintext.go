@@ -193,6 +193,7 @@ func (c *Cluster) startPlaintextControl(ctx context.Context, namespace string, l
 				Name: "control", Image: c.cfg.Image, ImagePullPolicy: corev1.PullIfNotPresent,
 				Args: []string{"service", "--graph", "chain-1", "--service", "svc-0", "--pod", PlaintextControlService,
 					"--listen", ":" + strconv.Itoa(plaintextControlPort)},
+				Env:   c.runnerEnv(),
 				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: plaintextControlPort}},
 				ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
 					HTTPGet: &corev1.HTTPGetAction{Path: workload.HealthPath, Port: intstr.FromInt32(plaintextControlPort)}}},
@@ -316,6 +317,7 @@ func (c *Cluster) probePod(name string, labels map[string]string, targets []mesh
 				Image:           c.cfg.Image,
 				ImagePullPolicy: corev1.PullIfNotPresent,
 				Args:            args,
+				Env:             c.runnerEnv(),
 				// A process that dies before it writes its report leaves the end of
 				// its log as the message: the error says why.
 				TerminationMessagePath:   TerminationMessagePath,
