@@ -83,8 +83,12 @@ func DeployKubernetes(ctx context.Context, st *study.Study, opts DeployOptions) 
 		// Teardown must run even when the wait was interrupted.
 		r.tearDownKube(c, d)
 		if err != nil {
+			r.uninstallNetwork(c)
 			return deps, err
 		}
+	}
+	if !opts.Keep {
+		r.uninstallNetwork(c)
 	}
 	return deps, nil
 }

@@ -94,6 +94,9 @@ type kubeDeployment struct {
 	// mixUnread says why the request mix is not checked on this bring-up: its pods
 	// could not be read (under strict mTLS they refuse the API server's plaintext).
 	mixUnread string
+	// network says the mesh is the cluster's pod network (Cilium): its install
+	// outlives the bring-up (runner.network).
+	network bool
 }
 
 // readProxies reads every proxy of the mesh now, through the API server: none for a
@@ -332,7 +335,10 @@ func (r *runner) executeKubernetes(ctx context.Context, c *kube.Cluster) error {
 	// report show is the one `meshmark clean --kubernetes RUN` takes.
 	run := r.run.ID
 	var cur *kubeDeployment
-	defer func() { r.tearDownKube(c, cur) }()
+	defer func() {
+		r.tearDownKube(c, cur)
+		r.uninstallNetwork(c)
+	}()
 	var precisionStart time.Time
 	// The plan may grow while it runs: a precision target adds rounds at its end.
 	for i := 0; i < len(r.plan); i++ {
@@ -396,16 +402,31 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 		}
 	}
 	if plan != nil {
-		r.progress.note(fmt.Sprintf("%s: installing %s", m.Name, describeCharts(plan.Charts)))
+		d.network = plan.ClusterNetwork
+		verb := "installing"
+		if d.network && r.network != nil {
+			verb = "reconfiguring in place"
+		}
 		var shown time.Time
 		progress := func(release string, p kube.WaitProgress) {
 			if time.Since(shown) > 2*time.Second || p.Ready == p.Total {
-				r.progress.note(fmt.Sprintf("%s: installing %s: %s", m.Name, release, p))
+				r.progress.note(fmt.Sprintf("%s: %s %s: %s", m.Name, verb, release, p))
 				shown = time.Now()
 			}
 		}
-		if d.install, err = installKubeMesh(ctx, c, plan, r.helmLog(m.Name), progress); err != nil {
-			return nil, fmt.Errorf("mesh %s: %w", m.Name, err)
+		if d.network && r.network != nil {
+			// The cluster's network from the last bring-up: uninstalling it would leave
+			// the nodes without one, so it changes to this mesh's configuration in place.
+			r.progress.note(fmt.Sprintf("%s: reconfiguring the cluster's network in place (Helm upgrade of %s)", m.Name, describeCharts(plan.Charts)))
+			d.install, r.network = r.network, nil
+			if err := c.ReconfigureMesh(ctx, d.install, helmCharts(plan), plan.Manifests, r.helmLog(m.Name), progress); err != nil {
+				return d, fmt.Errorf("mesh %s: %w", m.Name, err)
+			}
+		} else {
+			r.progress.note(fmt.Sprintf("%s: installing %s", m.Name, describeCharts(plan.Charts)))
+			if d.install, err = installKubeMesh(ctx, c, plan, r.helmLog(m.Name), progress); err != nil {
+				return nil, fmt.Errorf("mesh %s: %w", m.Name, err)
+			}
 		}
 		e := d.install.Effort
 		r.progress.note(fmt.Sprintf("%s: installed in %s: %d objects, %d CRDs added, %d values set", m.Name, e.Ready.Round(100*time.Millisecond), e.Objects, len(e.CRDs), e.Values))
@@ -830,18 +851,40 @@ func (r *runner) tearDownKube(c *kube.Cluster, d *kubeDeployment) {
 			return
 		}
 	}
-	if err := c.UninstallMesh(context.Background(), d.install, r.helmLog(d.mesh.Name)); err != nil {
-		r.progress.note(fmt.Sprintf("warning: %s: uninstalling the mesh: %v; `meshmark clean --kubernetes` removes what is left", d.mesh.Name, err))
-		return
-	}
 	what := "torn down"
 	if d.app != nil {
 		what += ", namespace " + d.app.Namespace + " removed"
 	}
-	if d.install != nil {
+	switch {
+	case d.install != nil && d.network:
+		// The cluster's pod network stays until the run ends: the next bring-up of a
+		// mesh of that kind reconfigures it in place (uninstallNetwork removes it).
+		r.network = d.install
+		what += ", the mesh kept as the cluster's network"
+	case d.install != nil:
+		if err := c.UninstallMesh(context.Background(), d.install, r.helmLog(d.mesh.Name)); err != nil {
+			r.progress.note(fmt.Sprintf("warning: %s: uninstalling the mesh: %v; `meshmark clean --kubernetes` removes what is left", d.mesh.Name, err))
+			return
+		}
 		what += ", mesh uninstalled"
 	}
 	r.progress.note(fmt.Sprintf("%s %s (%s)", d.mesh.Name, what, time.Since(start).Round(100*time.Millisecond)))
+}
+
+// uninstallNetwork uninstalls the mesh kept as the cluster's pod network, once the run
+// has no more use for it.
+func (r *runner) uninstallNetwork(c *kube.Cluster) {
+	if r.network == nil || !r.study.Spec.Substrate.Kubernetes.Cleanup {
+		return
+	}
+	start := time.Now()
+	mi := r.network
+	r.network = nil
+	if err := c.UninstallMesh(context.Background(), mi, r.helmLog("network")); err != nil {
+		r.progress.note(fmt.Sprintf("warning: uninstalling the cluster's network: %v; `meshmark clean --kubernetes` removes what is left", err))
+		return
+	}
+	r.progress.note(fmt.Sprintf("the cluster's network uninstalled (%s)", time.Since(start).Round(100*time.Millisecond)))
 }
 
 // runKubeExperiment runs one planned trial through the generators: one load run per

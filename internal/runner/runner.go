@@ -22,6 +22,7 @@ import (
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/study"
+	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/workload"
 
 	_ "github.com/meshmark/meshmark/internal/mesh/meshes" // every built-in mesh profile
@@ -72,6 +73,9 @@ type runner struct {
 	// cluster is the Kubernetes cluster the run measures on, for provenance; nil on
 	// the local substrate.
 	cluster *results.ClusterProvenance
+	// network is a mesh that is the cluster's pod network (Cilium), kept installed
+	// between its bring-ups and reconfigured in place, until the run ends.
+	network *kube.MeshInstall
 	// startCPUs is the CPU mask meshmark had before the placement pinned it.
 	startCPUs *unix.CPUSet
 	// cpuIdle says how idle CPUs waited during the trials (cpuIdleFor), for

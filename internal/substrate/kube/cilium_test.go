@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 )
 
 // ciliumPlan is the install the cilium profile describes for options, from the
@@ -253,4 +256,83 @@ func TestCiliumInstallsAndEnrollsByNode(t *testing.T) {
 	if crds["ciliumclusterwidenetworkpolicies.cilium.io"] {
 		t.Error("Cilium's policy CRD left after uninstall")
 	}
+}
+
+// TestCiliumIsReconfiguredInPlace: a mesh that is the cluster's pod network goes from
+// one configuration to the next by Helm upgrade, as Cilium's docs change its settings,
+// never uninstalled between them (which would leave every node without a network and
+// drop what its CRDs hold): the agents' DaemonSet and the CRDs stay, the configuration
+// follows the new values, the old configuration's policy goes and the new one's comes.
+// Real here: Helm's upgrade and wait on the stand-in of Cilium's chart, the objects.
+func TestCiliumIsReconfiguredInPlace(t *testing.T) {
+	needCluster(t)
+	ctx := context.Background()
+	node0 := map[string]any{"cilium": map[string]any{"nodeSelector": map[string]string{"meshmark.dev/test-node": "0"}}}
+	c := connect(t, Config{Timeout: 2 * time.Minute})
+	plain := ciliumPlan(t, map[string]any{"encryption": "none", "l7": "off", "helm_values": node0})
+	secured := ciliumPlan(t, map[string]any{"mutual_auth": "spire", "helm_values": node0})
+	var log bytes.Buffer
+	mi, uninstall := installMesh(t, c, chartsOf(plain), plain.Manifests, &log)
+	agents := func() *appsv1.DaemonSet {
+		ds, err := c.Client().AppsV1().DaemonSets("kube-system").Get(ctx, "cilium", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds
+	}
+	config := func() map[string]string {
+		cm, err := c.Client().CoreV1().ConfigMaps("kube-system").Get(ctx, "cilium-config", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm.Data
+	}
+	dyn, err := dynamic.NewForConfig(c.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies := func() int {
+		gvr := schema.GroupVersionResource{Group: "cilium.io", Version: "v2", Resource: "ciliumclusterwidenetworkpolicies"}
+		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list.Items)
+	}
+	before, crds := agents().UID, mi.Releases[0].Effort.CRDs
+	if cfg := config(); cfg["enable-wireguard"] == "true" || policies() != 0 {
+		t.Fatalf("plain Cilium: config %v, %d policies", cfg, policies())
+	}
+
+	if err := c.ReconfigureMesh(ctx, mi, chartsOf(secured), secured.Manifests, &log, nil); err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	if uid := agents().UID; uid != before {
+		t.Error("the agents' DaemonSet was made anew: Cilium was uninstalled between its configurations")
+	}
+	if cfg := config(); cfg["enable-wireguard"] != "true" || cfg["mesh-auth-enabled"] != "true" || policies() != 1 {
+		t.Errorf("after reconfiguring for WireGuard and SPIRE: config %v, %d policies applied", cfg, policies())
+	}
+	if e := mi.Effort; e.Values != 7 || e.Ready <= 0 || len(e.CRDs) != 0 || !slices.Equal(mi.Releases[0].Effort.CRDs, crds) {
+		t.Errorf("reconfiguration effort %+v (release's CRDs %v): want the change's 7 values, no CRD added, the install's CRDs kept for its uninstall", e, mi.Releases[0].Effort.CRDs)
+	}
+	for _, crd := range crds {
+		if _, err := c.crdClient().Get(ctx, crd, metav1.GetOptions{}); err != nil {
+			t.Errorf("CRD %s gone while reconfiguring: %v", crd, err)
+		}
+	}
+
+	if err := c.ReconfigureMesh(ctx, mi, chartsOf(plain), plain.Manifests, &log, nil); err != nil {
+		t.Fatal(err)
+	}
+	if cfg := config(); cfg["enable-wireguard"] == "true" || policies() != 0 || agents().UID != before {
+		t.Errorf("back to plain Cilium: config %v, %d policies", cfg, policies())
+	}
+	if err := uninstall(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client().AppsV1().DaemonSets("kube-system").Get(ctx, "cilium", metav1.GetOptions{}); !IsNotFound(err) {
+		t.Errorf("the agents' DaemonSet after uninstalling: %v", err)
+	}
+	checkCRDsGone(t, c, crds)
 }

@@ -212,6 +212,76 @@ func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer, progres
 	return inst, nil
 }
 
+// Upgrade changes an installed release to the chart's values in place (Helm's upgrade,
+// waited for as Install waits, its pods watched the same way) and returns the effort of
+// the change: its time to ready, the release's objects, the values set. The release
+// keeps the CRDs and the namespace of its install, which Uninstall removes. A mesh
+// that is the cluster's pod network (Cilium) changes its configuration so, as its docs
+// do, rather than leave the cluster without one between two configurations.
+func (c *Cluster) Upgrade(ctx context.Context, inst *Installed, ch Chart, logw io.Writer, progress func(WaitProgress)) error {
+	if ch.Release != inst.Chart.Release || ch.Namespace != inst.Chart.Namespace {
+		return fmt.Errorf("upgrade %s in %s to release %s in %s: not the same release", inst.Chart.Release, inst.Chart.Namespace, ch.Release, ch.Namespace)
+	}
+	if logw == nil {
+		logw = io.Discard
+	}
+	before, err := c.existingUIDs(ctx, ch.Namespace)
+	if err != nil {
+		return err
+	}
+	cfg, err := c.helmConfig(ch.Namespace, logw)
+	if err != nil {
+		return err
+	}
+	up := action.NewUpgrade(cfg)
+	up.Namespace, up.Wait, up.Timeout = ch.Namespace, true, c.cfg.Timeout
+	up.RepoURL, up.Version = ch.Repo, ch.Version
+	up.ResetValues, up.SkipCRDs = true, true
+	path, err := up.LocateChart(ch.Ref, cli.New())
+	if err != nil {
+		return fmt.Errorf("chart %s: %w", ch.Ref, err)
+	}
+	loaded, err := loader.Load(path)
+	if err != nil {
+		return fmt.Errorf("chart %s: %w", ch.Ref, err)
+	}
+	if err := loadLocalDependencies(loaded, path); err != nil {
+		return fmt.Errorf("chart %s: %w", ch.Ref, err)
+	}
+	start := time.Now()
+	wctx, stop := context.WithCancelCause(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		c.watchInstall(wctx, stop, ch.Namespace, before, progress)
+	}()
+	rel, err := up.RunWithContext(wctx, ch.Release, loaded, ch.Values)
+	stop(nil)
+	<-watched
+	if err != nil {
+		var stuck *StuckError
+		if errors.As(context.Cause(wctx), &stuck) && ctx.Err() == nil {
+			err = stuck
+		} else if why := c.whyPodsWait(context.WithoutCancel(ctx), ch.Namespace, before); why != "" {
+			err = fmt.Errorf("%w (spec.substrate.kubernetes.readyTimeout %s)%s", err, c.cfg.Timeout, why)
+		}
+		return fmt.Errorf("upgrade %s (chart %s %s) in %s: %w", ch.Release, loaded.Name(), loaded.Metadata.Version, ch.Namespace, err)
+	}
+	crds := inst.Effort.CRDs // the install's, which go at Uninstall
+	inst.Chart.Values, inst.Chart.Version, inst.Chart.Ref, inst.Chart.Repo = ch.Values, ch.Version, ch.Ref, ch.Repo
+	inst.Effort = Effort{Ready: time.Since(start), Kinds: map[string]int{}, Values: countLeaves(ch.Values), CRDs: crds}
+	for _, m := range releaseutil.SplitManifests(rel.Manifest) {
+		var head struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(m), &head); err == nil && head.Kind != "" {
+			inst.Effort.Kinds[head.Kind]++
+			inst.Effort.Objects++
+		}
+	}
+	return nil
+}
+
 // watchInstall watches the pods an install adds to its namespace (all of them but
 // exclude) until ctx ends: progress hears how many are ready as that changes, and a pod
 // the cluster says cannot get ready ends the install (stop, with a StuckError).

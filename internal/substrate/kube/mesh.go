@@ -77,6 +77,69 @@ func (c *Cluster) InstallMesh(ctx context.Context, charts []Chart, manifests []s
 	return mi, nil
 }
 
+// ReconfigureMesh changes an installed mesh to another configuration of the same
+// charts in place: it deletes the objects applied for the old one, upgrades each release
+// to its new values (Upgrade), and applies the new configuration. A mesh that is the
+// cluster's pod network (Cilium) goes from one configuration to the next so, rather than
+// be uninstalled between them, which leaves every node without a network (new pods
+// cannot start; Cilium's own docs then have the node cleaned up) and drops the
+// allocations its CRDs hold. The effort is the change's.
+func (c *Cluster) ReconfigureMesh(ctx context.Context, mi *MeshInstall, charts []Chart, manifests []string, logw io.Writer, progress func(release string, p WaitProgress)) error {
+	if len(charts) != len(mi.Releases) {
+		return fmt.Errorf("reconfigure the mesh: %d charts for %d releases", len(charts), len(mi.Releases))
+	}
+	if err := c.CheckInstallRights(ctx, manifests, nil, nil); err != nil {
+		return err
+	}
+	if err := c.deleteApplied(ctx, mi); err != nil {
+		return err
+	}
+	start := time.Now()
+	mi.Effort = Effort{Kinds: map[string]int{}}
+	for i, ch := range charts {
+		var chartProgress func(WaitProgress)
+		if progress != nil {
+			chartProgress = func(p WaitProgress) { progress(ch.Release, p) }
+		}
+		inst := mi.Releases[i]
+		if err := c.Upgrade(ctx, inst, ch, logw, chartProgress); err != nil {
+			return err
+		}
+		mi.Effort.Objects += inst.Effort.Objects
+		mi.Effort.Values += inst.Effort.Values
+		for k, n := range inst.Effort.Kinds {
+			mi.Effort.Kinds[k] += n
+		}
+	}
+	for _, m := range manifests {
+		if err := c.apply(ctx, mi, m); err != nil {
+			return err
+		}
+	}
+	mi.Effort.Ready = time.Since(start)
+	return nil
+}
+
+// deleteApplied deletes the objects applied for a mesh's configuration, newest first.
+func (c *Cluster) deleteApplied(ctx context.Context, mi *MeshInstall) error {
+	if len(mi.applied) == 0 {
+		return nil
+	}
+	dyn, err := dynamic.NewForConfig(c.rest)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, o := range slices.Backward(mi.applied) {
+		err := dyn.Resource(o.ref.Resource).Namespace(o.namespace).Delete(ctx, o.name, metav1.DeleteOptions{})
+		if err != nil && !IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete %s %s/%s: %w", o.ref.GroupVersionKind.Kind, o.namespace, o.name, err))
+		}
+	}
+	mi.applied = nil
+	return errors.Join(errs...)
+}
+
 // apply creates one manifest's object, labelled as meshmark's.
 func (c *Cluster) apply(ctx context.Context, mi *MeshInstall, manifest string) error {
 	var obj unstructured.Unstructured
@@ -135,17 +198,8 @@ func (c *Cluster) UninstallMesh(ctx context.Context, mi *MeshInstall, logw io.Wr
 		return nil
 	}
 	var errs []error
-	if len(mi.applied) > 0 {
-		dyn, err := dynamic.NewForConfig(c.rest)
-		if err != nil {
-			return err
-		}
-		for _, o := range slices.Backward(mi.applied) {
-			err := dyn.Resource(o.ref.Resource).Namespace(o.namespace).Delete(ctx, o.name, metav1.DeleteOptions{})
-			if err != nil && !IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("delete %s %s/%s: %w", o.ref.GroupVersionKind.Kind, o.namespace, o.name, err))
-			}
-		}
+	if err := c.deleteApplied(ctx, mi); err != nil {
+		errs = append(errs, err)
 	}
 	for _, inst := range slices.Backward(mi.Releases) {
 		if err := c.Uninstall(ctx, inst, logw); err != nil {
