@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -181,7 +182,11 @@ func (c *Cluster) create(ctx context.Context, obj *unstructured.Unstructured) (*
 				return mapping, nil
 			}
 		}
-		if !meta.IsNoMatchError(err) || time.Now().After(deadline) {
+		// A mesh's validating webhook may not answer yet just after its install
+		// (istiod's, while it starts): the API server then refuses every object of
+		// its kinds for a moment.
+		webhookNotUp := err != nil && strings.Contains(err.Error(), "failed calling webhook")
+		if !meta.IsNoMatchError(err) && !webhookNotUp || time.Now().After(deadline) {
 			return nil, fmt.Errorf("apply %s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
 		}
 		select {
