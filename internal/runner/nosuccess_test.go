@@ -47,7 +47,7 @@ spec:
 		t.Fatal(err)
 	}
 	defer db.Close()
-	run, err := Run(context.Background(), st, Options{Store: db, ServiceBinary: meshmarkBin, Progress: testWriter{t}})
+	run, err := Run(context.Background(), st, Options{Store: db, PodBinary: podBin, Progress: testWriter{t}})
 	if err == nil || !strings.Contains(err.Error(), "latency 50 req/s on baseline, repeat 1: no request succeeded: 100 measured, all failed (non-2xx 100); answers 500×100; the trial is not stored") {
 		t.Fatalf("run: %v; want it to fail, saying no request succeeded", err)
 	}
