@@ -201,8 +201,19 @@ func WriteAnswerSummary(w io.Writer, run *results.Run, rep *Report, all bool, op
 		}
 		fmt.Fprintln(w)
 	}
+	// What a security experiment found is part of the answer, not a detail: a study of
+	// security alone has nothing else to say.
+	sec := SecurityMatrix(run)
+	if len(sec) > 0 {
+		if err := WriteSecurityMatrix(w, sec); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+	}
 	if len(rep.Groups) == 0 {
-		fmt.Fprintln(w, "no load trials stored")
+		if len(sec) == 0 {
+			fmt.Fprintln(w, "no load trials stored")
+		}
 	} else if err := WriteAnswers(w, run, rep, Answers(run, rep)); err != nil {
 		return err
 	}
