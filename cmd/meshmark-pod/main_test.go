@@ -21,7 +21,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/loadgen"
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/podcmd/podcmdtest"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 )
@@ -244,7 +244,7 @@ func TestPlaintextProbeRole(t *testing.T) {
 	if strings.TrimSpace(string(stdout)) != string(msg) {
 		t.Errorf("stdout %q, message file %q: want the same report", stdout, msg)
 	}
-	var probes []mesh.PlaintextProbe
+	var probes []meshprobe.PlaintextProbe
 	if err := json.Unmarshal(msg, &probes); err != nil {
 		t.Fatalf("report %q: %v", msg, err)
 	}

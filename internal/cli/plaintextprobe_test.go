@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 )
 
 // TestPlaintextProbeCommandReports runs `meshmark plaintext-probe` as a probe pod runs
@@ -52,7 +52,7 @@ func TestPlaintextProbeCommandReports(t *testing.T) {
 	if strings.TrimSpace(out) != string(msg) {
 		t.Errorf("stdout %q, message file %q: want the same report", out, msg)
 	}
-	var probes []mesh.PlaintextProbe
+	var probes []meshprobe.PlaintextProbe
 	if err := json.Unmarshal(msg, &probes); err != nil {
 		t.Fatalf("report %q: %v", msg, err)
 	}

@@ -15,7 +15,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/meshmark/meshmark/internal/image"
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -211,13 +211,13 @@ func servePodsOnEveryNode(ctx context.Context, t *testing.T, client kubernetes.I
 	for i := range nodes {
 		waitEndpoints(ctx, t, client, ns, fmt.Sprintf("echo%d", i))
 	}
-	var report []mesh.PlaintextProbe
+	var report []meshprobe.PlaintextProbe
 	for attempt := 1; ; attempt++ {
 		report = probeOnce(ctx, t, client, ns, fmt.Sprintf("probe-%d", attempt), nodes[0].Name, targets)
 		if len(report) != len(nodes) {
 			t.Fatalf("the probe reported %d services, want %d: %+v", len(report), len(nodes), report)
 		}
-		if attempt == 5 || !slices.ContainsFunc(report, func(r mesh.PlaintextProbe) bool { return r.Refused }) {
+		if attempt == 5 || !slices.ContainsFunc(report, func(r meshprobe.PlaintextProbe) bool { return r.Refused }) {
 			break
 		}
 		time.Sleep(2 * time.Second)
@@ -230,7 +230,7 @@ func servePodsOnEveryNode(ctx context.Context, t *testing.T, client kubernetes.I
 }
 
 // probeOnce runs meshmark's plaintext probe in a pod on node and returns its report.
-func probeOnce(ctx context.Context, t *testing.T, client kubernetes.Interface, ns, name, node string, targets []string) []mesh.PlaintextProbe {
+func probeOnce(ctx context.Context, t *testing.T, client kubernetes.Interface, ns, name, node string, targets []string) []meshprobe.PlaintextProbe {
 	t.Helper()
 	probe := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -255,7 +255,7 @@ func probeOnce(ctx context.Context, t *testing.T, client kubernetes.Interface, n
 			msg = term.Message
 		}
 	}
-	var report []mesh.PlaintextProbe
+	var report []meshprobe.PlaintextProbe
 	if err := json.Unmarshal([]byte(msg), &report); err != nil {
 		t.Fatalf("the probe's report %q: %v", msg, err)
 	}

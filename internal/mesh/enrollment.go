@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"fmt"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"strings"
 	"time"
 )
@@ -22,12 +23,12 @@ type Enrollment struct {
 	// Plaintext is, on Kubernetes, how the plaintext request to each meshed service
 	// ended (sent from a probe pod outside the mesh, to the service's cluster name);
 	// the local checks note theirs on each pod's row instead.
-	Plaintext []PlaintextProbe `json:"plaintext,omitempty"`
+	Plaintext []meshprobe.PlaintextProbe `json:"plaintext,omitempty"`
 	// PlaintextControl is, on Kubernetes, how each probe's positive control ended: the
 	// same plaintext request to a service outside the mesh, which must be served for
 	// the probe's refusals to count (a probe that cannot reach anything would see every
 	// service refuse).
-	PlaintextControl []PlaintextProbe `json:"plaintext_control,omitempty"`
+	PlaintextControl []meshprobe.PlaintextProbe `json:"plaintext_control,omitempty"`
 	// Traffic is, on Kubernetes, the short burst of load sent through the mesh before
 	// the first measurement and what every proxy counted of it: the proof that each
 	// pod's proxy carried traffic, which the local checks' probes give. Each pod's row

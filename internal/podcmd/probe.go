@@ -7,7 +7,7 @@ import (
 	"net"
 	"os"
 
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate/kube/plaintextprobe"
 )
 
@@ -28,7 +28,7 @@ func PlaintextProbe(ctx context.Context, args []string, stdout, stderr io.Writer
 	if len(targets) == 0 {
 		return usage("no --target")
 	}
-	var ts []mesh.PlaintextTarget
+	var ts []meshprobe.PlaintextTarget
 	for _, s := range targets {
 		t, err := plaintextprobe.ParseTarget(s)
 		if err != nil {

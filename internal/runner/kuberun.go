@@ -21,6 +21,7 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh/ambient"
 	"github.com/meshmark/meshmark/internal/mesh/envoysidecar"
 	"github.com/meshmark/meshmark/internal/mesh/linkerd"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/mesh/none"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/sampler"
@@ -643,7 +644,7 @@ func (r *runner) checkPlaintextOnCluster(ctx context.Context, c *kube.Cluster, r
 }
 
 // describeRefusals counts the ways the services refused plaintext, most common first.
-func describeRefusals(probes []mesh.PlaintextProbe) string {
+func describeRefusals(probes []meshprobe.PlaintextProbe) string {
 	count := map[string]int{}
 	for _, p := range probes {
 		count[p.Observed]++

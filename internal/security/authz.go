@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/topology"
 )
@@ -88,7 +89,7 @@ func probeAuthorization(ctx context.Context, tgt Target, p mesh.Posture) results
 	}()
 	// Calls go the way the app's own do: by the mesh's names where it has them
 	// (Traefik Mesh), else to the service address.
-	call := func(from topology.Pod, s topology.Service) (mesh.ProbeResult, error) {
+	call := func(from topology.Pod, s topology.Service) (meshprobe.ProbeResult, error) {
 		if ma, ok := tgt.Profile.(mesh.Addressing); ok {
 			if authority, dial, ok := ma.CalleeAddress(from, s.Name); ok {
 				return mesh.ProbeHTTP(ctx, tgt.Sub, from, dial, authority, "/")
@@ -100,13 +101,13 @@ func probeAuthorization(ctx context.Context, tgt Target, p mesh.Posture) results
 	for _, pr := range plan {
 		if pr.caller.Name != "" {
 			res, err := call(pr.caller, pr.callee)
-			obs, refused := mesh.Refusal(res, err)
+			obs, refused := meshprobe.Refusal(res, err)
 			r.Checks = append(r.Checks, results.SecurityCheck{Target: fmt.Sprintf("%s -> %s (allowed)", pr.caller.Service, pr.callee.Name),
 				Observed: obs, Held: !refused && res.Status < 400})
 		}
 		if pr.other.Name != "" {
 			res, err := call(pr.other, pr.callee)
-			obs, refused := mesh.Refusal(res, err)
+			obs, refused := meshprobe.Refusal(res, err)
 			r.Checks = append(r.Checks, results.SecurityCheck{Target: fmt.Sprintf("%s -> %s (not allowed)", callerName(pr.other), pr.callee.Name),
 				Observed: obs, Held: refused})
 			denied = append(denied, pr)
@@ -118,7 +119,7 @@ func probeAuthorization(ctx context.Context, tgt Target, p mesh.Posture) results
 		removed = true
 		for _, pr := range denied {
 			res, err := call(pr.other, pr.callee)
-			obs, refused := mesh.Refusal(res, err)
+			obs, refused := meshprobe.Refusal(res, err)
 			r.Checks = append(r.Checks, results.SecurityCheck{Target: fmt.Sprintf("%s -> %s (policy removed)", callerName(pr.other), pr.callee.Name),
 				Observed: obs, Held: !refused && res.Status < 400})
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
@@ -45,10 +46,10 @@ func probeBypass(ctx context.Context, tgt Target, p mesh.Posture) results.Securi
 	route := fmt.Sprintf("%s -> pod %s (%s)", src.Name, dst.Name, addr)
 	if ud, ok := tgt.Sub.(substrate.UIDDialer); ok {
 		for _, uid := range p.ExcludedUIDs {
-			res, err := mesh.ProbeHTTPWith(ctx, func(ctx context.Context, network, a string) (net.Conn, error) {
+			res, err := meshprobe.ProbeHTTPWith(ctx, func(ctx context.Context, network, a string) (net.Conn, error) {
 				return ud.DialContextAs(ctx, src, uid, network, a)
-			}, mesh.ProbeRequest{Addr: addr, Host: host, Path: "/"})
-			obs, refused := mesh.Refusal(res, err)
+			}, meshprobe.ProbeRequest{Addr: addr, Host: host, Path: "/"})
+			obs, refused := meshprobe.Refusal(res, err)
 			r.Checks = append(r.Checks, results.SecurityCheck{Target: fmt.Sprintf("workload as uid %d, %s", uid, route), Observed: bypassWords(obs, refused), Held: refused})
 		}
 	}
@@ -88,9 +89,9 @@ func withoutInterception(ctx context.Context, tgt Target, pod topology.Pod, addr
 		}
 		inserted = append(inserted, rule)
 	}
-	res, err := mesh.ProbeHTTPWith(ctx, func(ctx context.Context, network, a string) (net.Conn, error) {
+	res, err := meshprobe.ProbeHTTPWith(ctx, func(ctx context.Context, network, a string) (net.Conn, error) {
 		return tgt.Sub.DialContext(ctx, pod, network, a)
-	}, mesh.ProbeRequest{Addr: addr, Host: host, Path: "/"})
-	obs, refused := mesh.Refusal(res, err)
+	}, meshprobe.ProbeRequest{Addr: addr, Host: host, Path: "/"})
+	obs, refused := meshprobe.Refusal(res, err)
 	return obs, refused, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/topology"
 )
@@ -60,7 +61,7 @@ func probeIdentity(ctx context.Context, tgt Target, p mesh.Posture) results.Secu
 // peerChain handshakes and returns the chain the server sent, even when the
 // handshake fails afterwards because the probe has no certificate of its own.
 func peerChain(ctx context.Context, tgt Target, from topology.Pod, ep mesh.IdentityEndpoint) ([]*x509.Certificate, error) {
-	ctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, meshprobe.ProbeTimeout)
 	defer cancel()
 	raw, err := tgt.Sub.DialContext(ctx, from, "tcp", ep.Addr)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/topology"
 )
@@ -63,7 +64,7 @@ func plainCall(ctx context.Context, tgt Target, from topology.Pod, where, what, 
 	if errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.EHOSTUNREACH) {
 		return c, false
 	}
-	c.Observed, c.Held = mesh.Refusal(res, err)
+	c.Observed, c.Held = meshprobe.Refusal(res, err)
 	return c, true
 }
 

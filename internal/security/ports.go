@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
@@ -65,7 +66,7 @@ func callPort(ctx context.Context, tgt Target, from topology.Pod, pod topology.P
 		before = ps.served.Load()
 	}
 	res, err := mesh.ProbeHTTP(ctx, tgt.Sub, from, mesh.Addr(pod.IP, port), "", "/")
-	obs, refused := mesh.Refusal(res, err)
+	obs, refused := meshprobe.Refusal(res, err)
 	if ps != nil && ps.served.Load() > before {
 		return "the application's listener answered without the proxy: " + obs, false
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh/ambient/zdsapi"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/prereq"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/testbed"
@@ -362,7 +363,7 @@ func TestZtunnelKilledMidRun(t *testing.T) {
 	if err == nil && r.Status == 200 {
 		t.Error("request answered although the destination's ztunnel is dead")
 	}
-	if d := time.Since(start); d > mesh.ProbeTimeout+time.Second {
+	if d := time.Since(start); d > meshprobe.ProbeTimeout+time.Second {
 		t.Errorf("request took %v to fail", d)
 	}
 	counters := p.ReadCounters(context.Background(), b.tb, b.app)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/telemetry"
 	"github.com/meshmark/meshmark/internal/topology"
@@ -36,7 +37,7 @@ type Series struct {
 
 // ScrapeMetrics reads a ztunnel's Prometheus endpoint from inside its node namespace.
 func ScrapeMetrics(ctx context.Context, sub substrate.Substrate, node topology.Pod) ([]Series, error) {
-	ctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, meshprobe.ProbeTimeout)
 	defer cancel()
 	tr := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return sub.DialContext(ctx, node, network, addr)
@@ -183,7 +184,7 @@ func readWaypoint(ctx context.Context, sub substrate.Substrate, app *topology.Ap
 	c := telemetry.NewClient(fmt.Sprintf("127.0.0.1:%d", WaypointAdminPort), func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return sub.DialContext(ctx, wp.pod, network, addr)
 	})
-	sctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
+	sctx, cancel := context.WithTimeout(ctx, meshprobe.ProbeTimeout)
 	defer cancel()
 	snap, err := c.Snapshot(sctx)
 	pc := mesh.ProxyCounters{Component: WaypointComponent, Pod: wp.pod.Name, Time: snap.Time, Err: err, Unit: mesh.UnitRequests}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
 )
@@ -26,7 +27,7 @@ const enrollmentStats = `^(http\.(inbound|outbound)_.*\.downstream_rq_total|clus
 
 // readTraffic fetches a sidecar's enrollment counters through its admin endpoint.
 func readTraffic(ctx context.Context, sub substrate.Substrate, pod topology.Pod) (Traffic, error) {
-	ctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, meshprobe.ProbeTimeout)
 	defer cancel()
 	body, status, err := httpGet(ctx, sub, pod, nil, adminAddr, "", "/stats?filter="+url.QueryEscape(enrollmentStats), 1<<20)
 	if err != nil {
@@ -294,7 +295,7 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 		switch {
 		case err != nil:
 			fail("pod %s: direct probe from %s failed: %v", pod.Name, outName, err)
-		case status >= 500 && mesh.ProxyGeneratedBody(body):
+		case status >= 500 && meshprobe.ProxyGeneratedBody(body):
 			fail("pod %s: direct probe from %s: HTTP %d from the proxy: %.120s", pod.Name, outName, status, body)
 		default:
 			r.Answered = true

@@ -22,6 +22,7 @@ import (
 	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/istiohelm"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/pki"
 	"github.com/meshmark/meshmark/internal/prereq"
 	"github.com/meshmark/meshmark/internal/substrate"
@@ -392,7 +393,7 @@ func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, _ *
 			c := telemetry.NewClient(adminAddr, func(ctx context.Context, network, addr string) (net.Conn, error) {
 				return sub.DialContext(ctx, pod, network, addr)
 			})
-			sctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
+			sctx, cancel := context.WithTimeout(ctx, meshprobe.ProbeTimeout)
 			defer cancel()
 			snap, err := c.Snapshot(sctx)
 			pc := mesh.ProxyCounters{Component: Component, Pod: pod.Name, Time: snap.Time, Err: err, Unit: mesh.UnitRequests}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/linkerd/controlplane"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
 )
@@ -40,7 +41,7 @@ type probeResult struct {
 // get sends one GET from inside pod `from` on a fresh connection, over TLS when conf
 // is set.
 func get(ctx context.Context, sub substrate.Substrate, from topology.Pod, conf *tls.Config, addr, host, path string) (probeResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, meshprobe.ProbeTimeout)
 	defer cancel()
 	dial := func(ctx context.Context, network, a string) (net.Conn, error) {
 		return sub.DialContext(ctx, from, network, a)

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
 )
@@ -134,7 +135,7 @@ func (t Traffic) Sub(b Traffic) Traffic {
 
 // scrape fetches a proxy's /metrics through its pod.
 func scrape(ctx context.Context, sub substrate.Substrate, pod topology.Pod) (Metrics, error) {
-	ctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, meshprobe.ProbeTimeout)
 	defer cancel()
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
@@ -285,7 +286,7 @@ func (p *Profile) controlPlaneHealth(ctx context.Context, sub substrate.Substrat
 		name string
 		port uint16
 	}{{"identity", IdentityPort}, {"destination", DestinationPort}, {"policy", PolicyPort}} {
-		dctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
+		dctx, cancel := context.WithTimeout(ctx, meshprobe.ProbeTimeout)
 		c, err := sub.DialContext(dctx, pod, "tcp", netip.AddrPortFrom(ip, api.port).String())
 		cancel()
 		if err != nil {

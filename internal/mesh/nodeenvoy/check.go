@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/telemetry"
 	"github.com/meshmark/meshmark/internal/topology"
@@ -55,7 +56,7 @@ func InboundOf(app *topology.App, counters map[string]uint64) map[string]uint64 
 
 // readNode reads one node's counters: its Envoy's (l7) or its steering rules'.
 func (p *Profile) readNode(ctx context.Context, sub substrate.Substrate, app *topology.App, node topology.Pod) mesh.ProxyCounters {
-	ctx, cancel := context.WithTimeout(ctx, mesh.ProbeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, meshprobe.ProbeTimeout)
 	defer cancel()
 	if !p.l7 {
 		pc := mesh.ProxyCounters{Component: "netfilter", Pod: node.Name, Time: time.Now(), Unit: mesh.UnitConnections}

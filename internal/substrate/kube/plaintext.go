@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate/kube/plaintextprobe"
 	"github.com/meshmark/meshmark/internal/workload"
 	corev1 "k8s.io/api/core/v1"
@@ -92,10 +92,10 @@ type PlaintextResult struct {
 	// Pods are the probe pods.
 	Pods []string
 	// Probes is how the request to each service ended, in the order of the services.
-	Probes []mesh.PlaintextProbe
+	Probes []meshprobe.PlaintextProbe
 	// Control is how each probe pod's request to the positive control ended (served:
 	// the pod reached a plaintext service, so its refusals count).
-	Control []mesh.PlaintextProbe
+	Control []meshprobe.PlaintextProbe
 }
 
 // ProbePlaintext calls every service of the app in plaintext from pods outside the
@@ -140,7 +140,7 @@ func (c *Cluster) ProbePlaintext(ctx context.Context, app *App, spec PlaintextCh
 	if err != nil {
 		return res, err
 	}
-	byPod := map[string][]mesh.PlaintextTarget{}
+	byPod := map[string][]meshprobe.PlaintextTarget{}
 	for i := 0; i < len(targets); i += servicesPerProbe {
 		batch := append(slices.Clone(targets[i:min(i+servicesPerProbe, len(targets))]), control)
 		pod := c.probePod(fmt.Sprintf("meshmark-plaintext-probe-%d", i/servicesPerProbe), labels, batch, spec.Timeout)
@@ -154,7 +154,7 @@ func (c *Cluster) ProbePlaintext(ctx context.Context, app *App, spec PlaintextCh
 	if err != nil {
 		return res, err
 	}
-	var all []mesh.PlaintextProbe
+	var all []meshprobe.PlaintextProbe
 	for _, name := range res.Pods {
 		p := finished[name]
 		if err := outsideTheMesh(p, spec); err != nil {
@@ -180,8 +180,8 @@ func (c *Cluster) ProbePlaintext(ctx context.Context, app *App, spec PlaintextCh
 // opts out of every mesh: a pod running `meshmark service` (chain-1's one service)
 // behind the Service PlaintextControlService, and waits until the Service's endpoints
 // list it. It returns the control as a probe target.
-func (c *Cluster) startPlaintextControl(ctx context.Context, namespace string, labels map[string]string, limit time.Duration) (mesh.PlaintextTarget, error) {
-	target := mesh.PlaintextTarget{Service: PlaintextControlService, Protocol: "http",
+func (c *Cluster) startPlaintextControl(ctx context.Context, namespace string, labels map[string]string, limit time.Duration) (meshprobe.PlaintextTarget, error) {
+	target := meshprobe.PlaintextTarget{Service: PlaintextControlService, Protocol: "http",
 		Addr: net.JoinHostPort(fmt.Sprintf("%s.%s.svc.cluster.local", PlaintextControlService, namespace), strconv.Itoa(plaintextControlPort))}
 	podLabels := merge(merge(labels, outsideMeshPodLabels), map[string]string{RoleLabel: plaintextControlRole})
 	uid, nonRoot, noToken := int64(2000), true, false
@@ -258,13 +258,13 @@ func probeNamespace(appNamespace string) string {
 
 // plaintextTargets are the app's Services, each by its cluster name and port and in
 // the protocol its port is named for.
-func (c *Cluster) plaintextTargets(ctx context.Context, app *App) ([]mesh.PlaintextTarget, error) {
+func (c *Cluster) plaintextTargets(ctx context.Context, app *App) ([]meshprobe.PlaintextTarget, error) {
 	svcs, err := c.client.CoreV1().Services(app.Namespace).List(ctx, metav1.ListOptions{LabelSelector: ManagedByLabel + "=" + ManagedBy})
 	if err != nil {
 		return nil, fmt.Errorf("namespace %s: list services: %w", app.Namespace, err)
 	}
 	sort.Slice(svcs.Items, func(i, j int) bool { return svcs.Items[i].Name < svcs.Items[j].Name })
-	var out []mesh.PlaintextTarget
+	var out []meshprobe.PlaintextTarget
 	for _, s := range svcs.Items {
 		if len(s.Spec.Ports) == 0 || s.Labels[RoleLabel] == spreadRole {
 			continue // a version's headless Service is not a service of the graph
@@ -280,7 +280,7 @@ func (c *Cluster) plaintextTargets(ctx context.Context, app *App) ([]mesh.Plaint
 			}
 		}
 		host := fmt.Sprintf("%s.%s.svc.cluster.local", s.Name, app.Namespace)
-		out = append(out, mesh.PlaintextTarget{Service: s.Name, Addr: net.JoinHostPort(host, strconv.Itoa(int(port.Port))), Protocol: protocol})
+		out = append(out, meshprobe.PlaintextTarget{Service: s.Name, Addr: net.JoinHostPort(host, strconv.Itoa(int(port.Port))), Protocol: protocol})
 	}
 	return out, nil
 }
@@ -295,7 +295,7 @@ var (
 // probePod is a probe pod for targets: the meshmark image, run once, on the
 // load-generator nodes (callers from outside run there, and the image is already
 // there), with no service account token (it needs no access to the API).
-func (c *Cluster) probePod(name string, labels map[string]string, targets []mesh.PlaintextTarget, limit time.Duration) *corev1.Pod {
+func (c *Cluster) probePod(name string, labels map[string]string, targets []meshprobe.PlaintextTarget, limit time.Duration) *corev1.Pod {
 	args := []string{PlaintextProbeCommand, "--message-file", TerminationMessagePath}
 	for _, t := range targets {
 		args = append(args, "--target", FormatPlaintextTarget(t))
@@ -435,7 +435,7 @@ func outsideTheMesh(p *corev1.Pod, spec PlaintextCheck) error {
 
 // probeReport reads a finished probe pod's report from its container's termination
 // message and checks that it accounts for every target the pod was given.
-func probeReport(p *corev1.Pod, targets []mesh.PlaintextTarget) ([]mesh.PlaintextProbe, error) {
+func probeReport(p *corev1.Pod, targets []meshprobe.PlaintextTarget) ([]meshprobe.PlaintextProbe, error) {
 	var msg string
 	for _, cs := range p.Status.ContainerStatuses {
 		if t := cs.State.Terminated; t != nil {
@@ -445,15 +445,15 @@ func probeReport(p *corev1.Pod, targets []mesh.PlaintextTarget) ([]mesh.Plaintex
 	if msg == "" {
 		return nil, fmt.Errorf("namespace %s: probe pod %s ended without a report (no termination message): was the image built from a meshmark without `%s`?", p.Namespace, p.Name, PlaintextProbeCommand)
 	}
-	var got []mesh.PlaintextProbe
+	var got []meshprobe.PlaintextProbe
 	if err := json.Unmarshal([]byte(msg), &got); err != nil {
 		return nil, fmt.Errorf("namespace %s: probe pod %s: unreadable report %.200q: %w", p.Namespace, p.Name, msg, err)
 	}
-	byService := map[string]mesh.PlaintextProbe{}
+	byService := map[string]meshprobe.PlaintextProbe{}
 	for _, g := range got {
 		byService[g.Service] = g
 	}
-	out := make([]mesh.PlaintextProbe, 0, len(targets))
+	out := make([]meshprobe.PlaintextProbe, 0, len(targets))
 	var missing []string
 	for _, t := range targets {
 		g, ok := byService[t.Service]

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
 	"github.com/meshmark/meshmark/internal/workload"
 	corev1 "k8s.io/api/core/v1"
@@ -212,17 +212,17 @@ func TestPlaintextProbeThatCannotReportIsAnError(t *testing.T) {
 // with the longest names a Service can have and long answers, fits the 4096 bytes a
 // kubelet keeps of a termination message, and reads back whole.
 func TestPlaintextReportFitsATerminationMessage(t *testing.T) {
-	var probes []mesh.PlaintextProbe
+	var probes []meshprobe.PlaintextProbe
 	for i := range servicesPerProbe {
 		name := fmt.Sprintf("%s-%02d", strings.Repeat("s", 60), i)
-		probes = append(probes, mesh.PlaintextProbe{Service: name, Target: "ignored", Refused: i%2 == 0,
+		probes = append(probes, meshprobe.PlaintextProbe{Service: name, Target: "ignored", Refused: i%2 == 0,
 			Observed: "served: HTTP 200 " + strings.Repeat("é", 300)})
 	}
 	report := plaintextReport(probes)
 	if len(report) > TerminationMessageLimit {
 		t.Fatalf("report of %d bytes, over the kubelet's %d", len(report), TerminationMessageLimit)
 	}
-	var back []mesh.PlaintextProbe
+	var back []meshprobe.PlaintextProbe
 	if err := json.Unmarshal(report, &back); err != nil {
 		t.Fatal(err)
 	}

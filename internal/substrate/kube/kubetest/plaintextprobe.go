@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -23,10 +23,10 @@ type PlaintextProbe struct {
 	Selector string
 	// ParseTarget reads one of a probe pod's --target arguments:
 	// kube.ParsePlaintextTarget.
-	ParseTarget func(arg string) (mesh.PlaintextTarget, error)
+	ParseTarget func(arg string) (meshprobe.PlaintextTarget, error)
 	// Run calls the targets and returns the report, as `meshmark plaintext-probe` does:
 	// kube.RunPlaintextProbe.
-	Run func(ctx context.Context, targets []mesh.PlaintextTarget, dial mesh.DialFunc) []byte
+	Run func(ctx context.Context, targets []meshprobe.PlaintextTarget, dial meshprobe.DialFunc) []byte
 	// Control is the positive control's service (kube.PlaintextControlService): a
 	// plaintext service outside the mesh, which answers as the workload does unless
 	// ControlDown says it cannot be reached.
@@ -75,7 +75,7 @@ func (c *Cluster) StandInPlaintextProbe(t testing.TB, probe PlaintextProbe) *Pla
 		serve, end, controlDown := s.serve, s.end, s.controlDown
 		s.mu.Unlock()
 		to := map[string]string{}
-		var targets []mesh.PlaintextTarget
+		var targets []meshprobe.PlaintextTarget
 		args := p.Spec.Containers[0].Args
 		for i := 0; i+1 < len(args); i++ {
 			if args[i] != "--target" {

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 )
 
 const (
@@ -31,37 +31,37 @@ const (
 
 // FormatTarget is a target as `plaintext-probe --target` takes it:
 // SERVICE=HOST:PORT/PROTOCOL.
-func FormatTarget(t mesh.PlaintextTarget) string {
+func FormatTarget(t meshprobe.PlaintextTarget) string {
 	return t.Service + "=" + t.Addr + "/" + t.Protocol
 }
 
 // ParseTarget reads a target written by FormatTarget; the protocol may be left out
 // (http).
-func ParseTarget(s string) (mesh.PlaintextTarget, error) {
+func ParseTarget(s string) (meshprobe.PlaintextTarget, error) {
 	service, rest, ok := strings.Cut(s, "=")
 	if !ok || service == "" {
-		return mesh.PlaintextTarget{}, fmt.Errorf("target %q: want SERVICE=HOST:PORT[/PROTOCOL]", s)
+		return meshprobe.PlaintextTarget{}, fmt.Errorf("target %q: want SERVICE=HOST:PORT[/PROTOCOL]", s)
 	}
-	t := mesh.PlaintextTarget{Service: service, Addr: rest, Protocol: "http"}
+	t := meshprobe.PlaintextTarget{Service: service, Addr: rest, Protocol: "http"}
 	if i := strings.LastIndex(rest, "/"); i >= 0 {
 		t.Addr, t.Protocol = rest[:i], rest[i+1:]
 	}
 	switch t.Protocol {
 	case "http", "h2c", "grpc":
 	default:
-		return mesh.PlaintextTarget{}, fmt.Errorf("target %q: protocol %q, want http, h2c or grpc", s, t.Protocol)
+		return meshprobe.PlaintextTarget{}, fmt.Errorf("target %q: protocol %q, want http, h2c or grpc", s, t.Protocol)
 	}
 	if _, _, err := net.SplitHostPort(t.Addr); err != nil {
-		return mesh.PlaintextTarget{}, fmt.Errorf("target %q: %w", s, err)
+		return meshprobe.PlaintextTarget{}, fmt.Errorf("target %q: %w", s, err)
 	}
 	return t, nil
 }
 
 // Run is what a probe pod does: one plaintext request to each target
-// (mesh.ProbePlaintext), a few at a time, through dial, and the report of how each
+// (meshprobe.ProbePlaintext), a few at a time, through dial, and the report of how each
 // ended, which fits MessageLimit.
-func Run(ctx context.Context, targets []mesh.PlaintextTarget, dial mesh.DialFunc) []byte {
-	probes := make([]mesh.PlaintextProbe, len(targets))
+func Run(ctx context.Context, targets []meshprobe.PlaintextTarget, dial meshprobe.DialFunc) []byte {
+	probes := make([]meshprobe.PlaintextProbe, len(targets))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, requestsAtOnce)
 	for i, t := range targets {
@@ -70,7 +70,7 @@ func Run(ctx context.Context, targets []mesh.PlaintextTarget, dial mesh.DialFunc
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			probes[i] = mesh.ProbePlaintext(ctx, dial, t)
+			probes[i] = meshprobe.ProbePlaintext(ctx, dial, t)
 		}()
 	}
 	wg.Wait()
@@ -80,11 +80,11 @@ func Run(ctx context.Context, targets []mesh.PlaintextTarget, dial mesh.DialFunc
 // Report encodes probes as a JSON array within MessageLimit, shortening what each
 // observed as far as needed. The targets are left out: the runner knows what it asked
 // for.
-func Report(probes []mesh.PlaintextProbe) []byte {
+func Report(probes []meshprobe.PlaintextProbe) []byte {
 	for limit := 240; ; limit /= 2 {
-		short := make([]mesh.PlaintextProbe, len(probes))
+		short := make([]meshprobe.PlaintextProbe, len(probes))
 		for i, p := range probes {
-			short[i] = mesh.PlaintextProbe{Service: p.Service, Refused: p.Refused, Observed: truncate(p.Observed, limit)}
+			short[i] = meshprobe.PlaintextProbe{Service: p.Service, Refused: p.Refused, Observed: truncate(p.Observed, limit)}
 		}
 		out, _ := json.Marshal(short)
 		if len(out) <= MessageLimit || limit == 0 {
