@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/envoysidecar"
@@ -117,17 +118,33 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 // destination's canonical service and namespace as ztunnel's connections are (on a
 // shared cluster another namespace may have a service of the same name); every counter
 // and gauge; and its release from istio_build.
+//
+// A waypoint built on upstream Envoy has no Istio telemetry (istiohelm.ForLocalCluster):
+// its requests are then Envoy's own counters of its inbound-vip clusters, one per
+// service it fronts (inbound-vip|PORT|PROTOCOL|SERVICE.NAMESPACE.svc.DOMAIN).
 func readKubeWaypoint(body io.Reader, of mesh.ProxyScrape) (mesh.ProxyCounters, error) {
 	inbound := make(map[string]uint64, len(of.Services))
+	envoyInbound := make(map[string]uint64, len(of.Services))
 	for _, s := range of.Services {
-		inbound[s] = 0
+		inbound[s], envoyInbound[s] = 0, 0
 	}
 	var version string
+	telemetry := false
 	pc, err := mesh.ReadPrometheusText(body, func(name string, labels map[string]string, v float64) {
 		switch {
-		case name == "istio_requests_total" && labels["reporter"] == "waypoint" && labels["destination_workload_namespace"] == of.Namespace:
+		case name == "istio_requests_total":
+			telemetry = true
+			if labels["reporter"] != "waypoint" || labels["destination_workload_namespace"] != of.Namespace {
+				return
+			}
 			if n, ok := inbound[labels["destination_canonical_service"]]; ok {
 				inbound[labels["destination_canonical_service"]] = n + uint64(v)
+			}
+		case name == "envoy_cluster_upstream_rq_total":
+			if svc, ok := waypointClusterService(labels["cluster_name"], of.Namespace); ok {
+				if n, known := envoyInbound[svc]; known {
+					envoyInbound[svc] = n + uint64(v)
+				}
 			}
 		case name == "istio_build" && labels["component"] == "proxy":
 			version = labels["tag"]
@@ -136,6 +153,23 @@ func readKubeWaypoint(body io.Reader, of mesh.ProxyScrape) (mesh.ProxyCounters, 
 	if err != nil {
 		return mesh.ProxyCounters{}, fmt.Errorf("waypoint stats: %w", err)
 	}
+	if !telemetry {
+		inbound = envoyInbound
+	}
 	pc.Unit, pc.Version, pc.Inbound = mesh.UnitRequests, version, inbound
 	return pc, nil
+}
+
+// waypointClusterService is the service of namespace ns a waypoint's inbound-vip
+// cluster leads to, if it is one.
+func waypointClusterService(cluster, ns string) (string, bool) {
+	parts := strings.Split(cluster, "|")
+	if len(parts) != 4 || parts[0] != "inbound-vip" {
+		return "", false
+	}
+	host := strings.Split(parts[3], ".")
+	if len(host) < 3 || host[1] != ns || host[2] != "svc" {
+		return "", false
+	}
+	return host[0], true
 }

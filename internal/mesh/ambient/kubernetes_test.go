@@ -146,3 +146,33 @@ func TestKubeWaypointStatsCountTheAppsServices(t *testing.T) {
 		t.Errorf("garbled stats: %v", err)
 	}
 }
+
+// A waypoint of upstream Envoy (a local cluster's, see istiohelm.ForLocalCluster) has no
+// istio_requests_total: its requests are Envoy's counters of its inbound-vip clusters,
+// one per service it fronts, those of another namespace and its other clusters left out.
+const upstreamWaypointStats = `# TYPE envoy_cluster_upstream_rq_total counter
+envoy_cluster_upstream_rq_total{cluster_name="inbound-vip|80|http|front.app.svc.cluster.local"} 123
+envoy_cluster_upstream_rq_total{cluster_name="inbound-vip|9090|http|back.app.svc.cluster.local"} 40
+envoy_cluster_upstream_rq_total{cluster_name="inbound-vip|80|http|front.other.svc.cluster.local"} 999
+envoy_cluster_upstream_rq_total{cluster_name="main_internal"} 163
+envoy_cluster_upstream_rq_total{cluster_name="inbound|80||"} 7
+`
+
+func TestKubeWaypointOfUpstreamEnvoyCountsItsInboundClusters(t *testing.T) {
+	pc, err := readKubeWaypoint(strings.NewReader(upstreamWaypointStats), mesh.ProxyScrape{Namespace: "app", Services: []string{"front", "back", "idle"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]uint64{"front": 123, "back": 40, "idle": 0}; !maps.Equal(pc.Inbound, want) {
+		t.Errorf("inbound %v, want %v", pc.Inbound, want)
+	}
+	// With Istio's telemetry present, it alone counts: Envoy's clusters would count the
+	// same requests again.
+	pc, err = readKubeWaypoint(strings.NewReader(waypointStats+upstreamWaypointStats), mesh.ProxyScrape{Namespace: "app", Services: []string{"front", "back"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]uint64{"front": 123, "back": 40}; !maps.Equal(pc.Inbound, want) {
+		t.Errorf("with telemetry: inbound %v, want %v", pc.Inbound, want)
+	}
+}
