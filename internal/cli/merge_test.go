@@ -17,11 +17,16 @@ import (
 	"time"
 
 	"github.com/meshmark/meshmark/internal/load"
+	"github.com/meshmark/meshmark/internal/localcluster"
+	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
 )
 
 // TestMain lets a test run meshmark as a separate process: the test binary re-executed
-// with MESHMARK_CLI_ARGS set runs that command line and exits.
+// with MESHMARK_CLI_ARGS set runs that command line and exits. The binary is also what
+// a local cluster's nodes run (localcluster.RunRole), and the package's shared local
+// cluster is taken down when the tests end.
 func TestMain(m *testing.M) {
+	localcluster.RunRole()
 	if args := os.Getenv("MESHMARK_CLI_ARGS"); args != "" {
 		var argv []string
 		if err := json.Unmarshal([]byte(args), &argv); err != nil {
@@ -30,7 +35,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(Main(argv))
 	}
-	os.Exit(m.Run())
+	os.Exit(kubetest.Main(m))
 }
 
 // TestMergeOfFourGeneratorsIsExact runs four generator processes against one server at

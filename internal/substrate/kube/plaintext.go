@@ -142,8 +142,10 @@ func (c *Cluster) ProbePlaintext(ctx context.Context, app *App, spec PlaintextCh
 	}
 	byPod := map[string][]meshprobe.PlaintextTarget{}
 	for i := 0; i < len(targets); i += servicesPerProbe {
-		batch := append(slices.Clone(targets[i:min(i+servicesPerProbe, len(targets))]), control)
-		pod := c.probePod(fmt.Sprintf("meshmark-plaintext-probe-%d", i/servicesPerProbe), labels, batch, spec.Timeout)
+		batch := slices.Clone(targets[i:min(i+servicesPerProbe, len(targets))])
+		pod := c.probePod(fmt.Sprintf("meshmark-plaintext-probe-%d", i/servicesPerProbe), labels, batch, control, spec.Timeout)
+		// The pod reports the control last.
+		batch = append(batch, control)
 		if _, err := c.client.CoreV1().Pods(res.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			return res, fmt.Errorf("namespace %s: create pod %s: %w", res.Namespace, pod.Name, err)
 		}
@@ -295,8 +297,8 @@ var (
 // probePod is a probe pod for targets: the meshmark image, run once, on the
 // load-generator nodes (callers from outside run there, and the image is already
 // there), with no service account token (it needs no access to the API).
-func (c *Cluster) probePod(name string, labels map[string]string, targets []meshprobe.PlaintextTarget, limit time.Duration) *corev1.Pod {
-	args := []string{PlaintextProbeCommand, "--message-file", TerminationMessagePath}
+func (c *Cluster) probePod(name string, labels map[string]string, targets []meshprobe.PlaintextTarget, control meshprobe.PlaintextTarget, limit time.Duration) *corev1.Pod {
+	args := []string{PlaintextProbeCommand, "--message-file", TerminationMessagePath, "--control", FormatPlaintextTarget(control)}
 	for _, t := range targets {
 		args = append(args, "--target", FormatPlaintextTarget(t))
 	}

@@ -26,7 +26,7 @@ type PlaintextProbe struct {
 	ParseTarget func(arg string) (meshprobe.PlaintextTarget, error)
 	// Run calls the targets and returns the report, as `meshmark plaintext-probe` does:
 	// kube.RunPlaintextProbe.
-	Run func(ctx context.Context, targets []meshprobe.PlaintextTarget, dial meshprobe.DialFunc) []byte
+	Run func(ctx context.Context, targets []meshprobe.PlaintextTarget, control *meshprobe.PlaintextTarget, dial meshprobe.DialFunc) []byte
 	// Control is the positive control's service (kube.PlaintextControlService): a
 	// plaintext service outside the mesh, which answers as the workload does unless
 	// ControlDown says it cannot be reached.
@@ -76,16 +76,21 @@ func (c *Cluster) StandInPlaintextProbe(t testing.TB, probe PlaintextProbe) *Pla
 		s.mu.Unlock()
 		to := map[string]string{}
 		var targets []meshprobe.PlaintextTarget
+		var control *meshprobe.PlaintextTarget
 		args := p.Spec.Containers[0].Args
 		for i := 0; i+1 < len(args); i++ {
-			if args[i] != "--target" {
+			if args[i] != "--target" && args[i] != "--control" {
 				continue
 			}
 			tg, err := probe.ParseTarget(args[i+1])
 			if err != nil {
 				return true, err
 			}
-			targets = append(targets, tg)
+			if args[i] == "--control" {
+				control = &tg
+			} else {
+				targets = append(targets, tg)
+			}
 			to[tg.Addr] = closed
 			if serve[tg.Service] || tg.Service == probe.Control && probe.Control != "" && !controlDown {
 				to[tg.Addr] = workloadAddr
@@ -94,7 +99,7 @@ func (c *Cluster) StandInPlaintextProbe(t testing.TB, probe PlaintextProbe) *Pla
 				to[tg.Addr] = "127.0.0.1:1" // nothing listens: connection refused, as a dead path gives
 			}
 		}
-		report := probe.Run(ctx, targets, func(ctx context.Context, network, addr string) (net.Conn, error) {
+		report := probe.Run(ctx, targets, control, func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, network, to[addr])
 		})
 		if end != nil {

@@ -12,6 +12,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
@@ -27,6 +28,10 @@ const (
 	MessageLimit = 4096
 	// requestsAtOnce bounds the requests one probe pod has in flight.
 	requestsAtOnce = 8
+	// ControlPatience is how long a probe pod calls the positive control again while
+	// it refuses; controlRetry is the pause between two calls.
+	ControlPatience = 15 * time.Second
+	controlRetry    = 250 * time.Millisecond
 )
 
 // FormatTarget is a target as `plaintext-probe --target` takes it:
@@ -59,8 +64,26 @@ func ParseTarget(s string) (meshprobe.PlaintextTarget, error) {
 
 // Run is what a probe pod does: one plaintext request to each target
 // (meshprobe.ProbePlaintext), a few at a time, through dial, and the report of how each
-// ended, which fits MessageLimit.
-func Run(ctx context.Context, targets []meshprobe.PlaintextTarget, dial meshprobe.DialFunc) []byte {
+// ended, which fits MessageLimit. With a positive control (a service outside the mesh
+// that must answer), the control is called first, again while it refuses, for up to
+// ControlPatience, and reported last: a new Service is refused by kube-proxy until it
+// has programmed its endpoints, a moment after they are ready, and only a pod that
+// reached the control has shown that its refusals are the mesh's.
+func Run(ctx context.Context, targets []meshprobe.PlaintextTarget, control *meshprobe.PlaintextTarget, dial meshprobe.DialFunc) []byte {
+	var ctl meshprobe.PlaintextProbe
+	if control != nil {
+		deadline := time.Now().Add(ControlPatience)
+		for {
+			ctl = meshprobe.ProbePlaintext(ctx, dial, *control)
+			if !ctl.Refused || time.Now().After(deadline) || ctx.Err() != nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(controlRetry):
+			}
+		}
+	}
 	probes := make([]meshprobe.PlaintextProbe, len(targets))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, requestsAtOnce)
@@ -74,6 +97,9 @@ func Run(ctx context.Context, targets []meshprobe.PlaintextTarget, dial meshprob
 		}()
 	}
 	wg.Wait()
+	if control != nil {
+		probes = append(probes, ctl)
+	}
 	return Report(probes)
 }
 

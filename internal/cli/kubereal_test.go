@@ -1,0 +1,124 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestStudyOnRealNodes runs one study end to end on a real two-node cluster
+// (localcluster: kubelets, containerd, bridge CNI, kube-proxy, CoreDNS): no mesh, the
+// Istio sidecar under strict mTLS and Istio ambient, each installed from its own
+// charts with images built on this machine. Every part is real: meshmark's generator
+// pods measure bookinfo's pods, each proxy's counters must have counted the probe
+// burst, meshmark's plaintext probe pods must be refused by every meshed service while
+// the positive control (a service outside the mesh) answers them, the kubelets'
+// metrics give each container's CPU and working set, and the cluster's own nodes are
+// the run's provenance. Afterwards nothing of the run or of either mesh is left.
+func TestStudyOnRealNodes(t *testing.T) {
+	l := kubetest.SharedLocal(t)
+	images, err := mesh.LocalImages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.LoadImages(t, images...)
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "study.yaml")
+	doc := fmt.Sprintf(`apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: real-nodes}
+spec:
+  substrate:
+    kubernetes:
+      kubeconfig: %s
+      image: %s
+      generators: 1
+      namespacePrefix: mmreal
+  workload: {graph: bookinfo}
+  meshes:
+    - {name: baseline, profile: none}
+    - {name: istio, profile: envoy-sidecar, options: {mtls: strict}}
+    - {name: ambient, profile: istio-ambient, options: {mtls: strict}}
+  experiments:
+    - {name: latency, kind: fixed-rate, rate: 40, duration: 12s, warmup: 2s}
+  repeats: 1
+`, l.Kubeconfig, l.Image)
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run, errOut := runOnCluster(t, path)
+
+	if run.Status != results.StatusComplete || len(run.Trials) != 3 {
+		t.Fatalf("run %s (%s) with %d trials, want complete with 3\n%s", run.Status, run.StatusReason, len(run.Trials), errOut)
+	}
+	for _, tr := range run.Trials {
+		// 40 req/s for 12 s: every request answered, through bookinfo's four services.
+		if tr.Result.Requests < 400 || tr.Result.Errors != 0 {
+			t.Errorf("%s: %d requests, %d errors; want about 480, none failed", tr.Mesh, tr.Result.Requests, tr.Result.Errors)
+		}
+		containers := map[string]bool{}
+		for _, s := range tr.Result.Resources {
+			if s.CPUUserSeconds+s.CPUSysSeconds > 0 && s.RSSBytes > 0 {
+				containers[s.Role] = true
+			}
+		}
+		if !containers["workload"] {
+			t.Errorf("%s: no workload container with CPU and memory read from its kubelet: %d samples", tr.Mesh, len(tr.Result.Resources))
+		}
+		if tr.Mesh == "istio" && !containers["proxy"] {
+			t.Errorf("istio: no sidecar with CPU and memory read from its kubelet")
+		}
+	}
+	for _, m := range run.Meshes {
+		if m.Label == "baseline" {
+			continue
+		}
+		var e mesh.Enrollment
+		if err := json.Unmarshal(m.Enrollment, &e); err != nil {
+			t.Fatalf("%s: enrollment %s: %v", m.Label, m.Enrollment, err)
+		}
+		if !e.Pass || e.Traffic == nil || !e.Traffic.Proven || len(e.Traffic.Proxies) == 0 {
+			t.Errorf("%s: enrollment pass %v, traffic %+v; want every proxy to have counted the burst", m.Label, e.Pass, e.Traffic)
+		}
+		if e.PlaintextRefused == nil || !*e.PlaintextRefused || len(e.Plaintext) < 4 {
+			t.Errorf("%s: plaintext %+v; want bookinfo's four services to refuse it", m.Label, e.Plaintext)
+		}
+		if len(e.PlaintextControl) == 0 {
+			t.Errorf("%s: no positive control for the plaintext probe", m.Label)
+		}
+		for _, c := range e.PlaintextControl {
+			if c.Refused {
+				t.Errorf("%s: the positive control refused the probe: %+v", m.Label, c)
+			}
+		}
+	}
+	if c := run.Provenance.Cluster; c == nil || len(c.Nodes) != 2 || c.Nodes[0].KubeletVersion == "" {
+		t.Errorf("provenance of the cluster: %+v; want its two nodes", c)
+	}
+	for _, want := range []string{"every pod's proxy carried traffic", "plaintext"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("progress lacks %q:\n%s", want, errOut)
+		}
+	}
+
+	client := l.ClientOf(t)
+	nss, err := client.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range nss.Items {
+		if strings.HasPrefix(ns.Name, "mmreal") || ns.Name == "istio-system" {
+			t.Errorf("namespace %s left after the run (%s)", ns.Name, ns.Status.Phase)
+		}
+	}
+}
