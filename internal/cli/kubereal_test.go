@@ -87,6 +87,9 @@ spec:
 		if err := json.Unmarshal(m.Enrollment, &e); err != nil {
 			t.Fatalf("%s: enrollment %s: %v", m.Label, m.Enrollment, err)
 		}
+		if e.MTLS != mesh.MTLSStrict {
+			t.Errorf("%s: enrollment's mTLS mode %q, want strict as the study configured", m.Label, e.MTLS)
+		}
 		if !e.Pass || e.Traffic == nil || !e.Traffic.Proven || len(e.Traffic.Proxies) == 0 {
 			t.Errorf("%s: enrollment pass %v, traffic %+v; want every proxy to have counted the burst", m.Label, e.Pass, e.Traffic)
 		}

@@ -548,6 +548,13 @@ func (r *runner) connectGenerators(ctx context.Context, c *kube.Cluster, d *kube
 // took in.
 func kubeEnrollment(ctx context.Context, c *kube.Cluster, app *kube.App, m *study.Mesh, plan *mesh.KubernetesInstall) (mesh.Enrollment, error) {
 	enr := mesh.Enrollment{Mesh: m.Name, Pass: true, CheckedAt: time.Now()}
+	// The mode the study configured, which the mesh's install on the cluster carries
+	// out (the report's security posture says it).
+	if p, err := mesh.New(m.Profile, m.Options); err == nil {
+		if withMode, ok := p.(interface{ MTLS() mesh.MTLSMode }); ok {
+			enr.MTLS = withMode.MTLS()
+		}
+	}
 	if err := nodeAgentEnrollment(ctx, c, app, plan, &enr); err != nil {
 		return enr, err
 	}
@@ -1009,6 +1016,15 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 func (r *runner) kubeServed(ctx context.Context, d *kubeDeployment, meshName string) []kube.PodServed {
 	if d.mixUnread != "" {
 		return nil
+	}
+	// The served counts are read in plaintext through the API server's pod proxy, which
+	// a mesh that refuses plaintext refuses too: no use asking pod by pod.
+	if m := r.study.Mesh(meshName); m != nil {
+		if promised, err := plaintextRefusalPromised(*m); err == nil && promised {
+			d.mixUnread = "the pods' served counts are read in plaintext through the API server, which this mesh refuses (strict mTLS)"
+			r.progress.note(fmt.Sprintf("%s: the request mix is not checked: %s", meshName, d.mixUnread))
+			return nil
+		}
 	}
 	served, err := d.cluster.Served(ctx, d.app)
 	if err != nil {
