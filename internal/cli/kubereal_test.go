@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -66,17 +67,15 @@ spec:
 		if tr.Result.Requests < 400 || tr.Result.Errors != 0 {
 			t.Errorf("%s: %d requests, %d errors; want about 480, none failed", tr.Mesh, tr.Result.Requests, tr.Result.Errors)
 		}
-		containers := map[string]bool{}
+		measured := map[substrate.Role]bool{}
 		for _, s := range tr.Result.Resources {
 			if s.CPUUserSeconds+s.CPUSysSeconds > 0 && s.RSSBytes > 0 {
-				containers[s.Role] = true
+				measured[substrate.Role(s.Role)] = true
 			}
 		}
-		if !containers["workload"] {
-			t.Errorf("%s: no workload container with CPU and memory read from its kubelet: %d samples", tr.Mesh, len(tr.Result.Resources))
-		}
-		if tr.Mesh == "istio" && !containers["proxy"] {
-			t.Errorf("istio: no sidecar with CPU and memory read from its kubelet")
+		want := map[string]substrate.Role{"baseline": substrate.RoleWorkload, "istio": substrate.RoleSidecar, "ambient": substrate.RoleNodeProxy}
+		if !measured[substrate.RoleWorkload] || !measured[want[tr.Mesh]] {
+			t.Errorf("%s: containers with CPU and memory read from their kubelets: %v; want the workload's and %s", tr.Mesh, measured, want[tr.Mesh])
 		}
 	}
 	for _, m := range run.Meshes {

@@ -125,7 +125,7 @@ func TestLoadCommandProtocols(t *testing.T) {
 	if res.Succeeded != 5 {
 		t.Errorf("grpc with a request message: ok %d, errors %v", res.Succeeded, res.ErrorSamples)
 	}
-	res = loadJSON(t, target, "--protocol", "grpc", "--body", "\x0a\x04nope", "-n", "5")
+	res = loadJSONAllFailed(t, target, "--protocol", "grpc", "--body", "\x0a\x04nope", "-n", "5")
 	if res.Errors.Non2xx != 5 || res.StatusCodes[404] != 5 {
 		t.Errorf("grpc health check of an unknown service: errors %+v, codes %v", res.Errors, res.StatusCodes)
 	}
@@ -159,6 +159,18 @@ func loadJSON(t *testing.T, args ...string) *load.Result {
 	return res
 }
 
+// loadJSONAllFailed runs a load in which no request succeeds: meshmark load still
+// writes its result, and exits 1 saying so.
+func loadJSONAllFailed(t *testing.T, args ...string) *load.Result {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "run.json")
+	s, code, err := execResults(t, append(append([]string{"load"}, args...), "--format", "json", "-o", out)...)
+	if code != 1 || err == nil || !strings.Contains(err.Error(), "no request succeeded") {
+		t.Fatalf("meshmark load %v: exit code %d, %v; want 1, saying no request succeeded\n%s", args, code, err, s)
+	}
+	return readResult(t, out)
+}
+
 func writeFile(t *testing.T, name string, data []byte) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
@@ -175,7 +187,7 @@ func certPEM(c *x509.Certificate) []byte {
 func TestLoadCommandHTTPS(t *testing.T) {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
-	res := loadJSON(t, srv.URL, "-c", "1", "-n", "3")
+	res := loadJSONAllFailed(t, srv.URL, "-c", "1", "-n", "3")
 	if res.Errors.Other != 3 || len(res.ErrorSamples) == 0 || !strings.Contains(res.ErrorSamples[0], "certificate") {
 		t.Errorf("untrusted server: errors %+v %v, want 3 of kind other mentioning the certificate", res.Errors, res.ErrorSamples)
 	}
@@ -193,7 +205,7 @@ func TestLoadCommandHTTPS(t *testing.T) {
 			t.Errorf("%v: succeeded %d of %d, errors %+v %v", args, res.Succeeded, res.Completed, res.Errors, res.ErrorSamples)
 		}
 	}
-	res = loadJSON(t, srv.URL, "-n", "2", "--cacert", ca, "--servername", "other.example")
+	res = loadJSONAllFailed(t, srv.URL, "-n", "2", "--cacert", ca, "--servername", "other.example")
 	if res.Errors.Other != 2 {
 		t.Errorf("--servername the certificate does not carry: errors %+v %v", res.Errors, res.ErrorSamples)
 	}
@@ -221,7 +233,7 @@ func TestLoadCommandH2(t *testing.T) {
 	if res.Succeeded != 50 || h2.Load() != 50 || conns.Load() != 2 {
 		t.Errorf("succeeded %d, %d over HTTP/2, %d connections; want 50, 50, 2 (errors %+v %v)", res.Succeeded, h2.Load(), conns.Load(), res.Errors, res.ErrorSamples)
 	}
-	if res := loadJSON(t, srv.URL, "--protocol", "h2", "-n", "2"); res.Errors.Other != 2 {
+	if res := loadJSONAllFailed(t, srv.URL, "--protocol", "h2", "-n", "2"); res.Errors.Other != 2 {
 		t.Errorf("h2 without the CA: errors %+v %v, want 2 certificate failures", res.Errors, res.ErrorSamples)
 	}
 }
@@ -251,7 +263,7 @@ func TestLoadCommandMTLS(t *testing.T) {
 	keyFile := writeFile(t, "client.key", leaf.KeyPEM)
 	both := writeFile(t, "both.pem", append(append([]byte(nil), leaf.CertPEM...), leaf.KeyPEM...))
 
-	res := loadJSON(t, srv.URL, "-c", "1", "-n", "3", "--cacert", serverCA)
+	res := loadJSONAllFailed(t, srv.URL, "-c", "1", "-n", "3", "--cacert", serverCA)
 	if res.Succeeded != 0 || res.Errors.Total() != 3 || peers.Load() != 0 {
 		t.Errorf("no client certificate: succeeded %d, errors %+v %v; want 3 failures", res.Succeeded, res.Errors, res.ErrorSamples)
 	}
