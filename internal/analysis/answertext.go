@@ -142,9 +142,22 @@ func AddedLatency(e Estimate) string {
 	}
 	s := signed3(e.Value/scale) + unit
 	if !math.IsNaN(e.Lo) && !math.IsNaN(e.Hi) {
-		s += " [" + signed3(e.Lo/scale) + ", " + signed3(e.Hi/scale) + "]"
+		s += " [" + SignedBound(e.Lo/scale, signed3) + ", " + SignedBound(e.Hi/scale, signed3) + "]"
 	}
 	return s
+}
+
+// SignedBound is an interval's bound as format writes it, or ">+9999" or "<-9999"
+// beyond those: with few repeats a t interval can reach absurd lengths (2 repeats: t =
+// 12.7), and eleven digits there would only hide that the bound is unknown in practice.
+func SignedBound(x float64, format func(float64) string) string {
+	switch {
+	case x >= 1e4:
+		return ">+9999"
+	case x <= -1e4:
+		return "<-9999"
+	}
+	return format(x)
 }
 
 // signed3 is x with a sign and about three significant digits, never in exponent

@@ -63,8 +63,10 @@ func pct(e Estimate) string {
 	case math.IsNaN(e.Lo) || math.IsNaN(e.Hi):
 		return fmt.Sprintf("%+.1f%% [-, -]", e.Value) // no interval (NoInterval)
 	}
-	return fmt.Sprintf("%+.1f%% [%+.1f, %+.1f]", e.Value, e.Lo, e.Hi)
+	return fmt.Sprintf("%+.1f%% [%s, %s]", e.Value, SignedBound(e.Lo, signed1), SignedBound(e.Hi, signed1))
 }
+
+func signed1(x float64) string { return fmt.Sprintf("%+.1f", x) }
 
 // WriteRunSummary prints every detail of a run (what `meshmark show --all` prints
 // under the answer): the run, its meshes, a percentile table per mesh and point, the

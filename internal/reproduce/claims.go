@@ -184,6 +184,8 @@ func ratioText(x float64) string {
 		return "-"
 	}
 	switch {
+	case x >= 1e4:
+		return ">9999" // a few repeats' t interval; its digits would mean nothing
 	case x >= 10:
 		return fmt.Sprintf("%.1f", x)
 	case x >= 2:
@@ -265,7 +267,8 @@ func ratioMark(o outcome, cl published.Claim) (Mark, string) {
 }
 
 func pctText(r analysis.Estimate) string {
-	return fmt.Sprintf("%+.1f%% [%+.1f, %+.1f]", 100*(r.Value-1), 100*(r.Lo-1), 100*(r.Hi-1))
+	signed1 := func(x float64) string { return fmt.Sprintf("%+.1f", x) }
+	return fmt.Sprintf("%+.1f%% [%s, %s]", 100*(r.Value-1), analysis.SignedBound(100*(r.Lo-1), signed1), analysis.SignedBound(100*(r.Hi-1), signed1))
 }
 
 // valueText renders a value in its unit: latencies (µs) as analysis prints them.
