@@ -427,7 +427,9 @@ func securityPosture(run *results.Run, mesh string) (string, []Flag) {
 				if p.Meshed {
 					meshed++
 				}
-				if p.Service != "" {
+				// Only where mTLS was looked for on the wire (the local substrate's
+				// capture); a cluster's check records none.
+				if p.Service != "" && p.MTLSObserved != "" {
 					services++
 					if p.MTLSObserved == "mtls" {
 						mtls++
