@@ -446,6 +446,11 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 		d.resources.Sidecar = plan.Sidecar
 		d.resources.MeshPodLabels = plan.OwnPodLabels
 		d.proxies = plan.Proxies
+		for _, p := range plan.Proxies {
+			if p.Namespace != "" {
+				d.resources.NodeProxies = append(d.resources.NodeProxies, p.Labels)
+			}
+		}
 	}
 	for _, s := range r.graph.Services {
 		d.services = append(d.services, s.Name)

@@ -48,8 +48,8 @@ type ResourceScope struct {
 	// App is the namespace of the workload and its load generators.
 	App string
 	// MeshNamespaces are where the mesh installed itself (istio-system). A DaemonSet's pod
-	// there serves every pod of its node (ztunnel, the istio-cni or Cilium agent) and is
-	// a node proxy; any other pod there is the mesh's control plane.
+	// there that carries traffic for every pod of its node (ztunnel, the Cilium agent) is
+	// a node proxy (see NodeProxies); any other pod there is the mesh's control plane.
 	MeshNamespaces []string
 	// MeshPodLabels, when set, are labels every pod of the mesh carries: a pod of the
 	// mesh's namespaces without them is the cluster's own (Cilium installs into
@@ -58,6 +58,10 @@ type ResourceScope struct {
 	// Sidecar is the container the mesh injects beside each application container, when
 	// it is not one of the usual names.
 	Sidecar string
+	// NodeProxies, when set, are the labels of the mesh's node proxies (ztunnel): a
+	// DaemonSet's pod in the mesh's namespaces that has none of them is a node agent
+	// (istio-cni's), counted with the control plane, not the data plane.
+	NodeProxies []map[string]string
 }
 
 // Namespaces are the namespaces whose pods the scope covers.
@@ -93,7 +97,12 @@ func (s ResourceScope) RoleOf(pod *corev1.Pod, container string) (substrate.Role
 			return "", false
 		}
 		for _, o := range pod.OwnerReferences {
-			if o.Kind == "DaemonSet" {
+			if o.Kind != "DaemonSet" {
+				continue
+			}
+			if len(s.NodeProxies) == 0 || slices.ContainsFunc(s.NodeProxies, func(l map[string]string) bool {
+				return labels.SelectorFromSet(l).Matches(labels.Set(pod.Labels))
+			}) {
 				return substrate.RoleNodeProxy, true
 			}
 		}

@@ -289,3 +289,28 @@ func TestConnectNamesTheMissingNodeProxyRight(t *testing.T) {
 	}
 	t.Log(connErr)
 }
+
+// TestNodeAgentIsNotANodeProxy: of the DaemonSets ambient installs in istio-system, only
+// ztunnel's pods (the mesh's declared node proxy) are its data plane; istio-cni's node
+// agent, which carries no traffic, counts with the control plane. Without declared node
+// proxies every DaemonSet's pod of the mesh is one, as before.
+func TestNodeAgentIsNotANodeProxy(t *testing.T) {
+	daemon := []metav1.OwnerReference{{Kind: "DaemonSet", Name: "x"}}
+	ztunnel := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ztunnel-abc", Namespace: "istio-system", Labels: map[string]string{"app": "ztunnel"}, OwnerReferences: daemon}}
+	cni := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "istio-cni-node-abc", Namespace: "istio-system", Labels: map[string]string{"k8s-app": "istio-cni-node"}, OwnerReferences: daemon}}
+	istiod := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "istiod-abc", Namespace: "istio-system", Labels: map[string]string{"app": "istiod"}}}
+
+	scope := ResourceScope{Mesh: "ambient", App: "app", MeshNamespaces: []string{"istio-system"}, NodeProxies: []map[string]string{{"app": "ztunnel"}}}
+	for _, c := range []struct {
+		pod  corev1.Pod
+		want substrate.Role
+	}{{ztunnel, substrate.RoleNodeProxy}, {cni, substrate.RoleControlPlane}, {istiod, substrate.RoleControlPlane}} {
+		if role, ok := scope.RoleOf(&c.pod, "c"); !ok || role != c.want {
+			t.Errorf("%s: %s (%v), want %s", c.pod.Name, role, ok, c.want)
+		}
+	}
+	scope.NodeProxies = nil
+	if role, _ := scope.RoleOf(&cni, "c"); role != substrate.RoleNodeProxy {
+		t.Errorf("without declared node proxies, a DaemonSet's pod is %s, want a node proxy", role)
+	}
+}
