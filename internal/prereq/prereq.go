@@ -16,6 +16,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	linkerdcharts "github.com/meshmark/meshmark/third_party/linkerd-charts"
 )
 
 // Pinned versions: a result is only comparable with another if the components are the same.
@@ -334,6 +336,14 @@ func Items() []Item {
 			it.VersionArgs, it.WantVersion = []string{"version", "--short"}, IstioModuleVersion
 		}
 		items = append(items, it)
+	}
+	// Linkerd's control plane at the release whose charts meshmark vendors, and the
+	// helpers its proxy image holds, built from Linkerd's source (a Rust build of the
+	// policy controller: tens of minutes the first time).
+	linkerd := cachedBuild(tools, "linkerd-"+linkerdcharts.Tag, "build-linkerd.sh", linkerdcharts.Tag)
+	for _, name := range []string{"linkerd-controller", "linkerd-policy-controller", "linkerd2-proxy-identity", "linkerd2-proxy-init"} {
+		items = append(items, Item{Name: name, Purpose: "Linkerd " + linkerdcharts.Tag + " on a local cluster (its control plane's and proxy's images)",
+			Need: NeedCluster, Find: toolBin(name), Install: linkerd})
 	}
 	return append(items, []Item{
 		{Name: "wrk", Purpose: "side-by-side load-engine benchmark", Need: NeedBench,
