@@ -115,7 +115,8 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 		Sidecar:        Sidecar,
 		// The proxy's admin server, which proxy-init leaves out of the redirection
 		// and which serves /metrics on the pod's address, as Prometheus scrapes it.
-		Proxies: []mesh.ProxyEndpoint{{Component: Component, Container: Sidecar, Port: AdminPort, Path: "/metrics", Read: readKubeMetrics}},
+		Proxies:         []mesh.ProxyEndpoint{{Component: Component, Container: Sidecar, Port: AdminPort, Path: "/metrics", Read: readKubeMetrics}},
+		ForLocalCluster: ForLocalCluster,
 	}, nil
 }
 

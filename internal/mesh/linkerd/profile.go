@@ -81,7 +81,8 @@ func init() {
 			"circuit_breakers": "linkerd2-proxy has no Envoy-style connection and request thresholds",
 			"telemetry":        "linkerd2-proxy always keeps its metrics; there is no switch to attribute their cost",
 		},
-		Needs: []string{"linkerd2-proxy"},
+		Needs:       []string{"linkerd2-proxy"},
+		LocalImages: LocalImages,
 	})
 }
 
