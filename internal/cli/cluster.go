@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -46,7 +47,7 @@ func newClusterUp() *cobra.Command {
 			if opts.PauseBinary, err = podcmd.Find(); err != nil {
 				return err
 			}
-			if opts.Images, err = clusterImages(); err != nil {
+			if opts.Images, err = clusterImages(cmd.ErrOrStderr()); err != nil {
 				return err
 			}
 			cl, err := localcluster.Up(cmd.Context(), opts)
@@ -95,7 +96,7 @@ func newClusterLoad() *cobra.Command {
 		Short: "Load this meshmark's image and the meshes' images into a running local cluster again (after a rebuild)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			images, err := clusterImages()
+			images, err := clusterImages(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -143,8 +144,9 @@ func newClusterList() *cobra.Command {
 }
 
 // clusterImages are the images a local cluster gets besides its own: meshmark's, under
-// the name the Kubernetes examples use and under this version's, and every mesh's.
-func clusterImages() ([]localcluster.Image, error) {
+// the name the Kubernetes examples use and under this version's, and every mesh's that
+// is built here; w hears of a mesh whose images are not, which the cluster runs without.
+func clusterImages(w io.Writer) ([]localcluster.Image, error) {
 	bin, err := podcmd.Find()
 	if err != nil {
 		return nil, err
@@ -159,9 +161,12 @@ func clusterImages() ([]localcluster.Image, error) {
 			return image.Build(image.Options{Binary: bin, Version: Version})
 		}})
 	}
-	meshes, err := mesh.LocalImages()
+	meshes, notBuilt, err := mesh.LocalImages()
 	if err != nil {
 		return nil, err
+	}
+	for _, n := range notBuilt {
+		fmt.Fprintf(w, "not loaded: %s\n", n)
 	}
 	return append(out, meshes...), nil
 }

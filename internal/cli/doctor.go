@@ -67,7 +67,7 @@ func init() {
 				return nil
 			},
 		}
-		c.Flags().StringSliceVar(&needs, "for", nil, "only what is needed for: run, test, bench (default all)")
+		c.Flags().StringSliceVar(&needs, "for", nil, "only what is needed for: run, test, cluster, bench, or linkerd (Linkerd built from its source for a local cluster; never by default)")
 		return c
 	})
 }

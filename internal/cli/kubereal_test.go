@@ -27,7 +27,9 @@ import (
 // the run's provenance. Afterwards nothing of the run or of either mesh is left.
 func TestStudyOnRealNodes(t *testing.T) {
 	l := kubetest.SharedLocal(t)
-	images, err := mesh.LocalImages()
+	// Linkerd's images are built only on request (setup --for linkerd); Istio's, which
+	// this test needs, are built by setup for every cluster.
+	images, _, err := mesh.LocalImages()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ package mesh
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -73,9 +74,15 @@ type Registration struct {
 	LocalImages func() ([]image.Named, error)
 }
 
-// LocalImages are the images every registered mesh needs on a local cluster, each
-// name once.
-func LocalImages() ([]image.Named, error) {
+// ErrImagesNotBuilt is what a mesh's LocalImages returns, wrapped with how to build
+// them, when the build its images are made of is not on this machine (one only a user
+// who asks for it makes, such as Linkerd's from source).
+var ErrImagesNotBuilt = errors.New("images not built")
+
+// LocalImages are the images every registered mesh needs on a local cluster, each name
+// once, and a note for each mesh whose images are not built here (ErrImagesNotBuilt),
+// which a local cluster then runs without.
+func LocalImages() (images []image.Named, notBuilt []string, err error) {
 	registryMu.RLock()
 	defer registryMu.RUnlock()
 	var names []string
@@ -84,24 +91,27 @@ func LocalImages() ([]image.Named, error) {
 	}
 	sort.Strings(names)
 	seen := map[string]bool{}
-	var out []image.Named
 	for _, n := range names {
 		r := registry[n]
 		if r.LocalImages == nil {
 			continue
 		}
 		ims, err := r.LocalImages()
+		if errors.Is(err, ErrImagesNotBuilt) {
+			notBuilt = append(notBuilt, fmt.Sprintf("mesh %s: %v", n, err))
+			continue
+		}
 		if err != nil {
-			return nil, fmt.Errorf("mesh %s: %w", n, err)
+			return nil, nil, fmt.Errorf("mesh %s: %w", n, err)
 		}
 		for _, im := range ims {
 			if !seen[im.Name] {
 				seen[im.Name] = true
-				out = append(out, im)
+				images = append(images, im)
 			}
 		}
 	}
-	return out, nil
+	return images, notBuilt, nil
 }
 
 var (

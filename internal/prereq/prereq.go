@@ -48,6 +48,10 @@ const (
 	// NeedCluster is what `meshmark cluster up` runs; make test needs it too, since the
 	// Kubernetes tests run on a local cluster.
 	NeedCluster Need = "cluster"
+	// NeedLinkerd is Linkerd's control plane built from its source for a local cluster
+	// (a Rust build of tens of minutes, from Linkerd's repositories on GitHub or a
+	// mirror): only when asked for by name (`setup --for linkerd`), never by default.
+	NeedLinkerd Need = "linkerd"
 )
 
 // Item is one prerequisite.
@@ -343,7 +347,7 @@ func Items() []Item {
 	linkerd := cachedBuild(tools, "linkerd-"+linkerdcharts.Tag, "build-linkerd.sh", linkerdcharts.Tag)
 	for _, name := range []string{"linkerd-controller", "linkerd-policy-controller", "linkerd2-proxy-identity", "linkerd2-proxy-init"} {
 		items = append(items, Item{Name: name, Purpose: "Linkerd " + linkerdcharts.Tag + " on a local cluster (its control plane's and proxy's images)",
-			Need: NeedCluster, Find: toolBin(name), Install: linkerd})
+			Need: NeedLinkerd, Find: toolBin(name), Install: linkerd})
 	}
 	return append(items, []Item{
 		{Name: "wrk", Purpose: "side-by-side load-engine benchmark", Need: NeedBench,
@@ -426,7 +430,7 @@ func CheckAll(ctx context.Context, needs ...Need) []Status {
 
 func wanted(n Need, needs []Need) bool {
 	if len(needs) == 0 {
-		return true
+		return n != NeedLinkerd
 	}
 	for _, x := range needs {
 		if x == n {

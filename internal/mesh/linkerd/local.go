@@ -51,7 +51,7 @@ func LocalImages() ([]image.Named, error) {
 	for _, name := range LocalBinaries {
 		p, err := prereq.Tool(name)
 		if err != nil {
-			return nil, fmt.Errorf("%s not found: run `meshmark setup --for cluster` (it builds Linkerd %s from source)", name, linkerdcharts.Tag)
+			return nil, fmt.Errorf("%w: %s not found: `meshmark setup --for linkerd` builds Linkerd %s from its source (tens of minutes)", mesh.ErrImagesNotBuilt, name, linkerdcharts.Tag)
 		}
 		bins[name] = p
 	}

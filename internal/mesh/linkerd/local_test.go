@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"errors"
 	"io"
-	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -23,16 +22,15 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// localBuild skips outside CI when setup has not built Linkerd for a local cluster.
+// localBuild skips the test when Linkerd has not been built for a local cluster: that
+// build is made only on request (`meshmark setup --for linkerd`: Linkerd's repositories
+// and a Rust build of tens of minutes), so make test does not make it, in CI neither.
 func localBuild(t *testing.T) {
 	t.Helper()
 	proxyBinary(t)
 	for _, name := range LocalBinaries {
 		if _, err := prereq.Tool(name); err != nil {
-			if os.Getenv("CI") == "" {
-				t.Skipf("Linkerd's images for a local cluster are made of setup's build (scripts/build-linkerd.sh): %v", err)
-			}
-			t.Fatalf("CI must build Linkerd for a local cluster: %v", err)
+			t.Skipf("Linkerd's images for a local cluster are made of `meshmark setup --for linkerd`'s build (scripts/build-linkerd.sh): %v", err)
 		}
 	}
 }
