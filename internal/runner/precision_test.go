@@ -3,6 +3,7 @@ package runner
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -37,7 +38,7 @@ metadata: {name: runner-precision}
 spec:
   substrate:
     local: {nodes: 1}
-  workload: {graph: chain-2}
+  workload: {graph: GRAPH}
   meshes:
     - {name: a, profile: none}
     - {name: b, profile: none}
@@ -47,11 +48,27 @@ spec:
   precision: PRECISION
 `
 
+// sleepyChain is chain-2 whose second service takes 3 ms: a p50 of milliseconds, which
+// an A/A pair at 3 repeats resolves to some tens of percent, where chain-2's p50 of a
+// few hundred µs moved by ±200% between bring-ups on a quiet machine.
+const sleepyChain = `name: sleepy-chain
+services:
+  - name: svc-0
+    isEntrypoint: true
+    script: [call: svc-1]
+  - name: svc-1
+    script: [sleep: 3ms]
+`
+
 // A precision target adds rounds of the last stage until it is met or the budget is
 // spent: an unreachable one stops at the budget with more repeats than planned, a
 // loose one adds nothing, and the progress says which.
 func TestPrecisionAddsRepeats(t *testing.T) {
 	needRoot(t)
+	graph := filepath.Join(t.TempDir(), "sleepy-chain.yaml")
+	if err := os.WriteFile(graph, []byte(sleepyChain), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	run := func(precision string) (*results.Run, string) {
 		db, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "results.db"))
 		if err != nil {
@@ -59,7 +76,7 @@ func TestPrecisionAddsRepeats(t *testing.T) {
 		}
 		defer db.Close()
 		var out syncBuffer
-		r, err := Run(context.Background(), parseStudy(t, strings.Replace(precisionStudy, "PRECISION", precision, 1)),
+		r, err := Run(context.Background(), parseStudy(t, strings.NewReplacer("PRECISION", precision, "GRAPH", graph).Replace(precisionStudy)),
 			Options{Store: db, PodBinary: podBin, Progress: &out})
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out.String())
@@ -84,7 +101,8 @@ func TestPrecisionAddsRepeats(t *testing.T) {
 		t.Errorf("progress does not tell the rounds and the budget:\n%s", log)
 	}
 
-	// A/A of the baseline at 3 repeats resolves p50 to some tens of percent at worst.
+	// A/A of the baseline at 3 repeats resolves a p50 of milliseconds to some tens of
+	// percent at worst (t with 2 degrees of freedom is 4.3).
 	loose, log := run("{p50: 100%}")
 	if n := repeats(loose); n != 3 || !strings.Contains(log, "precision met at 3 repeats: p50") {
 		t.Errorf("a target met at once added repeats: %d\n%s", n, log)
