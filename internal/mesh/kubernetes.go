@@ -187,12 +187,13 @@ func MergeHelmValues(charts []HelmChart, byRelease any, option string) error {
 		if !ok {
 			return &OptionError{Key: option + "." + release, Msg: "want a map of chart values"}
 		}
-		charts[i].Values = mergeValues(charts[i].Values, values)
+		charts[i].Values = MergeValues(charts[i].Values, values)
 	}
 	return nil
 }
 
-func mergeValues(into, from map[string]any) map[string]any {
+// MergeValues lays from over into, key by key and recursively into maps: from wins.
+func MergeValues(into, from map[string]any) map[string]any {
 	out := maps.Clone(into)
 	if out == nil {
 		out = map[string]any{}
@@ -201,7 +202,7 @@ func mergeValues(into, from map[string]any) map[string]any {
 		sub, isMap := v.(map[string]any)
 		have, hadMap := out[k].(map[string]any)
 		if isMap && hadMap {
-			out[k] = mergeValues(have, sub)
+			out[k] = MergeValues(have, sub)
 		} else {
 			out[k] = v
 		}

@@ -207,26 +207,7 @@ func ForLocalCluster(in *mesh.KubernetesInstall) (map[string]string, error) {
 				"metadata; each sidecar's requests are counted from Envoy's own inbound cluster counters"
 		}
 		// The chart's own defaults and the study's values come first; these fill in.
-		hc.Values = mergeUnder(hc.Values, values)
+		hc.Values = mesh.MergeValues(values, hc.Values)
 	}
 	return notes, nil
-}
-
-// mergeUnder lays over onto values where values has nothing, recursively: the study's
-// settings win.
-func mergeUnder(values, over map[string]any) map[string]any {
-	out := map[string]any{}
-	for k, v := range over {
-		out[k] = v
-	}
-	for k, v := range values {
-		vm, vok := v.(map[string]any)
-		om, ook := out[k].(map[string]any)
-		if vok && ook {
-			out[k] = mergeUnder(vm, om)
-			continue
-		}
-		out[k] = v
-	}
-	return out
 }

@@ -148,11 +148,11 @@ func ForLocalCluster(in *mesh.KubernetesInstall) (map[string]string, error) {
 		if hc.Release != controlPlaneRelease || hc.Repo != "" {
 			continue
 		}
-		hc.Values = mergeUnder(hc.Values, map[string]any{
+		hc.Values = mesh.MergeValues(map[string]any{
 			"clusterNetworks":  ClusterNetworks,
 			"proxyInit":        map[string]any{"runAsRoot": true},
 			"disableHeartBeat": true,
-		})
+		}, hc.Values) // the study's values win
 		notes["linkerd images"] = fmt.Sprintf("%s and %s:%s made on this machine: the control plane built from linkerd2 %s (%s), the linkerd2-proxy release build setup installed (its version is in each pod's proxy metrics), linkerd2-proxy-init %s",
 			ControllerImage, ProxyImage, linkerdcharts.Tag, linkerdcharts.Tag, policyControllerNote(), proxyInitVersion())
 		notes["linkerd local cluster"] = "clusterNetworks " + ClusterNetworks + "; linkerd-init as root (the image has no file capabilities); heartbeat off"
@@ -183,22 +183,3 @@ func policyControllerNote() string {
 }
 
 func proxyInitVersion() string { return sourceLine("linkerd2-proxy-init ") }
-
-// mergeUnder lays over onto values where values has nothing, recursively: the study's
-// settings win.
-func mergeUnder(values, over map[string]any) map[string]any {
-	out := map[string]any{}
-	for k, v := range over {
-		out[k] = v
-	}
-	for k, v := range values {
-		vm, vok := v.(map[string]any)
-		om, ook := out[k].(map[string]any)
-		if vok && ook {
-			out[k] = mergeUnder(vm, om)
-			continue
-		}
-		out[k] = v
-	}
-	return out
-}
