@@ -385,6 +385,19 @@ func (c *Cluster) ForwardPodPort(ctx context.Context, namespace, pod string, por
 	if err != nil {
 		return err
 	}
+	return c.createKwok(ctx, "portforwards", map[string]any{
+		"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "PortForward",
+		"metadata": map[string]any{"name": pod, "namespace": namespace},
+		"spec": map[string]any{"forwards": []any{map[string]any{
+			"ports":  []any{int64(port)},
+			"target": map[string]any{"address": host, "port": int64(targetPort)},
+		}}},
+	})
+}
+
+// createKwok creates one of kwok's own objects (resource of kwok.x-k8s.io/v1alpha1),
+// which tell kwok how a pod it runs on paper behaves.
+func (c *Cluster) createKwok(ctx context.Context, resource string, object map[string]any) error {
 	rc, err := c.restConfig()
 	if err != nil {
 		return err
@@ -393,16 +406,9 @@ func (c *Cluster) ForwardPodPort(ctx context.Context, namespace, pod string, por
 	if err != nil {
 		return err
 	}
-	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "PortForward",
-		"metadata": map[string]any{"name": pod, "namespace": namespace},
-		"spec": map[string]any{"forwards": []any{map[string]any{
-			"ports":  []any{int64(port)},
-			"target": map[string]any{"address": host, "port": int64(targetPort)},
-		}}},
-	}}
-	gvr := schema.GroupVersionResource{Group: "kwok.x-k8s.io", Version: "v1alpha1", Resource: "portforwards"}
-	_, err = dyn.Resource(gvr).Namespace(namespace).Create(ctx, obj, metav1.CreateOptions{})
+	meta := object["metadata"].(map[string]any)
+	gvr := schema.GroupVersionResource{Group: "kwok.x-k8s.io", Version: "v1alpha1", Resource: resource}
+	_, err = dyn.Resource(gvr).Namespace(meta["namespace"].(string)).Create(ctx, &unstructured.Unstructured{Object: object}, metav1.CreateOptions{})
 	return err
 }
 

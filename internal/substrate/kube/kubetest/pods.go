@@ -12,9 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 )
 
@@ -132,23 +129,13 @@ func (c *Cluster) CrashLoops(ctx context.Context, namespace, name, container str
 	if err := os.WriteFile(current, nil, 0o600); err != nil {
 		return err
 	}
-	rc, err := c.restConfig()
-	if err != nil {
-		return err
-	}
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
-	obj := &unstructured.Unstructured{Object: map[string]any{
+	if err := c.createKwok(ctx, "logs", map[string]any{
 		"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
 		"metadata": map[string]any{"name": name, "namespace": namespace},
 		"spec": map[string]any{"logs": []any{map[string]any{
 			"containers": []any{container}, "logsFile": current, "previousLogsFile": previous,
 		}}},
-	}}
-	gvr := schema.GroupVersionResource{Group: "kwok.x-k8s.io", Version: "v1alpha1", Resource: "logs"}
-	if _, err := dyn.Resource(gvr).Namespace(namespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+	}); err != nil {
 		return err
 	}
 	return c.updatePodStatus(ctx, namespace, name, func(p *corev1.Pod) {
