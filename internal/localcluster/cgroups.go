@@ -159,6 +159,7 @@ func killCgroup(path string, timeout time.Duration) error {
 	freezer := filepath.Join(cgroupFS, "freezer", path, "freezer.state")
 	frozen := os.WriteFile(freezer, []byte("FROZEN"), 0o644) == nil
 	deadline := time.Now().Add(timeout)
+	killed := map[int]bool{}
 	for {
 		pids, err := cgroupPIDs(path)
 		if err != nil {
@@ -170,6 +171,7 @@ func killCgroup(path string, timeout time.Duration) error {
 		for _, pid := range pids {
 			if pid != os.Getpid() {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
+				killed[pid] = true
 			}
 		}
 		// A frozen process dies only once thawed.
@@ -184,6 +186,16 @@ func killCgroup(path string, timeout time.Duration) error {
 	}
 	if frozen {
 		_ = os.WriteFile(freezer, []byte("THAWED"), 0o644)
+	}
+	// A process leaves its cgroup early in its exit, before it has released its
+	// mounts and namespaces: wait until each one killed has finished dying.
+	for pid := range killed {
+		for running(pid) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if running(pid) {
+			return fmt.Errorf("cgroup %s: process %d still alive %v after SIGKILL", path, pid, timeout)
+		}
 	}
 	return nil
 }

@@ -57,6 +57,9 @@ const (
 	derivedSearchStart     = 0.8
 	derivedSearchFloor     = 0.5
 	derivedSearchPrecision = 10 // %
+	// floorRetries is how many times a failed floor probe is run again while the
+	// generator, not the target, is what fell behind.
+	floorRetries = 2
 )
 
 // searchCapacity runs a capacity experiment with the substrate's probes and records the
@@ -95,7 +98,8 @@ func (r *runner) searchCapacity(t *study.Trial, probes capacityProbes) error {
 		r.progress.note(fmt.Sprintf("capacity %s %s repeat %d: closed-loop best %.0f req/s; searching the open-loop rate it sustains between %.0f and %.0f req/s",
 			t.Mesh.Name, e.Name, t.Repeat+1, closedBest, floor, s.Max))
 	}
-	var missed string // why the last probe that failed did
+	var missed string        // why the last probe that failed did
+	var generatorBehind bool // whether the generator fell behind in the last probe
 	if s != nil {
 		precision := s.Precision.Fraction()
 		if precision <= 0 {
@@ -107,6 +111,7 @@ func (r *runner) searchCapacity(t *study.Trial, probes capacityProbes) error {
 			if err != nil {
 				return false, err
 			}
+			generatorBehind = res.Health.Bottleneck
 			if why := r.sloMiss(res, rate); why != "" {
 				missed = fmt.Sprintf("at %.0f req/s %s", rate, why)
 				return false, nil
@@ -127,6 +132,17 @@ func (r *runner) searchCapacity(t *study.Trial, probes capacityProbes) error {
 				// state, not a capacity to take shares of.
 				if ok, err = probe(floor); err != nil {
 					return err
+				}
+				// Failing the floor ends the run, so a failure the generator may have
+				// caused (a machine busy with something else) is not taken at once:
+				// the probe is run again, up to twice, while the generator is the one
+				// that fell behind.
+				for retry := 0; !ok && generatorBehind && retry < floorRetries; retry++ {
+					r.progress.note(fmt.Sprintf("capacity %s %s repeat %d: the floor probe failed while the load generator fell behind (%s); probing it again",
+						t.Mesh.Name, e.Name, t.Repeat+1, missed))
+					if ok, err = probe(floor); err != nil {
+						return err
+					}
 				}
 				if ok {
 					lo = floor
