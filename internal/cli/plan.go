@@ -40,7 +40,12 @@ func planStudy(cmd *cobra.Command, st *study.Study, f runFlags) error {
 	if err != nil {
 		return err
 	}
-	repeats := max(st.Spec.Repeats, 2)
+	// The sensitivity projected is the comparisons', which the most repeated
+	// experiment (the latency blocks, in a study that sets repeats per experiment) has.
+	repeats := 2
+	for i := range st.Spec.Experiments {
+		repeats = max(repeats, st.Spec.RepeatsOf(&st.Spec.Experiments[i]))
+	}
 	est := map[analysis.Metric][]float64{}
 	measured := map[analysis.Metric][]string{}
 	var used, others []string

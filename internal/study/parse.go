@@ -409,7 +409,7 @@ var kindSpecific = []string{"duration", "requests", "connections", "rate", "capa
 
 // loadFields are the common fields that shape load; a security experiment sends its
 // own probe traffic and takes none of them.
-var loadFields = []string{"warmup", "keepAlive", "protocol", "streams", "path"}
+var loadFields = []string{"warmup", "repeats", "keepAlive", "protocol", "streams", "path"}
 
 // defaultSecurityRequests is how many requests cross the app while a security
 // experiment captures the wire: enough that every edge of the built-in graphs carries
@@ -503,6 +503,9 @@ func (c *checker) common(p string, e *Experiment) {
 	spec := &c.s.Spec
 	if !c.has(p + ".warmup") {
 		e.Warmup = spec.Warmup
+	}
+	if c.has(p+".repeats") && (e.Repeats < 1 || e.Repeats > 1000) {
+		c.errAt(p+".repeats", "%d: expected 1 to 1000 repeats", e.Repeats)
 	}
 	if !c.has(p + ".keepAlive") {
 		e.KeepAlive = true

@@ -57,7 +57,7 @@ func (s *Study) Plan() []Trial {
 	var out []Trial
 	add := func(stage, repeat, mesh int, exps []int) {
 		for _, e := range exps {
-			if spec.Experiments[e].Kind == KindSecurity && repeat > 0 {
+			if spec.Experiments[e].Kind == KindSecurity && repeat > 0 || repeat >= spec.RepeatsOf(&spec.Experiments[e]) {
 				continue
 			}
 			t := Trial{Seq: len(out), Stage: stage, Repeat: repeat, Mesh: &spec.Meshes[mesh], Experiment: &spec.Experiments[e]}
@@ -67,15 +67,19 @@ func (s *Study) Plan() []Trial {
 	}
 	for stage, exps := range stages {
 		exps = securityLast(spec.Experiments, exps)
+		repeats := 0
+		for _, e := range exps {
+			repeats = max(repeats, spec.RepeatsOf(&spec.Experiments[e]))
+		}
 		switch spec.Order {
 		case Sequential:
 			for m := range spec.Meshes {
-				for r := 0; r < spec.Repeats; r++ {
+				for r := 0; r < repeats; r++ {
 					add(stage, r, m, exps)
 				}
 			}
 		default:
-			for r := 0; r < spec.Repeats; r++ {
+			for r := 0; r < repeats; r++ {
 				for _, m := range rng.permutation(len(spec.Meshes)) {
 					add(stage, r, m, exps)
 				}

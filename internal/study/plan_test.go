@@ -319,3 +319,35 @@ func TestRemeasure(t *testing.T) {
 		t.Errorf("second back-off: %d trials, measured again %v; want %d, %v", len(again2), got, len(out)+5, again)
 	}
 }
+
+// An experiment's own repeats replace the study's: a few capacity searches, then many
+// short latency blocks, each block still holding every mesh once.
+func TestPlanExperimentRepeats(t *testing.T) {
+	doc := strings.Replace(minimal, "      duration: 15s\n", "      duration: 15s\n      repeats: 2\n", 1)
+	doc = strings.Replace(doc, "      duration: 20s\n", "      duration: 1s\n      warmup: 100ms\n      repeats: 7\n", 1)
+	s, err := Parse("plan.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]map[int]int{} // experiment → repeat → trials
+	for _, tr := range s.Plan() {
+		if count[tr.Experiment.Name] == nil {
+			count[tr.Experiment.Name] = map[int]int{}
+		}
+		count[tr.Experiment.Name][tr.Repeat]++
+	}
+	for exp, want := range map[string]int{"cap": 2, "lat": 7} {
+		if len(count[exp]) != want {
+			t.Errorf("%s ran %d repeats, want %d (spec.repeats is %d)", exp, len(count[exp]), want, s.Spec.Repeats)
+		}
+		for r, n := range count[exp] {
+			if n != len(s.Spec.Meshes) {
+				t.Errorf("%s repeat %d holds %d trials, want one per mesh (%d)", exp, r, n, len(s.Spec.Meshes))
+			}
+		}
+	}
+	bad := strings.Replace(minimal, "      duration: 20s\n", "      duration: 20s\n      repeats: 0\n", 1)
+	if _, err := Parse("bad.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "spec.experiments[1].repeats") {
+		t.Errorf("repeats: 0 gave %v, want an error naming spec.experiments[1].repeats", err)
+	}
+}

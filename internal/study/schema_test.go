@@ -171,7 +171,7 @@ func TestSchemaMatchesGoTypes(t *testing.T) {
 	}
 	// Per kind, the schema's allowed fields are the common ones plus kindFields; a
 	// security experiment takes none of the load-shaping common ones (loadFields).
-	common := []string{"name", "kind", "warmup", "keepAlive", "protocol", "streams", "path"}
+	common := []string{"name", "kind", "warmup", "repeats", "keepAlive", "protocol", "streams", "path"}
 	for _, rule := range defs["Experiment"]["allOf"].([]any) {
 		r := rule.(map[string]any)
 		kind := r["if"].(map[string]any)["properties"].(map[string]any)["kind"].(map[string]any)["const"].(string)

@@ -231,6 +231,9 @@ type Experiment struct {
 
 	Duration Duration `yaml:"duration,omitempty"`
 	Warmup   Duration `yaml:"warmup"`
+	// Repeats, when set, replaces spec.repeats for this experiment: a capacity stage
+	// needs a few repeats where a latency stage of short paired blocks wants many.
+	Repeats int `yaml:"repeats,omitempty"`
 	// Requests stops a closed-loop run after this many requests (oha -n).
 	Requests    int     `yaml:"requests,omitempty"`
 	Connections IntList `yaml:"connections,omitempty"`
@@ -272,6 +275,14 @@ type Experiment struct {
 	// Probes are the security probes a security experiment runs (all when empty);
 	// Requests is then how many requests cross the app while the wire is captured.
 	Probes []string `yaml:"probes,omitempty"`
+}
+
+// RepeatsOf is how many repeats experiment e runs: its own repeats, or the study's.
+func (spec *Spec) RepeatsOf(e *Experiment) int {
+	if e.Repeats > 0 {
+		return e.Repeats
+	}
+	return spec.Repeats
 }
 
 // Search finds the highest open-loop rate that still meets the SLO, by bisection
