@@ -24,8 +24,17 @@ type Sensitivity struct {
 
 // SensitivityOf summarises comparisons per metric, in the order of DefaultMetrics.
 // Comparisons without an interval (NoInterval) are left out. Comparisons over repeats
-// are preferred to any other unit.
+// are preferred to any other unit, and among them those with the most repeats: a study
+// that sets repeats per experiment (two capacity searches, sixty latency blocks) puts
+// its comparisons on the most repeated points, and the median over all its points
+// would be a two-repeat interval's, which says nothing of them.
 func SensitivityOf(cs []Comparison) []Sensitivity {
+	most := map[Metric]int{}
+	for _, c := range cs {
+		if !math.IsNaN(c.Pct.Lo) && !math.IsNaN(c.Pct.Hi) && c.Unit == "repeats" {
+			most[c.Metric] = max(most[c.Metric], min(c.Repeats, c.BaseRepeats))
+		}
+	}
 	type acc struct {
 		half     []float64
 		repeats  []int
@@ -33,7 +42,7 @@ func SensitivityOf(cs []Comparison) []Sensitivity {
 	}
 	by := map[Metric]map[string]*acc{}
 	for _, c := range cs {
-		if math.IsNaN(c.Pct.Lo) || math.IsNaN(c.Pct.Hi) {
+		if math.IsNaN(c.Pct.Lo) || math.IsNaN(c.Pct.Hi) || c.Unit == "repeats" && min(c.Repeats, c.BaseRepeats) < most[c.Metric] {
 			continue
 		}
 		if by[c.Metric] == nil {

@@ -81,6 +81,10 @@ func TestSensitivityOf(t *testing.T) {
 		{Metric: P50, Pct: Estimate{Lo: -50, Hi: 50}, Unit: "intervals", Repeats: 2, BaseRepeats: 2},
 		{Metric: P99, Pct: Estimate{Lo: -20, Hi: 20}, Unit: "intervals", Repeats: 2, BaseRepeats: 2},
 		{Metric: P90, Pct: Estimate{Lo: math.NaN(), Hi: math.NaN()}, Unit: "repeats", Repeats: 5, BaseRepeats: 5},
+		// A point repeated twice (a capacity stage before many latency blocks) says
+		// nothing of the sensitivity of the five-repeat points.
+		{Metric: P50, Pct: Estimate{Lo: -900, Hi: 900}, Unit: "repeats", Repeats: 2, BaseRepeats: 2},
+		{Metric: P50, Pct: Estimate{Lo: -800, Hi: 800}, Unit: "repeats", Repeats: 5, BaseRepeats: 2},
 	}
 	got := SensitivityOf(cs)
 	if len(got) != 2 || got[0].Metric != P50 || got[0].Pct != 5 || got[0].Comparisons != 3 || got[0].Unit != "repeats" || got[0].Repeats != 5 {
