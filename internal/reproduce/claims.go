@@ -268,6 +268,9 @@ func ratioMark(o outcome, cl published.Claim) (Mark, string) {
 
 func pctText(r analysis.Estimate) string {
 	signed1 := func(x float64) string { return fmt.Sprintf("%+.1f", x) }
+	if math.IsNaN(r.Lo) || math.IsNaN(r.Hi) {
+		return fmt.Sprintf("%+.1f%% [-, -]", 100*(r.Value-1)) // no interval, as analysis prints it
+	}
 	return fmt.Sprintf("%+.1f%% [%s, %s]", 100*(r.Value-1), analysis.SignedBound(100*(r.Lo-1), signed1), analysis.SignedBound(100*(r.Hi-1), signed1))
 }
 

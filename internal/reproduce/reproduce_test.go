@@ -438,3 +438,15 @@ func TestGeneratorBehindIsNotResolved(t *testing.T) {
 		}
 	}
 }
+
+// A comparison with no interval (one repeat, as a soak run once per mesh) prints as
+// the analysis prints it, not as "[+NaN, +NaN]".
+func TestPctTextWithoutInterval(t *testing.T) {
+	got := pctText(analysis.Estimate{Value: 1.4, Lo: math.NaN(), Hi: math.NaN()})
+	if got != "+40.0% [-, -]" {
+		t.Errorf("pctText without an interval = %q", got)
+	}
+	if got := pctText(analysis.Estimate{Value: 1.4, Lo: 1.1, Hi: 1.8}); got != "+40.0% [+10.0, +80.0]" {
+		t.Errorf("pctText = %q", got)
+	}
+}
