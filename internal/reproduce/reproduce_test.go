@@ -36,10 +36,11 @@ type experiment struct {
 	rates            []float64
 	conns            []int
 	users            []int
+	repeats          int // default 3
 }
 
-// synthRun builds a run of three interleaved repeats of every experiment on every
-// mesh, stores it in a fresh SQLite store and loads it back, as `meshmark show` reads
+// synthRun builds a run of three interleaved repeats (or the experiment's own) of
+// every experiment on every mesh, stores it in a fresh SQLite store and loads it back, as `meshmark show` reads
 // it. Closed-loop and user experiments serve a fixed 400 requests per second, so that
 // every mesh's throughput is the same; open-loop ones serve their rate.
 func synthRun(t *testing.T, studyFile string, meshes []mesh, exps []experiment) *results.Run {
@@ -53,8 +54,15 @@ func synthRun(t *testing.T, studyFile string, meshes []mesh, exps []experiment) 
 	}
 	const seconds = 3
 	now := start
-	for rep := 0; rep < 3; rep++ {
+	most := 3
+	for _, e := range exps {
+		most = max(most, e.repeats)
+	}
+	for rep := 0; rep < most; rep++ {
 		for _, e := range exps {
+			if n := e.repeats; rep >= n && (n > 0 || rep >= 3) {
+				continue
+			}
 			type step struct {
 				rate         float64
 				conns, users int
@@ -449,4 +457,25 @@ func TestPctTextWithoutInterval(t *testing.T) {
 	if got := pctText(analysis.Estimate{Value: 1.4, Lo: 1.1, Hi: 1.8}); got != "+40.0% [+10.0, +80.0]" {
 		t.Errorf("pctText = %q", got)
 	}
+}
+
+// Many short latency blocks are summarised in S1's table, not listed one by one.
+func TestS1ManyBlocksSummarised(t *testing.T) {
+	run := synthRun(t, fmt.Sprintf(studyOf, "S1"), []mesh{
+		{label: "baseline", profile: "none", medianUs: 1000},
+		{label: "istio-like", profile: "envoy-sidecar", options: map[string]string{"mtls": "strict"}, medianUs: 2000},
+	}, []experiment{{name: "capacity", kind: results.KindCapacity, conns: []int{32}, repeats: 2}, {name: "latency", kind: results.KindFixedRate, rates: []float64{300}, repeats: 12}})
+	r := build(t, run)
+	for _, tb := range r.Tables {
+		if !strings.HasPrefix(tb.Title, "Latency at a fixed rate") {
+			continue
+		}
+		for _, row := range tb.Rows {
+			if cell := row[7]; !strings.HasPrefix(cell, "12 blocks: ") || !strings.Contains(cell, "median") {
+				t.Errorf("%s: p99 per repeat %q, want 12 blocks summarised", row[0], cell)
+			}
+		}
+		return
+	}
+	t.Fatal("no latency table")
 }

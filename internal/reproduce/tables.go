@@ -155,12 +155,20 @@ func (c *builder) s1Tables() []Table {
 				}
 				h := merged(g)
 				var reps []string
+				var p99s []int64
 				for _, tr := range g.Trials {
-					s := us(tr.Result.Latency.ValueAtQuantile(99))
+					p99s = append(p99s, tr.Result.Latency.ValueAtQuantile(99))
+					s := us(p99s[len(p99s)-1])
 					if slices.Contains(g.Outliers, tr.ID) {
 						s += "*"
 					}
 					reps = append(reps, s)
+				}
+				if len(reps) > maxListedRepeats {
+					// Forty short blocks listed one by one are not S1's thirty samples
+					// but a wall of numbers: their spread says the same in one cell.
+					slices.Sort(p99s)
+					reps = []string{fmt.Sprintf("%d blocks: %s–%s, median %s, %d outliers", len(p99s), us(p99s[0]), us(p99s[len(p99s)-1]), us(p99s[len(p99s)/2]), len(g.Outliers))}
 				}
 				slo := "met"
 				if miss := c.rep.SLO.Misses(g); len(miss) > 0 {
@@ -178,6 +186,9 @@ func (c *builder) s1Tables() []Table {
 	}
 	return append(out, c.s1Verdicts())
 }
+
+// maxListedRepeats is how many repeats' p99s a table lists one by one.
+const maxListedRepeats = 10
 
 // s1Verdicts is S1's verdict table: per parameter and metric, which mesh is better,
 // judged by the run's intervals among the meshes other than the baseline.
