@@ -42,10 +42,17 @@ func planStudy(cmd *cobra.Command, st *study.Study, f runFlags) error {
 	}
 	// The sensitivity projected is the comparisons', which the most repeated
 	// experiment (the latency blocks, in a study that sets repeats per experiment) has.
-	repeats := 2
+	fewest, most := 0, 0
 	for i := range st.Spec.Experiments {
-		repeats = max(repeats, st.Spec.RepeatsOf(&st.Spec.Experiments[i]))
+		if e := &st.Spec.Experiments[i]; e.Kind != study.KindSecurity {
+			n := st.Spec.RepeatsOf(e)
+			most = max(most, n)
+			if fewest == 0 || n < fewest {
+				fewest = n
+			}
+		}
 	}
+	repeats := max(most, 2)
 	est := map[analysis.Metric][]float64{}
 	measured := map[analysis.Metric][]string{}
 	var used, others []string
@@ -89,8 +96,12 @@ func planStudy(cmd *cobra.Command, st *study.Study, f runFlags) error {
 			bringUps++
 		}
 	}
-	fmt.Fprintf(out, "plan for study %s: %d repeats per mesh and point, %d trials, %d bring-ups, %s under load (warm-ups included)\n",
-		st.Metadata.Name, repeats, len(plan), bringUps, load.Round(time.Second))
+	repeatWords := fmt.Sprintf("%d repeats", most)
+	if fewest < most {
+		repeatWords = fmt.Sprintf("%d to %d repeats", fewest, most)
+	}
+	fmt.Fprintf(out, "plan for study %s: %s per mesh and point, %d trials, %d bring-ups, %s under load (warm-ups included)\n",
+		st.Metadata.Name, repeatWords, len(plan), bringUps, load.Round(time.Second))
 	if len(ratios) > 0 {
 		slices.Sort(ratios)
 		fmt.Fprintf(out, "expected wall time: about %s (the load time × %.2f, the median ratio of wall time to planned load time of %d stored complete runs of this study: %s)\n",

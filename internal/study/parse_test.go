@@ -449,8 +449,8 @@ func TestStepRates(t *testing.T) {
 		t.Fatal(err)
 	}
 	rates := s.Experiment("latency-steps").StepRates()
-	if len(rates) != 10 || rates[0] != 50 || rates[9] != 500 {
-		t.Errorf("steps 50..500 by 50: %v", rates)
+	if len(rates) != 5 || rates[0] != 100 || rates[4] != 500 {
+		t.Errorf("steps 100..500 by 100: %v", rates)
 	}
 }
 
