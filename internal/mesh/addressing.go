@@ -25,7 +25,7 @@ type Addressing interface {
 // one per request by weight, as a mesh's proxy would, instead of calling the service
 // address, which picks one per connection as kube-proxy does.
 type Spreader interface {
-	// Balancing is "per-request" or "per-connection"; it is stored with the run so that
+	// Balancing is BalancePerRequest or BalancePerConnection; it is stored with the run so that
 	// the report can say how the baseline balanced.
 	Balancing() string
 	// SpreadEndpoints lists the pods of service that take requests, as ip:port with
@@ -33,3 +33,10 @@ type Spreader interface {
 	// callers use the service address.
 	SpreadEndpoints(app *topology.App, service string) (endpoints []workload.Endpoint, ok bool)
 }
+
+// The ways a Spreader's callers balance: a pod per request, by weight, or a pod per
+// connection, as the service address does.
+const (
+	BalancePerRequest    = "per-request"
+	BalancePerConnection = "per-connection"
+)

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"fmt"
 	"io"
 	"maps"
 	"slices"
@@ -73,6 +74,58 @@ type KubernetesInstall struct {
 	// workload and removed with it: Linkerd's Server that lets the API server read each
 	// proxy's admin metrics under its all-authenticated default policy.
 	AppManifests []string
+}
+
+// ClusterMarks are how a mesh shows on a Kubernetes cluster whatever options a study
+// gives it: what its injector names the container it adds, how its own gateways' pods
+// are labelled, and how it is told to leave a namespace or a pod alone. They are plain
+// data in the mesh's registration, so that the Kubernetes substrate knows no mesh by
+// name: the runner hands it KnownClusterMarks.
+type ClusterMarks struct {
+	// Sidecar is the container the mesh's injector adds beside each application's
+	// (the same as its KubernetesInstall's Sidecar). Empty for meshes without sidecars.
+	Sidecar string
+	// GatewayPodLabels mark the pods of the mesh's own gateways, beside the Gateway API
+	// ones every mesh's controller labels alike; a value "" matches any value.
+	GatewayPodLabels map[string]string
+	// Outside is how the mesh is told to leave a namespace and a pod out of it.
+	Outside OptOut
+}
+
+// OptOut are the labels and annotations that keep a namespace and a pod out of a mesh.
+type OptOut struct {
+	NamespaceLabels, NamespaceAnnotations map[string]string
+	PodLabels, PodAnnotations             map[string]string
+}
+
+// KnownMarks are the ClusterMarks of every registered mesh together.
+type KnownMarks struct {
+	// Sidecars are the containers the meshes' injectors add, sorted.
+	Sidecars []string
+	// GatewayPodLabels mark the pods of any mesh's own gateways.
+	GatewayPodLabels map[string]string
+	// Outside keeps a namespace and a pod out of every mesh.
+	Outside OptOut
+}
+
+// agreesWith says which key of m a registered mesh sets to another value: one mesh's
+// opt-out would then undo another's, or a gateway label mean two things.
+func (m ClusterMarks) agreesWith(registry map[string]Registration) error {
+	for name, r := range registry {
+		o := r.OnCluster
+		for _, pair := range [][2]map[string]string{
+			{m.GatewayPodLabels, o.GatewayPodLabels},
+			{m.Outside.NamespaceLabels, o.Outside.NamespaceLabels}, {m.Outside.NamespaceAnnotations, o.Outside.NamespaceAnnotations},
+			{m.Outside.PodLabels, o.Outside.PodLabels}, {m.Outside.PodAnnotations, o.Outside.PodAnnotations},
+		} {
+			for k, v := range pair[0] {
+				if w, ok := pair[1][k]; ok && w != v {
+					return fmt.Errorf("%s=%q, which profile %s sets to %q", k, v, name, w)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // AppGateway is a Gateway API Gateway of the mesh in the app's namespace. It is created

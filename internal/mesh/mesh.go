@@ -9,6 +9,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 
@@ -72,6 +74,14 @@ type Registration struct {
 	// this machine under the names its charts ask for, which `meshmark cluster up`
 	// loads into a local cluster's nodes (such a cluster reaches no registry).
 	LocalImages func() ([]image.Named, error)
+	// SMPType is the mesh type the Service Mesh Performance spec's enum gives the mesh
+	// whose data plane design the profile reproduces ("istio", "linkerd", "maesh"), for
+	// the SMP export; empty when the enum has no such mesh, and the export then writes
+	// the profile's own name.
+	SMPType string
+	// OnCluster is how the mesh shows on a Kubernetes cluster whatever its options,
+	// which meshmark reads for every registered mesh at once (see KnownClusterMarks).
+	OnCluster ClusterMarks
 }
 
 // ErrImagesNotBuilt is what a mesh's LocalImages returns, wrapped with how to build
@@ -114,6 +124,67 @@ func LocalImages() (images []image.Named, notBuilt []string, err error) {
 	return images, notBuilt, nil
 }
 
+// KubernetesProfiles are the registered profiles that go onto a Kubernetes cluster
+// (their profile, built with the default options, is a KubernetesInstaller), sorted.
+func KubernetesProfiles() []string {
+	var out []string
+	for _, n := range Names() {
+		if p, err := New(n, nil); err == nil {
+			if _, ok := p.(KubernetesInstaller); ok {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// SMPType is the SMP export's mesh type of a profile: its registered SMPType, else its
+// own name (the spec's enum has no "no mesh", and writing nothing would claim its
+// first entry, App Mesh).
+func SMPType(profile string) string {
+	if r, ok := Lookup(profile); ok && r.SMPType != "" {
+		return r.SMPType
+	}
+	return profile
+}
+
+// KnownClusterMarks gathers the ClusterMarks of every registered mesh: the sidecar
+// containers of all of them (sorted, each once), and the gateway labels and opt-outs
+// of all of them together, so that a pod meshmark keeps outside the mesh stays outside
+// any of them, and a cluster's pods are told apart whichever mesh put them there.
+func KnownClusterMarks() KnownMarks {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	var k KnownMarks
+	for _, r := range registry {
+		m := r.OnCluster
+		if m.Sidecar != "" && !slices.Contains(k.Sidecars, m.Sidecar) {
+			k.Sidecars = append(k.Sidecars, m.Sidecar)
+		}
+		k.GatewayPodLabels = union(k.GatewayPodLabels, m.GatewayPodLabels)
+		k.Outside.NamespaceLabels = union(k.Outside.NamespaceLabels, m.Outside.NamespaceLabels)
+		k.Outside.NamespaceAnnotations = union(k.Outside.NamespaceAnnotations, m.Outside.NamespaceAnnotations)
+		k.Outside.PodLabels = union(k.Outside.PodLabels, m.Outside.PodLabels)
+		k.Outside.PodAnnotations = union(k.Outside.PodAnnotations, m.Outside.PodAnnotations)
+	}
+	sort.Strings(k.Sidecars)
+	return k
+}
+
+// union adds from to into, which it creates when needed. Two meshes that set the same
+// key to different values would each undo the other's opt-out: RegisterProfile
+// refuses that, so here the values agree.
+func union(into, from map[string]string) map[string]string {
+	if len(from) == 0 {
+		return into
+	}
+	if into == nil {
+		into = map[string]string{}
+	}
+	maps.Copy(into, from)
+	return into
+}
+
 var (
 	registryMu sync.RWMutex
 	registry   = map[string]Registration{}
@@ -135,6 +206,9 @@ func RegisterProfile(r Registration) {
 		if _, common := optionKeys[k]; common {
 			panic("mesh: profile " + r.Name + " redefines common option " + k)
 		}
+	}
+	if err := r.OnCluster.agreesWith(registry); err != nil {
+		panic("mesh: profile " + r.Name + ": " + err.Error())
 	}
 	registry[r.Name] = r
 }

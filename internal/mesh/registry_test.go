@@ -117,3 +117,37 @@ func TestDiffCountersKeepsZeroInboundAndFlagsRestarts(t *testing.T) {
 		t.Error("a service no proxy counts must report ok=false")
 	}
 }
+
+// TestClusterMarksOfEveryMesh: KnownClusterMarks gathers what each registered mesh says
+// about itself on a cluster (its sidecar, its gateways' labels, its opt-outs), and a
+// mesh whose opt-out would undo another's (the same key, another value) is refused
+// when it registers, not discovered when a probe pod lands in a mesh.
+func TestClusterMarksOfEveryMesh(t *testing.T) {
+	RegisterProfile(Registration{Name: "test-marks-a", New: func(Options) (Profile, error) { return stubProfile{}, nil },
+		SMPType: "kuma",
+		OnCluster: ClusterMarks{Sidecar: "a-proxy", GatewayPodLabels: map[string]string{"a/gateway": ""},
+			Outside: OptOut{NamespaceLabels: map[string]string{"a/inject": "off"}, PodAnnotations: map[string]string{"a/inject": "off"}}}})
+	RegisterProfile(Registration{Name: "test-marks-b", New: func(Options) (Profile, error) { return stubProfile{}, nil },
+		OnCluster: ClusterMarks{Sidecar: "b-proxy", Outside: OptOut{PodAnnotations: map[string]string{"b/inject": "off", "a/inject": "off"}}}})
+	k := KnownClusterMarks()
+	if !reflect.DeepEqual(k.Sidecars, []string{"a-proxy", "b-proxy"}) || k.GatewayPodLabels["a/gateway"] != "" || len(k.GatewayPodLabels) != 1 {
+		t.Errorf("sidecars %v, gateway labels %v", k.Sidecars, k.GatewayPodLabels)
+	}
+	if want := (OptOut{NamespaceLabels: map[string]string{"a/inject": "off"}, PodAnnotations: map[string]string{"a/inject": "off", "b/inject": "off"}}); !reflect.DeepEqual(k.Outside, want) {
+		t.Errorf("opt-outs %+v, want %+v", k.Outside, want)
+	}
+	if SMPType("test-marks-a") != "kuma" || SMPType("test-marks-b") != "test-marks-b" || SMPType("no-such-profile") != "no-such-profile" {
+		t.Errorf("SMP types %q %q %q: want the registered one, else the profile's name", SMPType("test-marks-a"), SMPType("test-marks-b"), SMPType("no-such-profile"))
+	}
+
+	defer func() {
+		msg, _ := recover().(string)
+		if !strings.Contains(msg, `a/inject="on"`) || !strings.Contains(msg, "test-marks-") {
+			t.Errorf("a conflicting opt-out registered: recovered %q", msg)
+		}
+		if _, ok := Lookup("test-marks-c"); ok {
+			t.Error("the conflicting profile is in the registry")
+		}
+	}()
+	RegisterProfile(Registration{Name: "test-marks-c", OnCluster: ClusterMarks{Outside: OptOut{PodAnnotations: map[string]string{"a/inject": "on"}}}})
+}

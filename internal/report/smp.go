@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	_ "github.com/meshmark/meshmark/internal/mesh/meshes" // every profile's SMP type
 	"github.com/meshmark/meshmark/internal/results"
 )
 
@@ -223,14 +224,6 @@ var SMPZeroAllowed = map[string]string{
 	"proxy_concurrency":      "0 for the baseline, which runs no proxy",
 }
 
-// meshTypes maps meshmark profiles to the spec's mesh enum: the mesh whose data plane
-// design the profile reproduces. Profiles the enum cannot name keep their own name.
-var meshTypes = map[string]string{
-	"envoy-sidecar": "istio", "ambient": "istio", "istio": "istio", "istio-ambient": "istio",
-	"linkerd": "linkerd", "node-proxy": "maesh", "traefik-mesh": "maesh", "consul": "consul",
-	"kuma": "kuma", "appmesh": "appmesh", "app-mesh": "appmesh",
-}
-
 func renderSMP(w io.Writer, run *results.Run, s *Summary, opts Options) error {
 	doc := BuildSMP(run, s, opts)
 	enc := json.NewEncoder(w)
@@ -383,11 +376,7 @@ func meshConfig(run *results.Run, s *Summary, m results.Mesh, version string) SM
 	for k, v := range m.Options {
 		mc.Labels["meshmark.option."+k] = v
 	}
-	mc.MeshType.Type = meshTypes[m.Profile]
-	if mc.MeshType.Type == "" {
-		// The enum has no "no mesh"; writing 0 would claim App Mesh.
-		mc.MeshType.Type = m.Profile
-	}
+	mc.MeshType.Type = mesh.SMPType(m.Profile)
 	var throughput float64
 	for _, c := range s.Costs {
 		if c.Mesh == m.Label {

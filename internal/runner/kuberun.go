@@ -18,11 +18,7 @@ import (
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/loadgen"
 	"github.com/meshmark/meshmark/internal/mesh"
-	"github.com/meshmark/meshmark/internal/mesh/ambient"
-	"github.com/meshmark/meshmark/internal/mesh/envoysidecar"
-	"github.com/meshmark/meshmark/internal/mesh/linkerd"
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
-	"github.com/meshmark/meshmark/internal/mesh/none"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/sampler"
 	"github.com/meshmark/meshmark/internal/study"
@@ -47,7 +43,7 @@ const generatorDialLimit = 30 * time.Second
 // baseline, which installs nothing; an error for a profile or option that cannot be
 // carried there yet.
 func kubernetesInstall(m study.Mesh) (*mesh.KubernetesInstall, error) {
-	if m.Profile == none.Name {
+	if m.Profile == study.ProfileNone {
 		return nil, nil
 	}
 	p, err := mesh.New(m.Profile, m.Options)
@@ -56,8 +52,8 @@ func kubernetesInstall(m study.Mesh) (*mesh.KubernetesInstall, error) {
 	}
 	ki, ok := p.(mesh.KubernetesInstaller)
 	if !ok {
-		return nil, fmt.Errorf("profile %s cannot be installed on Kubernetes yet (the local substrate runs it); profiles on Kubernetes: none, %s (Istio in sidecar mode), %s (Istio in ambient mode), %s, cilium (Cilium as the cluster's CNI)",
-			m.Profile, envoysidecar.Name, ambient.Name, linkerd.Name)
+		return nil, fmt.Errorf("profile %s cannot be installed on Kubernetes yet (the local substrate runs it); profiles on Kubernetes: %s",
+			m.Profile, strings.Join(append([]string{study.ProfileNone}, mesh.KubernetesProfiles()...), ", "))
 	}
 	install, err := ki.Kubernetes()
 	if err != nil {
@@ -303,7 +299,7 @@ func (r *runner) kubeSpread(m *study.Mesh) ([]string, error) {
 		return nil, err
 	}
 	sp, ok := p.(mesh.Spreader)
-	if !ok || sp.Balancing() != none.PerRequest {
+	if !ok || sp.Balancing() != mesh.BalancePerRequest {
 		return nil, nil
 	}
 	var args []string
@@ -441,9 +437,12 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 	if err != nil {
 		return d, fmt.Errorf("mesh %s: %w", m.Name, err)
 	}
-	d.resources = kube.ResourceScope{Mesh: m.Name, App: d.app.Namespace}
+	known := mesh.KnownClusterMarks()
+	d.resources = kube.ResourceScope{Mesh: m.Name, App: d.app.Namespace, Sidecars: known.Sidecars, GatewayPodLabels: known.GatewayPodLabels}
 	if plan != nil {
-		d.resources.Sidecar = plan.Sidecar
+		if plan.Sidecar != "" && !slices.Contains(d.resources.Sidecars, plan.Sidecar) {
+			d.resources.Sidecars = append(d.resources.Sidecars, plan.Sidecar)
+		}
 		d.resources.MeshPodLabels = plan.OwnPodLabels
 		d.proxies = plan.Proxies
 		for _, p := range plan.Proxies {
@@ -596,7 +595,7 @@ func kubeEnrollment(ctx context.Context, c *kube.Cluster, app *kube.App, m *stud
 // strict, in sidecar and ambient mode; Linkerd's all-authenticated default inbound
 // policy). The promise depends on the options only, not on the app.
 func plaintextRefusalPromised(m study.Mesh) (bool, error) {
-	if m.Profile == none.Name {
+	if m.Profile == study.ProfileNone {
 		return false, nil
 	}
 	p, err := mesh.New(m.Profile, m.Options)
@@ -628,7 +627,8 @@ func (r *runner) checkPlaintextOnCluster(ctx context.Context, c *kube.Cluster, r
 		return err
 	}
 	r.progress.note(fmt.Sprintf("%s: the mesh should refuse plaintext: calling every service in plaintext from a pod outside the mesh", m.Name))
-	res, err := c.ProbePlaintext(ctx, app, kube.PlaintextCheck{Run: run, Mesh: m.Name, Sidecar: plan.Sidecar, EnrolledAnnotations: plan.EnrolledAnnotations})
+	res, err := c.ProbePlaintext(ctx, app, kube.PlaintextCheck{Run: run, Mesh: m.Name, Sidecar: plan.Sidecar, EnrolledAnnotations: plan.EnrolledAnnotations,
+		Outside: mesh.KnownClusterMarks().Outside})
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}

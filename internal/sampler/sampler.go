@@ -19,7 +19,7 @@ type Target struct {
 	Role      substrate.Role
 	Pod       string // pod (network namespace) the process runs in; empty for host processes
 	Node      string
-	Mesh      string // mesh under test, e.g. "none", "envoy-sidecar"
+	Mesh      string // the mesh under test, by the name the study gives it
 	Component string // e.g. "envoy", "app", "ztunnel"
 }
 

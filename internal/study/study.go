@@ -16,6 +16,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	_ "github.com/meshmark/meshmark/internal/mesh/meshes" // the registry behind KnownProfiles
+	"github.com/meshmark/meshmark/internal/mesh/none"
 	"gopkg.in/yaml.v3"
 )
 
@@ -394,7 +395,7 @@ const (
 )
 
 // ProfileNone is the no-mesh baseline profile.
-const ProfileNone = "none"
+const ProfileNone = none.Name
 
 // ClosedLoop reports whether the experiment drives load with a fixed number of
 // connections sending as fast as they can, rather than at an intended rate.

@@ -77,7 +77,9 @@ func init() {
 			"circuit_breakers": "ztunnel has no per-cluster connection or request limits",
 			"telemetry":        "ztunnel's metrics cannot be switched off",
 		},
-		Needs: []string{"ztunnel"},
+		Needs:     []string{"ztunnel"},
+		SMPType:   istiohelm.SMPType,
+		OnCluster: istiohelm.OnCluster(""),
 	})
 }
 

@@ -49,7 +49,9 @@ func init() {
 		Own: istiohelm.WithOptions(map[string]string{
 			PlaintextServicesOption: "services exempted from mTLS, as a PeerAuthentication with mode DISABLE on their workloads and a DestinationRule with tls mode DISABLE for their host (default: none)",
 		}),
-		Needs: []string{"envoy"},
+		Needs:     []string{"envoy"},
+		SMPType:   istiohelm.SMPType,
+		OnCluster: istiohelm.OnCluster(IstioSidecar),
 	})
 }
 

@@ -26,6 +26,25 @@ const (
 	ValuesOption  = "helm_values"
 )
 
+// SMPType is Istio in the Service Mesh Performance spec's mesh types.
+const SMPType = "istio"
+
+// OnCluster is how Istio shows on a cluster, in either mode, for a profile's
+// registration: sidecar is the container its injection adds ("" in ambient mode). Its
+// opt-outs cover both modes, sidecar injection and ambient capture, since one istiod
+// serves both; its classic ingress gateway's pods are labelled istio=ingressgateway.
+func OnCluster(sidecar string) mesh.ClusterMarks {
+	return mesh.ClusterMarks{
+		Sidecar:          sidecar,
+		GatewayPodLabels: map[string]string{"istio": "ingressgateway"},
+		Outside: mesh.OptOut{
+			NamespaceLabels: map[string]string{"istio-injection": "disabled", "istio.io/dataplane-mode": "none"},
+			PodLabels:       map[string]string{"sidecar.istio.io/inject": "false", "istio.io/dataplane-mode": "none"},
+			PodAnnotations:  map[string]string{"sidecar.istio.io/inject": "false"},
+		},
+	}
+}
+
 // Options documents the options every Istio profile takes on Kubernetes, for its
 // registration.
 var Options = map[string]string{

@@ -83,6 +83,14 @@ func init() {
 		},
 		Needs:       []string{"linkerd2-proxy"},
 		LocalImages: LocalImages,
+		SMPType:     "linkerd",
+		OnCluster: mesh.ClusterMarks{
+			Sidecar: Sidecar,
+			Outside: mesh.OptOut{
+				NamespaceAnnotations: map[string]string{InjectAnnotation: "disabled"},
+				PodAnnotations:       map[string]string{InjectAnnotation: "disabled"},
+			},
+		},
 	})
 }
 

@@ -28,8 +28,8 @@ const Name = "none"
 
 // The values of the balancing option.
 const (
-	PerRequest    = "per-request"
-	PerConnection = "per-connection"
+	PerRequest    = mesh.BalancePerRequest
+	PerConnection = mesh.BalancePerConnection
 )
 
 func init() {

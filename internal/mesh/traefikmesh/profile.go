@@ -43,6 +43,8 @@ func init() {
 			"telemetry":        "Traefik Mesh always exports Prometheus metrics, and the enrollment check reads them",
 		},
 		Needs: []string{"traefik"},
+		// Traefik Mesh was Maesh before its rename; the spec's enum keeps that name.
+		SMPType: "maesh",
 	})
 }
 

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate/kube/plaintextprobe"
 	"github.com/meshmark/meshmark/internal/workload"
@@ -59,17 +60,6 @@ const (
 	DefaultPlaintextProbeTimeout = 2 * time.Minute
 )
 
-// The outsideMesh labels and annotations are how each mesh meshmark installs is told
-// to leave a namespace and a pod out of the mesh: Istio's injection (sidecar mode) and
-// its ambient capture, and Linkerd's injection. Setting them all, whatever the mesh,
-// keeps the probe outside even of a mesh that enrolls namespaces by default.
-var (
-	outsideMeshNamespaceLabels      = map[string]string{"istio-injection": "disabled", "istio.io/dataplane-mode": "none"}
-	outsideMeshNamespaceAnnotations = map[string]string{"linkerd.io/inject": "disabled"}
-	outsideMeshPodLabels            = map[string]string{"sidecar.istio.io/inject": "false", "istio.io/dataplane-mode": "none"}
-	outsideMeshPodAnnotations       = map[string]string{"sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
-)
-
 // PlaintextCheck says which mesh's app ProbePlaintext calls, and how the mesh shows a
 // pod it took in, which the probe pod must not show.
 type PlaintextCheck struct {
@@ -79,6 +69,11 @@ type PlaintextCheck struct {
 	// identity, and the check would prove nothing.
 	Sidecar             string
 	EnrolledAnnotations map[string]string
+	// Outside are the labels and annotations that tell each mesh to leave the probe's
+	// namespace and pods out of it: every known mesh's (mesh.KnownClusterMarks), not
+	// only the one under test's, which keeps the probe outside even of a mesh that
+	// enrolls namespaces by default.
+	Outside mesh.OptOut
 	// Timeout bounds the wait for the probe pods to finish; default
 	// DefaultPlaintextProbeTimeout.
 	Timeout time.Duration
@@ -121,8 +116,8 @@ func (c *Cluster) ProbePlaintext(ctx context.Context, app *App, spec PlaintextCh
 	labels := map[string]string{ManagedByLabel: ManagedBy, RunLabel: dnsLabel(spec.Run), MeshLabel: dnsLabel(spec.Mesh)}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name:        res.Namespace,
-		Labels:      merge(labels, outsideMeshNamespaceLabels),
-		Annotations: merge(outsideMeshNamespaceAnnotations, map[string]string{OwnerAnnotation: ownerRecord()}),
+		Labels:      merge(labels, spec.Outside.NamespaceLabels),
+		Annotations: merge(spec.Outside.NamespaceAnnotations, map[string]string{OwnerAnnotation: ownerRecord()}),
 	}}
 	if _, err := c.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		return res, fmt.Errorf("create the plaintext probe's namespace %s: %w", res.Namespace, err)
@@ -136,14 +131,14 @@ func (c *Cluster) ProbePlaintext(ctx context.Context, app *App, spec PlaintextCh
 	// The positive control first: the same request, from the same pod, to a service
 	// outside the mesh that must answer. A probe that cannot reach anything (cluster DNS
 	// down, no route) would see every service "refuse".
-	control, err := c.startPlaintextControl(ctx, res.Namespace, labels, spec.Timeout)
+	control, err := c.startPlaintextControl(ctx, res.Namespace, labels, spec.Outside, spec.Timeout)
 	if err != nil {
 		return res, err
 	}
 	byPod := map[string][]meshprobe.PlaintextTarget{}
 	for i := 0; i < len(targets); i += servicesPerProbe {
 		batch := slices.Clone(targets[i:min(i+servicesPerProbe, len(targets))])
-		pod := c.probePod(fmt.Sprintf("meshmark-plaintext-probe-%d", i/servicesPerProbe), labels, batch, control, spec.Timeout)
+		pod := c.probePod(fmt.Sprintf("meshmark-plaintext-probe-%d", i/servicesPerProbe), labels, spec.Outside, batch, control, spec.Timeout)
 		// The pod reports the control last.
 		batch = append(batch, control)
 		if _, err := c.client.CoreV1().Pods(res.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -182,14 +177,14 @@ func (c *Cluster) ProbePlaintext(ctx context.Context, app *App, spec PlaintextCh
 // opts out of every mesh: a pod running `meshmark service` (chain-1's one service)
 // behind the Service PlaintextControlService, and waits until the Service's endpoints
 // list it. It returns the control as a probe target.
-func (c *Cluster) startPlaintextControl(ctx context.Context, namespace string, labels map[string]string, limit time.Duration) (meshprobe.PlaintextTarget, error) {
+func (c *Cluster) startPlaintextControl(ctx context.Context, namespace string, labels map[string]string, outside mesh.OptOut, limit time.Duration) (meshprobe.PlaintextTarget, error) {
 	target := meshprobe.PlaintextTarget{Service: PlaintextControlService, Protocol: "http",
 		Addr: net.JoinHostPort(fmt.Sprintf("%s.%s.svc.cluster.local", PlaintextControlService, namespace), strconv.Itoa(plaintextControlPort))}
-	podLabels := merge(merge(labels, outsideMeshPodLabels), map[string]string{RoleLabel: plaintextControlRole})
+	podLabels := merge(merge(labels, outside.PodLabels), map[string]string{RoleLabel: plaintextControlRole})
 	uid, nonRoot, noToken := int64(2000), true, false
 	grace := int64(2)
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: PlaintextControlService, Labels: podLabels, Annotations: maps.Clone(outsideMeshPodAnnotations)},
+		ObjectMeta: metav1.ObjectMeta{Name: PlaintextControlService, Labels: podLabels, Annotations: maps.Clone(outside.PodAnnotations)},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
 				Name: "control", Image: c.cfg.Image, ImagePullPolicy: corev1.PullIfNotPresent,
@@ -297,7 +292,7 @@ var (
 // probePod is a probe pod for targets: the meshmark image, run once, on the
 // load-generator nodes (callers from outside run there, and the image is already
 // there), with no service account token (it needs no access to the API).
-func (c *Cluster) probePod(name string, labels map[string]string, targets []meshprobe.PlaintextTarget, control meshprobe.PlaintextTarget, limit time.Duration) *corev1.Pod {
+func (c *Cluster) probePod(name string, labels map[string]string, outside mesh.OptOut, targets []meshprobe.PlaintextTarget, control meshprobe.PlaintextTarget, limit time.Duration) *corev1.Pod {
 	args := []string{PlaintextProbeCommand, "--message-file", TerminationMessagePath, "--control", FormatPlaintextTarget(control)}
 	for _, t := range targets {
 		args = append(args, "--target", FormatPlaintextTarget(t))
@@ -310,8 +305,8 @@ func (c *Cluster) probePod(name string, labels map[string]string, targets []mesh
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
-			Labels:      merge(merge(labels, outsideMeshPodLabels), map[string]string{RoleLabel: PlaintextProbeRole}),
-			Annotations: maps.Clone(outsideMeshPodAnnotations),
+			Labels:      merge(merge(labels, outside.PodLabels), map[string]string{RoleLabel: PlaintextProbeRole}),
+			Annotations: maps.Clone(outside.PodAnnotations),
 		},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/mesh"
+	_ "github.com/meshmark/meshmark/internal/mesh/meshes" // every mesh's opt-outs, which the probe pods carry
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
 	"github.com/meshmark/meshmark/internal/workload"
@@ -61,7 +63,7 @@ func TestPlaintextProbeReportsEveryService(t *testing.T) {
 	app := deployGraph(t, c, "pt17", "chain-17")
 
 	start := time.Now()
-	res, err := c.ProbePlaintext(ctx, app, PlaintextCheck{Run: "pt17", Mesh: "istio", Sidecar: "istio-proxy", Timeout: time.Minute})
+	res, err := c.ProbePlaintext(ctx, app, PlaintextCheck{Run: "pt17", Mesh: "istio", Sidecar: "istio-proxy", Outside: mesh.KnownClusterMarks().Outside, Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +188,7 @@ func TestPlaintextProbeThatCannotReportIsAnError(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			probes.Set(nil, tc.end)
 			start := time.Now()
-			res, err := c.ProbePlaintext(ctx, app, PlaintextCheck{Run: "ptfail", Mesh: "istio", EnrolledAnnotations: map[string]string{"ambient.istio.io/redirection": "enabled"}, Timeout: limit})
+			res, err := c.ProbePlaintext(ctx, app, PlaintextCheck{Run: "ptfail", Mesh: "istio", EnrolledAnnotations: map[string]string{"ambient.istio.io/redirection": "enabled"}, Outside: mesh.KnownClusterMarks().Outside, Timeout: limit})
 			took := time.Since(start)
 			if err == nil || res.Probes != nil {
 				t.Fatalf("no error (probes %+v)", res.Probes)
@@ -256,7 +258,7 @@ func TestPlaintextProbeWithoutItsControlProvesNothing(t *testing.T) {
 	probes := standInProbes(t)
 	probes.ControlDown(true)
 	app := deployGraph(t, c, "ptctl", "chain-2")
-	res, err := c.ProbePlaintext(ctx, app, PlaintextCheck{Run: "ptctl", Mesh: "istio", Timeout: time.Minute})
+	res, err := c.ProbePlaintext(ctx, app, PlaintextCheck{Run: "ptctl", Mesh: "istio", Outside: mesh.KnownClusterMarks().Outside, Timeout: time.Minute})
 	want := "probe pod meshmark-plaintext-probe-0 could not reach the positive control, a plaintext service outside the mesh (" + PlaintextControlService + "." + app.Namespace +
 		"-probe.svc.cluster.local:9080 (http)): refused: connection refused; so the services' refusals it saw are no evidence"
 	if err == nil || res.Probes != nil || !strings.Contains(err.Error(), want) {

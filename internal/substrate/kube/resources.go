@@ -30,16 +30,9 @@ const (
 	metricContainerMemory = "container_memory_working_set_bytes"
 )
 
-// knownSidecars are the containers meshes inject beside an application's, by the names
-// their injectors give them.
-var knownSidecars = []string{"istio-proxy", "linkerd-proxy"}
-
-// gatewayLabels mark a gateway's pods: Gateway API deployments (Istio's waypoints and
-// ingress gateways among them) and Istio's classic ingress gateway.
-var gatewayLabels = map[string]string{
-	"gateway.networking.k8s.io/gateway-name": "",
-	"istio":                                  "ingressgateway",
-}
+// gatewayAPILabel marks the pods of a Gateway API Gateway's deployment, whichever
+// mesh's controller made it (Istio's waypoints and ingress gateways among them).
+const gatewayAPILabel = "gateway.networking.k8s.io/gateway-name"
 
 // ResourceScope is which containers of the cluster a mesh's trials account for, and how
 // to tell what each is for.
@@ -55,9 +48,14 @@ type ResourceScope struct {
 	// mesh's namespaces without them is the cluster's own (Cilium installs into
 	// kube-system, beside kube-proxy and CoreDNS) and is left out.
 	MeshPodLabels map[string]string
-	// Sidecar is the container the mesh injects beside each application container, when
-	// it is not one of the usual names.
-	Sidecar string
+	// Sidecars are the containers meshes inject beside an application's: the mesh's
+	// own and every other known mesh's (mesh.KnownClusterMarks), by the names their
+	// injectors give them.
+	Sidecars []string
+	// GatewayPodLabels mark the pods of a mesh's own gateways (Istio's classic ingress
+	// gateway), beside the Gateway API's label every gateway carries; a value "" matches
+	// any value.
+	GatewayPodLabels map[string]string
 	// NodeProxies, when set, are the labels of the mesh's node proxies (ztunnel): a
 	// DaemonSet's pod in the mesh's namespaces that has none of them is a node agent
 	// (istio-cni's), counted with the control plane, not the data plane.
@@ -78,7 +76,10 @@ func (s ResourceScope) Namespaces() []string {
 // RoleOf says what a container of pod is for, and false when the pod is outside the
 // scope (another tenant's, the cluster's own).
 func (s ResourceScope) RoleOf(pod *corev1.Pod, container string) (substrate.Role, bool) {
-	for k, v := range gatewayLabels {
+	if _, ok := pod.Labels[gatewayAPILabel]; ok {
+		return substrate.RoleGateway, true
+	}
+	for k, v := range s.GatewayPodLabels {
 		if got, ok := pod.Labels[k]; ok && (v == "" || got == v) {
 			return substrate.RoleGateway, true
 		}
@@ -86,7 +87,7 @@ func (s ResourceScope) RoleOf(pod *corev1.Pod, container string) (substrate.Role
 	switch {
 	case pod.Namespace == s.App:
 		switch {
-		case container == s.Sidecar || slices.Contains(knownSidecars, container):
+		case slices.Contains(s.Sidecars, container):
 			return substrate.RoleSidecar, true
 		case pod.Labels[RoleLabel] == roleGenerator:
 			return substrate.RoleLoadGen, true

@@ -129,7 +129,7 @@ func TestResourcesPerRoleFromKubeletMetrics(t *testing.T) {
 		}
 	}
 
-	scope := ResourceScope{Mesh: "istio", App: app.Namespace, MeshNamespaces: []string{meshNS}, Sidecar: "istio-proxy"}
+	scope := ResourceScope{Mesh: "istio", App: app.Namespace, MeshNamespaces: []string{meshNS}, Sidecars: []string{"istio-proxy"}}
 	const interval = time.Second // the local sampler's cadence
 	sampler := c.SampleResources(ctx, scope, interval)
 	time.Sleep(4 * interval)
