@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -504,5 +505,34 @@ func TestOneDeploymentCaveat(t *testing.T) {
 	run.Meshes[1].Profile = "none"
 	if rep := Analyze(run, Options{Seed: 1}, nil); len(rep.Caveats) != 0 {
 		t.Errorf("meshes kept up with an A/A pair: caveats %q, want none", rep.Caveats)
+	}
+}
+
+// TestSLOJudgesEveryBoundItSets: one SLO judges a pooled step and a single probe alike:
+// every percentile it bounds (p95 too, which a study may set), the error rate even when
+// its bound is zero (no errors allowed), and the served share of an open-model rate;
+// with no latencies measured, no latency bound is judged.
+func TestSLOJudgesEveryBoundItSets(t *testing.T) {
+	slo := SLO{P95: 50 * time.Millisecond, P99: 100 * time.Millisecond, MinAchieved: 0.95}
+	g := &Group{P50: 20000, P95: 60000, P99: 90000, ErrorRate: 0.001, Throughput: 900, Params: results.TrialParams{RequestedRate: 1000}}
+	var got []string
+	for _, m := range slo.Misses(g) {
+		got = append(got, string(m.Metric)+": "+m.Why)
+	}
+	want := []string{"p95: p95 60ms > 50ms", "error_rate: error rate 0.1% > 0%", "throughput: served 900 of 1000 req/s requested"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("misses %q, want %q", got, want)
+	}
+	probe := Observed{ErrorRate: 0, Throughput: 1000, RequestedRate: 1000,
+		Latency: func(p float64) time.Duration { return time.Duration(p) * time.Millisecond }}
+	if miss := slo.Judge(probe); len(miss) != 1 || miss[0].Metric != P95 || miss[0].Why != "p95 95ms > 50ms" {
+		t.Errorf("probe: %+v, want p95 only", miss)
+	}
+	probe.Latency = nil
+	if miss := slo.Judge(probe); len(miss) != 0 {
+		t.Errorf("no latencies measured: %+v, want no miss", miss)
+	}
+	if s := slo.String(); s != "p95 ≤ 50ms, p99 ≤ 100ms, errors ≤ 0%, served ≥ 95% of the requested rate" {
+		t.Errorf("String %q", s)
 	}
 }

@@ -10,13 +10,21 @@ import (
 	"github.com/meshmark/meshmark/internal/results"
 )
 
-// SLO is what "sustainable" means for capacity. Zero fields are not checked.
+// SLO is what "sustainable" means, the one meshmark judges by: the runner's capacity
+// search judges each probe by it and the analysis each pooled step (Judge). A study's
+// spec.slo becomes one in one place (study.SLO.Bounds); without one, DefaultSLO. Zero
+// latency bounds are not checked; the error rate always is, so that a bound of zero
+// allows no errors.
 type SLO struct {
-	P50          time.Duration `json:"p50"`
-	P99          time.Duration `json:"p99"`
-	MaxErrorRate float64       `json:"max_error_rate"`
+	P50  time.Duration `json:"p50"`
+	P90  time.Duration `json:"p90,omitempty"`
+	P95  time.Duration `json:"p95,omitempty"`
+	P99  time.Duration `json:"p99"`
+	P999 time.Duration `json:"p999,omitempty"`
+	// MaxErrorRate is the highest share of requests that may fail.
+	MaxErrorRate float64 `json:"max_error_rate"`
 	// MinAchieved is the fraction of the requested rate that must actually be served
-	// (open-model steps only): a step the system could not keep up with is not
+	// (open-model load only): a rate the system could not keep up with is not
 	// sustainable whatever its latency says.
 	MinAchieved float64 `json:"min_achieved"`
 	// KneeFactor: the knee is the first step whose p99 exceeds KneeFactor times the
@@ -135,24 +143,50 @@ type SLOMiss struct {
 	Why string `json:"why"`
 }
 
-// Misses lists the parts of the SLO the pooled group breaks, in the order p50, p99,
-// error rate, achieved rate (the last for open-model groups only); none when it meets
+// Observed is what an SLO judges: one trial's figures (the runner's search probe) or a
+// step's pooled over its repeats (Group).
+type Observed struct {
+	// Latency is a percentile (50, 90, 95, 99, 99.9) of the latencies; nil when none
+	// were measured, and then no latency bound is judged.
+	Latency func(percentile float64) time.Duration
+	// ErrorRate is the share of requests that failed.
+	ErrorRate float64
+	// Throughput is the rate served, RequestedRate the rate asked for (0 for
+	// closed-model load, whose rate is what the target answers).
+	Throughput, RequestedRate float64
+}
+
+// Judge lists the parts of the SLO o breaks, in the order p50, p90, p95, p99, p99.9,
+// error rate, served rate (the last for open-model load only); none when it meets
 // every part.
-func (slo SLO) Misses(g *Group) []SLOMiss {
+func (slo SLO) Judge(o Observed) []SLOMiss {
 	var out []SLOMiss
-	if slo.P50 > 0 && results.Duration(g.P50) > slo.P50 {
-		out = append(out, SLOMiss{P50, fmt.Sprintf("p50 %s > %v", FormatMicros(float64(g.P50)), slo.P50)})
+	if o.Latency != nil {
+		for _, b := range []struct {
+			metric Metric
+			bound  time.Duration
+		}{{P50, slo.P50}, {P90, slo.P90}, {P95, slo.P95}, {P99, slo.P99}, {P999, slo.P999}} {
+			if got := o.Latency(b.metric.Percentile()); b.bound > 0 && got > b.bound {
+				out = append(out, SLOMiss{b.metric, fmt.Sprintf("%s %s > %v", b.metric, FormatMicros(float64(got)/float64(time.Microsecond)), b.bound)})
+			}
+		}
 	}
-	if slo.P99 > 0 && results.Duration(g.P99) > slo.P99 {
-		out = append(out, SLOMiss{P99, fmt.Sprintf("p99 %s > %v", FormatMicros(float64(g.P99)), slo.P99)})
+	if o.ErrorRate > slo.MaxErrorRate {
+		out = append(out, SLOMiss{ErrorRate, fmt.Sprintf("error rate %.3g%% > %.3g%%", 100*o.ErrorRate, 100*slo.MaxErrorRate)})
 	}
-	if slo.MaxErrorRate > 0 && g.ErrorRate > slo.MaxErrorRate {
-		out = append(out, SLOMiss{ErrorRate, fmt.Sprintf("error rate %.3g%% > %.3g%%", 100*g.ErrorRate, 100*slo.MaxErrorRate)})
-	}
-	if rate := g.Params.RequestedRate; rate > 0 && slo.MinAchieved > 0 && g.Throughput < slo.MinAchieved*rate {
-		out = append(out, SLOMiss{Throughput, fmt.Sprintf("served %.0f of %.0f req/s requested", g.Throughput, rate)})
+	if rate := o.RequestedRate; rate > 0 && slo.MinAchieved > 0 && o.Throughput < slo.MinAchieved*rate {
+		out = append(out, SLOMiss{Throughput, fmt.Sprintf("served %.0f of %.0f req/s requested", o.Throughput, rate)})
 	}
 	return out
+}
+
+// Misses lists the parts of the SLO the pooled group breaks (see Judge).
+func (slo SLO) Misses(g *Group) []SLOMiss {
+	pooled := map[float64]int64{50: g.P50, 90: g.P90, 95: g.P95, 99: g.P99, 99.9: g.P999}
+	return slo.Judge(Observed{
+		Latency:   func(p float64) time.Duration { return results.Duration(pooled[p]) },
+		ErrorRate: g.ErrorRate, Throughput: g.Throughput, RequestedRate: g.Params.RequestedRate,
+	})
 }
 
 // String states the SLO: "p50 ≤ 300ms, p99 ≤ 1s, errors ≤ 0.1%, served ≥ 95% of the
@@ -162,17 +196,21 @@ func (slo SLO) String() string {
 	if slo.P50 > 0 {
 		parts = append(parts, fmt.Sprintf("p50 ≤ %v", slo.P50))
 	}
+	if slo.P90 > 0 {
+		parts = append(parts, fmt.Sprintf("p90 ≤ %v", slo.P90))
+	}
+	if slo.P95 > 0 {
+		parts = append(parts, fmt.Sprintf("p95 ≤ %v", slo.P95))
+	}
 	if slo.P99 > 0 {
 		parts = append(parts, fmt.Sprintf("p99 ≤ %v", slo.P99))
 	}
-	if slo.MaxErrorRate > 0 {
-		parts = append(parts, fmt.Sprintf("errors ≤ %.3g%%", 100*slo.MaxErrorRate))
+	if slo.P999 > 0 {
+		parts = append(parts, fmt.Sprintf("p99.9 ≤ %v", slo.P999))
 	}
+	parts = append(parts, fmt.Sprintf("errors ≤ %.3g%%", 100*slo.MaxErrorRate))
 	if slo.MinAchieved > 0 {
 		parts = append(parts, fmt.Sprintf("served ≥ %.3g%% of the requested rate", 100*slo.MinAchieved))
-	}
-	if len(parts) == 0 {
-		return "none"
 	}
 	return strings.Join(parts, ", ")
 }

@@ -13,9 +13,7 @@ import (
 func analyze(run *results.Run, opts analysis.Options) *analysis.Report {
 	var slo *analysis.SLO
 	if st, err := study.Parse(run.StudyPath, run.StudyFile); err == nil && st.Spec.SLO != nil {
-		s := analysis.DefaultSLO()
-		s.P50, s.P99 = st.Spec.SLO.P50.D(), st.Spec.SLO.P99.D()
-		s.MaxErrorRate = st.Spec.SLO.ErrorRate.Fraction()
+		s := st.Spec.SLO.Bounds()
 		slo = &s
 	}
 	if opts.Seed == 0 {

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/gateway"
@@ -186,12 +185,19 @@ func (r *runner) searchCapacity(t *study.Trial, probes capacityProbes) error {
 }
 
 // capacityErrorBound is the highest error rate a capacity trial may have: the study's
-// SLO, or without one the error rate of analysis.DefaultSLO, which judges sweeps.
+// SLO's, or without one the default SLO's, which judges sweeps.
 func (r *runner) capacityErrorBound() float64 {
-	if slo := r.study.Spec.SLO; slo != nil {
-		return slo.ErrorRate.Fraction()
+	return r.study.Spec.SLO.Bounds().MaxErrorRate
+}
+
+// searchSLO is what a capacity search judges its probes by: the study's SLO, or,
+// for a search derived from the closed-loop best without one, no errors at all and the
+// default SLO's share of the requested rate served.
+func (r *runner) searchSLO() analysis.SLO {
+	if r.study.Spec.SLO != nil {
+		return r.study.Spec.SLO.Bounds()
 	}
-	return analysis.DefaultSLO().MaxErrorRate
+	return analysis.SLO{MinAchieved: analysis.DefaultSLO().MinAchieved}
 }
 
 func errorRate(res *load.Result) float64 {
@@ -217,35 +223,15 @@ func (r *runner) sloMiss(res *load.Result, rate float64) string {
 }
 
 func (r *runner) sloMissTarget(res *load.Result, rate float64) string {
-	slo := r.study.Spec.SLO
-	switch {
-	case res.TargetSaturated():
+	if res.TargetSaturated() {
 		return "the target saturated: " + convertSaturation(res.Saturation).String()
-	case res.AchievedRate < 0.95*rate:
-		return fmt.Sprintf("%.0f req/s served", res.AchievedRate)
 	}
-	errRate := 0.0
-	if res.Completed > 0 {
-		errRate = float64(res.Errors.Total()) / float64(res.Completed)
+	probe := analysis.Observed{ErrorRate: errorRate(res), Throughput: res.AchievedRate, RequestedRate: rate}
+	if res.Latency.Histogram != nil {
+		probe.Latency = res.Latency.Quantile
 	}
-	if slo == nil {
-		if res.Errors.Total() > 0 {
-			return fmt.Sprintf("%d errors (no SLO: none allowed)", res.Errors.Total())
-		}
-		return ""
-	}
-	h := res.Latency
-	for _, c := range []struct {
-		name  string
-		limit study.Duration
-		q     float64
-	}{{"p50", slo.P50, 50}, {"p90", slo.P90, 90}, {"p95", slo.P95, 95}, {"p99", slo.P99, 99}, {"p99.9", slo.P999, 99.9}} {
-		if !c.limit.IsZero() && h.Histogram != nil && h.Quantile(c.q) > c.limit.D() {
-			return fmt.Sprintf("%s %v > %v", c.name, h.Quantile(c.q).Round(time.Microsecond), c.limit.D())
-		}
-	}
-	if errRate > slo.ErrorRate.Fraction() {
-		return fmt.Sprintf("errors %.2f%% > %.2f%%", 100*errRate, 100*slo.ErrorRate.Fraction())
+	if miss := r.searchSLO().Judge(probe); len(miss) > 0 {
+		return miss[0].Why
 	}
 	return ""
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/mesh"
 )
 
@@ -489,4 +490,36 @@ func FuzzParseStudy(f *testing.F) {
 		}
 		_ = s.Plan()
 	})
+}
+
+// TestSLOBounds: a study's spec.slo becomes the SLO the runner and the analysis judge
+// by with every bound it sets (p95 and p99.9 too), no errors allowed when it sets no
+// error rate, and the default SLO's served share and knee factor; a study without one
+// is judged by the default SLO.
+func TestSLOBounds(t *testing.T) {
+	s, err := Parse("slo.yaml", []byte(minimal+"  slo: {p95: 50ms, p999: 2s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := analysis.DefaultSLO()
+	want := analysis.SLO{P95: 50 * time.Millisecond, P999: 2 * time.Second, MinAchieved: def.MinAchieved, KneeFactor: def.KneeFactor}
+	if got := s.Spec.SLO.Bounds(); got != want {
+		t.Errorf("bounds %+v, want %+v", got, want)
+	}
+	s, err = Parse("slo.yaml", []byte(minimal+"  slo: {p50: 300ms, p99: 1s, errorRate: 0.5%}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = def
+	want.MaxErrorRate = 0.005
+	if got := s.Spec.SLO.Bounds(); got != want {
+		t.Errorf("bounds %+v, want %+v", got, want)
+	}
+	s, err = Parse("slo.yaml", []byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Spec.SLO.Bounds(); s.Spec.SLO != nil || got != def {
+		t.Errorf("no spec.slo: %+v, want the default %+v", got, def)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/mesh"
 	_ "github.com/meshmark/meshmark/internal/mesh/meshes" // the registry behind KnownProfiles
 	"github.com/meshmark/meshmark/internal/mesh/none"
@@ -327,6 +328,21 @@ type SLO struct {
 	P99       Duration `yaml:"p99,omitempty"`
 	P999      Duration `yaml:"p999,omitempty"`
 	ErrorRate Percent  `yaml:"errorRate,omitempty"`
+}
+
+// Bounds is the SLO meshmark judges by (analysis.SLO): the study's bounds, its error
+// rate (none allowed when it sets none), and the default SLO's served share of the
+// requested rate and knee factor, which a study does not set. Without spec.slo (s is
+// nil), the default SLO. It is the one place a study's SLO becomes the one the runner's
+// capacity search and the analysis both judge by.
+func (s *SLO) Bounds() analysis.SLO {
+	b := analysis.DefaultSLO()
+	if s == nil {
+		return b
+	}
+	b.P50, b.P90, b.P95, b.P99, b.P999 = s.P50.D(), s.P90.D(), s.P95.D(), s.P99.D(), s.P999.D()
+	b.MaxErrorRate = s.ErrorRate.Fraction()
+	return b
 }
 
 // Results overrides where results are stored.
