@@ -234,8 +234,7 @@ func renderMarkdown(w io.Writer, s *Summary) error {
 		m.printf("req/s is what the target served inside each trial's measured window. Latencies count every request, those that failed without a response at their time to failure.\n\n")
 	}
 	if m.section(titleCapacity, len(s.Capacity) == 0, "This run has no sweep (steps, connections or users), so no capacity was searched.") {
-		m.printf("SLO: p50 ≤ %g ms, p99 ≤ %g ms, errors ≤ %g%%, served ≥ %g%% of the requested rate.\n\n",
-			s.SLO.P50Ms, s.SLO.P99Ms, 100*s.SLO.MaxErrorRate, 100*s.SLO.MinAchieved)
+		m.printf("SLO: %s.\n\n", s.SLO.Text)
 		var rows [][]string
 		for _, c := range s.Capacity {
 			maxX, knee := "none", "none"

@@ -293,6 +293,8 @@ func (s *Summary) IntervalHeader() string {
 
 // SLOInfo is the SLO capacity was judged against.
 type SLOInfo struct {
+	// Text states every bound it judges ("p95 ≤ 50ms, p99 ≤ 100ms, errors ≤ 0%, ...").
+	Text         string  `json:"text"`
 	P50Ms        float64 `json:"p50_ms"`
 	P99Ms        float64 `json:"p99_ms"`
 	MaxErrorRate float64 `json:"max_error_rate"`
@@ -678,7 +680,7 @@ func comparisonRows(cs []analysis.Comparison) []ComparisonRow {
 
 func capacityRows(an *analysis.Report) (SLOInfo, []CapacityRow) {
 	slo := an.SLO
-	info := SLOInfo{P50Ms: float64(slo.P50) / float64(time.Millisecond), P99Ms: float64(slo.P99) / float64(time.Millisecond),
+	info := SLOInfo{Text: slo.String(), P50Ms: float64(slo.P50) / float64(time.Millisecond), P99Ms: float64(slo.P99) / float64(time.Millisecond),
 		MaxErrorRate: slo.MaxErrorRate, MinAchieved: slo.MinAchieved, KneeFactor: slo.KneeFactor}
 	var out []CapacityRow
 	for _, c := range an.Capacity {
