@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"sort"
 	"strings"
 	"time"
@@ -17,32 +18,7 @@ import (
 type Telemetry interface {
 	// ReadCounters reads every proxy of the deployed app now. A proxy that cannot be
 	// read is returned with Err set, not dropped.
-	ReadCounters(ctx context.Context, sub substrate.Substrate, app *topology.App) []ProxyCounters
-}
-
-// Units of ProxyCounters.Inbound.
-const (
-	UnitRequests    = "requests"    // L7 proxies count HTTP requests or gRPC calls
-	UnitConnections = "connections" // L4 proxies (ztunnel without a waypoint) count connections
-)
-
-// ProxyCounters are one proxy's own counters at one instant.
-type ProxyCounters struct {
-	// Component is the proxy, e.g. "envoy", "linkerd2-proxy", "ztunnel".
-	Component string
-	// Pod is the namespace the proxy runs in: the pod for a sidecar, the node for a
-	// node proxy.
-	Pod     string
-	Version string
-	Time    time.Time
-	Err     error
-	// Inbound counts, per destination service, what the proxy accepted on the way into
-	// that service, in Unit.
-	Inbound map[string]uint64
-	Unit    string
-	// Counters and Gauges are everything else the proxy exposes that is worth keeping.
-	Counters map[string]uint64
-	Gauges   map[string]uint64
+	ReadCounters(ctx context.Context, sub substrate.Substrate, app *topology.App) []meshkube.ProxyCounters
 }
 
 // ProxyDelta is what one proxy counted over a trial.
@@ -64,9 +40,9 @@ type ProxyDelta struct {
 
 // DiffCounters pairs proxies by component and pod and subtracts before from after.
 // Counters that did not change are left out.
-func DiffCounters(before, after []ProxyCounters) []ProxyDelta {
+func DiffCounters(before, after []meshkube.ProxyCounters) []ProxyDelta {
 	type key struct{ c, p string }
-	prev := map[key]ProxyCounters{}
+	prev := map[key]meshkube.ProxyCounters{}
 	for _, b := range before {
 		prev[key{b.Component, b.Pod}] = b
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"maps"
 	"slices"
 	"sort"
@@ -81,7 +82,7 @@ type Registration struct {
 	SMPType string
 	// OnCluster is how the mesh shows on a Kubernetes cluster whatever its options,
 	// which meshmark reads for every registered mesh at once (see KnownClusterMarks).
-	OnCluster ClusterMarks
+	OnCluster meshkube.ClusterMarks
 }
 
 // ErrImagesNotBuilt is what a mesh's LocalImages returns, wrapped with how to build
@@ -152,10 +153,10 @@ func SMPType(profile string) string {
 // containers of all of them (sorted, each once), and the gateway labels and opt-outs
 // of all of them together, so that a pod meshmark keeps outside the mesh stays outside
 // any of them, and a cluster's pods are told apart whichever mesh put them there.
-func KnownClusterMarks() KnownMarks {
+func KnownClusterMarks() meshkube.KnownMarks {
 	registryMu.RLock()
 	defer registryMu.RUnlock()
-	var k KnownMarks
+	var k meshkube.KnownMarks
 	for _, r := range registry {
 		m := r.OnCluster
 		if m.Sidecar != "" && !slices.Contains(k.Sidecars, m.Sidecar) {
@@ -207,7 +208,7 @@ func RegisterProfile(r Registration) {
 			panic("mesh: profile " + r.Name + " redefines common option " + k)
 		}
 	}
-	if err := r.OnCluster.agreesWith(registry); err != nil {
+	if err := marksAgree(r.OnCluster, registry); err != nil {
 		panic("mesh: profile " + r.Name + ": " + err.Error())
 	}
 	registry[r.Name] = r

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"io"
 
 	dto "github.com/prometheus/client_model/go"
@@ -14,13 +15,13 @@ import (
 // leave their samples untyped for this parser). Histograms and summaries are left out:
 // latency is measured by the load generator. each, when not nil, sees every sample kept
 // or not, for what the caller reads from particular series (inbound counts, version).
-func ReadPrometheusText(body io.Reader, each func(name string, labels map[string]string, v float64)) (ProxyCounters, error) {
+func ReadPrometheusText(body io.Reader, each func(name string, labels map[string]string, v float64)) (meshkube.ProxyCounters, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(body)
 	if err != nil {
-		return ProxyCounters{}, err
+		return meshkube.ProxyCounters{}, err
 	}
-	pc := ProxyCounters{Counters: map[string]uint64{}, Gauges: map[string]uint64{}}
+	pc := meshkube.ProxyCounters{Counters: map[string]uint64{}, Gauges: map[string]uint64{}}
 	for name, f := range fams {
 		for _, m := range f.GetMetric() {
 			labels := map[string]string{}

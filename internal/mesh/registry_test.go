@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"errors"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"reflect"
 	"strings"
 	"testing"
@@ -88,11 +89,11 @@ func TestOptionErrorsNameKeyAndProfile(t *testing.T) {
 
 func TestDiffCountersKeepsZeroInboundAndFlagsRestarts(t *testing.T) {
 	t0 := time.Unix(100, 0)
-	before := []ProxyCounters{
+	before := []meshkube.ProxyCounters{
 		{Component: "p", Pod: "a", Time: t0, Inbound: map[string]uint64{"web": 10}, Counters: map[string]uint64{"x": 5, "y": 1}},
 		{Component: "p", Pod: "b", Time: t0, Err: errors.New("refused")},
 	}
-	after := []ProxyCounters{
+	after := []meshkube.ProxyCounters{
 		{Component: "p", Pod: "a", Time: t0.Add(time.Second), Inbound: map[string]uint64{"web": 10}, Counters: map[string]uint64{"x": 2, "y": 1}},
 		{Component: "p", Pod: "b", Time: t0.Add(time.Second)},
 		{Component: "p", Pod: "c", Time: t0.Add(time.Second)},
@@ -125,15 +126,15 @@ func TestDiffCountersKeepsZeroInboundAndFlagsRestarts(t *testing.T) {
 func TestClusterMarksOfEveryMesh(t *testing.T) {
 	RegisterProfile(Registration{Name: "test-marks-a", New: func(Options) (Profile, error) { return stubProfile{}, nil },
 		SMPType: "kuma",
-		OnCluster: ClusterMarks{Sidecar: "a-proxy", GatewayPodLabels: map[string]string{"a/gateway": ""},
-			Outside: OptOut{NamespaceLabels: map[string]string{"a/inject": "off"}, PodAnnotations: map[string]string{"a/inject": "off"}}}})
+		OnCluster: meshkube.ClusterMarks{Sidecar: "a-proxy", GatewayPodLabels: map[string]string{"a/gateway": ""},
+			Outside: meshkube.OptOut{NamespaceLabels: map[string]string{"a/inject": "off"}, PodAnnotations: map[string]string{"a/inject": "off"}}}})
 	RegisterProfile(Registration{Name: "test-marks-b", New: func(Options) (Profile, error) { return stubProfile{}, nil },
-		OnCluster: ClusterMarks{Sidecar: "b-proxy", Outside: OptOut{PodAnnotations: map[string]string{"b/inject": "off", "a/inject": "off"}}}})
+		OnCluster: meshkube.ClusterMarks{Sidecar: "b-proxy", Outside: meshkube.OptOut{PodAnnotations: map[string]string{"b/inject": "off", "a/inject": "off"}}}})
 	k := KnownClusterMarks()
 	if !reflect.DeepEqual(k.Sidecars, []string{"a-proxy", "b-proxy"}) || k.GatewayPodLabels["a/gateway"] != "" || len(k.GatewayPodLabels) != 1 {
 		t.Errorf("sidecars %v, gateway labels %v", k.Sidecars, k.GatewayPodLabels)
 	}
-	if want := (OptOut{NamespaceLabels: map[string]string{"a/inject": "off"}, PodAnnotations: map[string]string{"a/inject": "off", "b/inject": "off"}}); !reflect.DeepEqual(k.Outside, want) {
+	if want := (meshkube.OptOut{NamespaceLabels: map[string]string{"a/inject": "off"}, PodAnnotations: map[string]string{"a/inject": "off", "b/inject": "off"}}); !reflect.DeepEqual(k.Outside, want) {
 		t.Errorf("opt-outs %+v, want %+v", k.Outside, want)
 	}
 	if SMPType("test-marks-a") != "kuma" || SMPType("test-marks-b") != "test-marks-b" || SMPType("no-such-profile") != "no-such-profile" {
@@ -149,5 +150,5 @@ func TestClusterMarksOfEveryMesh(t *testing.T) {
 			t.Error("the conflicting profile is in the registry")
 		}
 	}()
-	RegisterProfile(Registration{Name: "test-marks-c", OnCluster: ClusterMarks{Outside: OptOut{PodAnnotations: map[string]string{"a/inject": "on"}}}})
+	RegisterProfile(Registration{Name: "test-marks-c", OnCluster: meshkube.ClusterMarks{Outside: meshkube.OptOut{PodAnnotations: map[string]string{"a/inject": "on"}}}})
 }

@@ -9,19 +9,20 @@ import (
 	"strings"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
 // What a mesh asks of the cluster itself, beyond its charts: objects the cluster must or
-// must not hold before the install (mesh.KubernetesInstall.Requires), whether the mesh
+// must not hold before the install (meshkube.KubernetesInstall.Requires), whether the mesh
 // is the cluster's pod network (ClusterNetwork), and node agents that enroll the pods of
 // their node (NodeAgents). Cilium asks all three.
 
 // installKubeMesh checks that the cluster can take the mesh, then installs it: a mesh
 // that the cluster rules out is refused before anything is created.
-func installKubeMesh(ctx context.Context, c *kube.Cluster, plan *mesh.KubernetesInstall, logw io.Writer, progress func(release string, p kube.WaitProgress)) (*kube.MeshInstall, error) {
+func installKubeMesh(ctx context.Context, c *kube.Cluster, plan *meshkube.KubernetesInstall, logw io.Writer, progress func(release string, p kube.WaitProgress)) (*kube.MeshInstall, error) {
 	if err := c.CheckRequirements(ctx, plan.Requires); err != nil {
 		return nil, err
 	}
@@ -62,7 +63,7 @@ func checkClusterNetwork(st *study.Study) error {
 // node into its datapath): a pod is enrolled when its node runs a ready agent. It adds
 // what it found to enr, and a failure per node that has none ready; a mesh without node
 // agents adds nothing.
-func nodeAgentEnrollment(ctx context.Context, c *kube.Cluster, app *kube.App, plan *mesh.KubernetesInstall, enr *mesh.Enrollment) error {
+func nodeAgentEnrollment(ctx context.Context, c *kube.Cluster, app *kube.App, plan *meshkube.KubernetesInstall, enr *mesh.Enrollment) error {
 	for _, agent := range plan.NodeAgents {
 		placed, err := c.NodeAgents(ctx, app, agent)
 		if err != nil {
@@ -76,7 +77,7 @@ func nodeAgentEnrollment(ctx context.Context, c *kube.Cluster, app *kube.App, pl
 // addNodeAgents records each pod's node and agent in enr (beside what a sidecar check
 // recorded for the same pod, if any), and fails enr once per node whose pods no ready
 // agent took in, naming them.
-func addNodeAgents(enr *mesh.Enrollment, agent mesh.NodeAgent, placed []kube.PodAgent) {
+func addNodeAgents(enr *mesh.Enrollment, agent meshkube.NodeAgent, placed []kube.PodAgent) {
 	outside := map[string][]string{} // why -> pods
 	for _, p := range placed {
 		i := slices.IndexFunc(enr.Pods, func(pe mesh.PodEnrollment) bool { return pe.Pod == p.Pod })

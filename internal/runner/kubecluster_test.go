@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/workload"
 )
@@ -52,7 +53,7 @@ func TestKubeClusterNetworkMeshesComparedAmongThemselves(t *testing.T) {
 // A pod is in Cilium's datapath when its node runs a ready agent: a pod on a node
 // without one, or whose agent is not ready, fails the check, once per node, named.
 func TestKubeNodeAgentEnrollment(t *testing.T) {
-	agent := mesh.NodeAgent{Component: "cilium-agent", Namespace: "kube-system", Labels: map[string]string{"k8s-app": "cilium"}}
+	agent := meshkube.NodeAgent{Component: "cilium-agent", Namespace: "kube-system", Labels: map[string]string{"k8s-app": "cilium"}}
 	enr := mesh.Enrollment{Mesh: "cilium", Pass: true}
 	addNodeAgents(&enr, agent, []kube.PodAgent{
 		{Pod: "front-1", App: "front", Node: "n0", Agent: "cilium-a", Ready: true},

@@ -18,6 +18,7 @@ import (
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/loadgen"
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/sampler"
@@ -42,7 +43,7 @@ const generatorDialLimit = 30 * time.Second
 // kubernetesInstall is how a mesh of the study goes onto a cluster: nil for the
 // baseline, which installs nothing; an error for a profile or option that cannot be
 // carried there yet.
-func kubernetesInstall(m study.Mesh) (*mesh.KubernetesInstall, error) {
+func kubernetesInstall(m study.Mesh) (*meshkube.KubernetesInstall, error) {
 	if m.Profile == study.ProfileNone {
 		return nil, nil
 	}
@@ -63,7 +64,7 @@ func kubernetesInstall(m study.Mesh) (*mesh.KubernetesInstall, error) {
 }
 
 // helmCharts are a mesh's charts as the Kubernetes substrate installs them.
-func helmCharts(in *mesh.KubernetesInstall) []kube.Chart {
+func helmCharts(in *meshkube.KubernetesInstall) []kube.Chart {
 	var out []kube.Chart
 	for _, ch := range in.Charts {
 		out = append(out, kube.Chart{Release: ch.Release, Namespace: ch.Namespace, Ref: ch.Chart, Repo: ch.Repo, Version: ch.Version, Values: ch.Values,
@@ -86,7 +87,7 @@ type kubeDeployment struct {
 	resources kube.ResourceScope
 	// proxies are where the mesh's proxies serve their own counters, read before and
 	// after every trial; services are the app's, which node proxies count into.
-	proxies  []mesh.ProxyEndpoint
+	proxies  []meshkube.ProxyEndpoint
 	services []string
 	// mixUnread says why the request mix is not checked on this bring-up: its pods
 	// could not be read (under strict mTLS they refuse the API server's plaintext).
@@ -98,7 +99,7 @@ type kubeDeployment struct {
 
 // readProxies reads every proxy of the mesh now, through the API server: none for a
 // mesh without proxies.
-func (d *kubeDeployment) readProxies(ctx context.Context) []mesh.ProxyCounters {
+func (d *kubeDeployment) readProxies(ctx context.Context) []meshkube.ProxyCounters {
 	if len(d.proxies) == 0 {
 		return nil
 	}
@@ -550,7 +551,7 @@ func (r *runner) connectGenerators(ctx context.Context, c *kube.Cluster, d *kube
 // kubeEnrollment is the mesh's own record, on the cluster, that it enrolled every pod of
 // the app: its sidecar in every pod spec, or the annotations it writes on the pods it
 // took in.
-func kubeEnrollment(ctx context.Context, c *kube.Cluster, app *kube.App, m *study.Mesh, plan *mesh.KubernetesInstall) (mesh.Enrollment, error) {
+func kubeEnrollment(ctx context.Context, c *kube.Cluster, app *kube.App, m *study.Mesh, plan *meshkube.KubernetesInstall) (mesh.Enrollment, error) {
 	enr := mesh.Enrollment{Mesh: m.Name, Pass: true, CheckedAt: time.Now()}
 	// The mode the study configured, which the mesh's install on the cluster carries
 	// out (the report's security posture says it).
@@ -618,7 +619,7 @@ func plaintextRefusalPromised(m study.Mesh) (bool, error) {
 // naming the service and its answer; a probe that cannot run or report fails it too,
 // saying why, so that refusal is never taken as proven when it was not tried. Only an
 // interrupt is returned as an error.
-func (r *runner) checkPlaintextOnCluster(ctx context.Context, c *kube.Cluster, run string, app *kube.App, m *study.Mesh, plan *mesh.KubernetesInstall, enr *mesh.Enrollment) error {
+func (r *runner) checkPlaintextOnCluster(ctx context.Context, c *kube.Cluster, run string, app *kube.App, m *study.Mesh, plan *meshkube.KubernetesInstall, enr *mesh.Enrollment) error {
 	if !enr.Pass {
 		return nil
 	}
@@ -696,7 +697,7 @@ func (r *runner) storeEnrollment(ctx context.Context, meshName string, enr mesh.
 // adaptToLocalCluster lets the mesh adapt its install to a local cluster (meshmark
 // cluster up), when this is one, and records what that changed in the run's
 // provenance, where the report shows it beside the components' versions.
-func (r *runner) adaptToLocalCluster(ctx context.Context, c *kube.Cluster, m *study.Mesh, plan *mesh.KubernetesInstall) error {
+func (r *runner) adaptToLocalCluster(ctx context.Context, c *kube.Cluster, m *study.Mesh, plan *meshkube.KubernetesInstall) error {
 	local, err := c.LocalCluster(ctx)
 	if err != nil || local == "" {
 		return err
@@ -777,7 +778,7 @@ func (r *runner) recordImages(ctx context.Context, d *kubeDeployment) {
 
 // recordEffort stores, with the run's provenance, what installing the mesh took and
 // which charts at which versions: the effort column of a comparison.
-func (r *runner) recordEffort(ctx context.Context, m *study.Mesh, plan *mesh.KubernetesInstall, e kube.Effort) error {
+func (r *runner) recordEffort(ctx context.Context, m *study.Mesh, plan *meshkube.KubernetesInstall, e kube.Effort) error {
 	if r.run == nil {
 		return nil
 	}
@@ -811,7 +812,7 @@ func (r *runner) helmLog(meshName string) io.Writer {
 }
 
 // enrollmentProof says what the enrollment check looked for.
-func enrollmentProof(plan *mesh.KubernetesInstall) string {
+func enrollmentProof(plan *meshkube.KubernetesInstall) string {
 	var what []string
 	if plan.Sidecar != "" {
 		what = append(what, "each carries "+plan.Sidecar)
@@ -825,7 +826,7 @@ func enrollmentProof(plan *mesh.KubernetesInstall) string {
 	return strings.Join(what, ", ")
 }
 
-func describeCharts(charts []mesh.HelmChart) string {
+func describeCharts(charts []meshkube.HelmChart) string {
 	var out []string
 	for _, ch := range charts {
 		s := ch.Chart

@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/workload"
@@ -177,7 +178,7 @@ const (
 
 // proxyKinds tells each component of the mesh's proxy endpoints how it is placed, and
 // how to name it: a sidecar by its container.
-func proxyKinds(endpoints []mesh.ProxyEndpoint) (map[string]proxyKind, map[string]string) {
+func proxyKinds(endpoints []meshkube.ProxyEndpoint) (map[string]proxyKind, map[string]string) {
 	kinds, names := map[string]proxyKind{}, map[string]string{}
 	for _, ep := range endpoints {
 		if _, seen := kinds[ep.Component]; seen {
@@ -199,7 +200,7 @@ func proxyKinds(endpoints []mesh.ProxyEndpoint) (map[string]proxyKind, map[strin
 // before and after it, and holds each to what it should have counted (judgeTraffic),
 // into enr. It returns an error only when ctx ends; a burst that cannot run fails the
 // check as unproven.
-func (r *runner) proveTraffic(ctx context.Context, d *kubeDeployment, plan *mesh.KubernetesInstall, enr *mesh.Enrollment) error {
+func (r *runner) proveTraffic(ctx context.Context, d *kubeDeployment, plan *meshkube.KubernetesInstall, enr *mesh.Enrollment) error {
 	m := d.mesh
 	pods, err := d.cluster.Sidecars(ctx, d.app, plan.Sidecar)
 	if err != nil {
@@ -263,7 +264,7 @@ func (r *runner) proveTraffic(ctx context.Context, d *kubeDeployment, plan *mesh
 // to it; the others, the load generators' own proxies, and a mesh whose proxies count
 // nothing per service (Cilium's agents) are noted, not held, and then nothing is claimed
 // proven.
-func judgeTraffic(enr *mesh.Enrollment, endpoints []mesh.ProxyEndpoint, out burstOutcome, deltas []mesh.ProxyDelta) {
+func judgeTraffic(enr *mesh.Enrollment, endpoints []meshkube.ProxyEndpoint, out burstOutcome, deltas []mesh.ProxyDelta) {
 	t := &mesh.TrafficProof{Rate: out.plan.rate, Seconds: out.plan.length.Seconds()}
 	enr.Traffic = t
 	if out.err != nil || out.res == nil {
@@ -383,7 +384,7 @@ func judgeTraffic(enr *mesh.Enrollment, endpoints []mesh.ProxyEndpoint, out burs
 				continue
 			}
 			counted := d.Inbound[p.App]
-			if d.Unit == mesh.UnitRequests {
+			if d.Unit == meshkube.UnitRequests {
 				pe.InboundRequests = counted
 			}
 			if p.notHeld != "" {
@@ -398,7 +399,7 @@ func judgeTraffic(enr *mesh.Enrollment, endpoints []mesh.ProxyEndpoint, out burs
 					d.Pod, name, one(d.Unit), p.App, out.describe(), expected(p))
 				continue
 			}
-			if d.Unit == mesh.UnitRequests && res.Errors.Total() == 0 {
+			if d.Unit == meshkube.UnitRequests && res.Errors.Total() == 0 {
 				pe.Answered = true
 			}
 		case nodeProxy:
@@ -425,7 +426,7 @@ func judgeTraffic(enr *mesh.Enrollment, endpoints []mesh.ProxyEndpoint, out burs
 						name, d.Pod, counted, d.Unit, s, len(ps), s, want))
 				}
 				cs := compService{d.Component, s}
-				if d.Unit == mesh.UnitConnections && nodesOf(out.plan.pods, s) > 1 {
+				if d.Unit == meshkube.UnitConnections && nodesOf(out.plan.pods, s) > 1 {
 					if counted > 0 {
 						l4Counted[cs] = true
 					} else {
@@ -496,7 +497,7 @@ func unitOf(deltas []mesh.ProxyDelta, component string) string {
 			return d.Unit
 		}
 	}
-	return mesh.UnitRequests
+	return meshkube.UnitRequests
 }
 
 // describeBurstErrors says how the burst's requests failed: by kind, the status codes

@@ -21,6 +21,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/substrate"
@@ -138,13 +139,13 @@ func TestJudgeTrafficHoldsEveryProxy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sidecars := []mesh.ProxyEndpoint{{Component: "envoy", Container: "istio-proxy"}}
-	ztunnel := []mesh.ProxyEndpoint{{Component: "ztunnel", Namespace: "istio-system", Labels: map[string]string{"app": "ztunnel"}}}
-	waypoint := append(slices.Clone(ztunnel), mesh.ProxyEndpoint{Component: "waypoint", AppLabels: map[string]string{"gateway": "waypoint"}})
-	cilium := []mesh.ProxyEndpoint{{Component: "cilium-agent", Namespace: "kube-system"}, {Component: "cilium-envoy", Namespace: "kube-system"}}
+	sidecars := []meshkube.ProxyEndpoint{{Component: "envoy", Container: "istio-proxy"}}
+	ztunnel := []meshkube.ProxyEndpoint{{Component: "ztunnel", Namespace: "istio-system", Labels: map[string]string{"app": "ztunnel"}}}
+	waypoint := append(slices.Clone(ztunnel), meshkube.ProxyEndpoint{Component: "waypoint", AppLabels: map[string]string{"gateway": "waypoint"}})
+	cilium := []meshkube.ProxyEndpoint{{Component: "cilium-agent", Namespace: "kube-system"}, {Component: "cilium-envoy", Namespace: "kube-system"}}
 	ok := &load.Result{Sent: 201, Completed: 201, Succeeded: 201, StatusCodes: map[int]int64{200: 201}}
 	sidecar := func(pod, svc string, n uint64) mesh.ProxyDelta {
-		d := mesh.ProxyDelta{Component: "envoy", Pod: pod, Unit: mesh.UnitRequests}
+		d := mesh.ProxyDelta{Component: "envoy", Pod: pod, Unit: meshkube.UnitRequests}
 		if svc != "" {
 			d.Inbound = map[string]uint64{svc: n}
 		}
@@ -156,7 +157,7 @@ func TestJudgeTrafficHoldsEveryProxy(t *testing.T) {
 	allCount := []mesh.ProxyDelta{sidecar("front-v1-0", "front", 201), sidecar("back-v1-0", "back", 100), sidecar("back-v1-1", "back", 101), sidecar("meshmark-loadgen-0", "", 0)}
 	for _, tc := range []struct {
 		name       string
-		endpoints  []mesh.ProxyEndpoint
+		endpoints  []meshkube.ProxyEndpoint
 		onNode     map[string]string
 		res        *load.Result
 		runErr     error
@@ -186,24 +187,24 @@ func TestJudgeTrafficHoldsEveryProxy(t *testing.T) {
 		{name: "a burst that cannot run", endpoints: sidecars, runErr: errors.New("generator 127.0.0.1:1: connection reset"),
 			fails: []string{"that every pod's proxy carried traffic is unproven: the probe burst through the mesh could not run: generator 127.0.0.1:1: connection reset"}},
 		{name: "ztunnels on every node", endpoints: ztunnel, res: ok, onNode: map[string]string{"back-v1-1": "n3"},
-			deltas: []mesh.ProxyDelta{node("ztunnel", "n1", mesh.UnitConnections, map[string]uint64{"front": 2, "back": 1}), node("ztunnel", "n2", mesh.UnitConnections, map[string]uint64{"front": 0, "back": 0}),
-				node("ztunnel", "n3", mesh.UnitConnections, map[string]uint64{"front": 0, "back": 0})},
+			deltas: []mesh.ProxyDelta{node("ztunnel", "n1", meshkube.UnitConnections, map[string]uint64{"front": 2, "back": 1}), node("ztunnel", "n2", meshkube.UnitConnections, map[string]uint64{"front": 0, "back": 0}),
+				node("ztunnel", "n3", meshkube.UnitConnections, map[string]uint64{"front": 0, "back": 0})},
 			// back has pods on n1 and n3, balanced per connection: n3's nothing is noted.
 			proven: true, held: 2, notes: []string{"ztunnel on nodes n3 counted no connection into back, which others of its nodes counted"}},
 		{name: "a ztunnel that counted nothing for the one node of a service", endpoints: ztunnel, res: ok, onNode: map[string]string{"back": "n3"},
-			deltas: []mesh.ProxyDelta{node("ztunnel", "n1", mesh.UnitConnections, map[string]uint64{"front": 2, "back": 0}), node("ztunnel", "n2", mesh.UnitConnections, map[string]uint64{"front": 0, "back": 0}),
-				node("ztunnel", "n3", mesh.UnitConnections, map[string]uint64{"front": 0, "back": 0})},
+			deltas: []mesh.ProxyDelta{node("ztunnel", "n1", meshkube.UnitConnections, map[string]uint64{"front": 2, "back": 0}), node("ztunnel", "n2", meshkube.UnitConnections, map[string]uint64{"front": 0, "back": 0}),
+				node("ztunnel", "n3", meshkube.UnitConnections, map[string]uint64{"front": 0, "back": 0})},
 			fails: []string{"node n3: its ztunnel counted no inbound connection for back during a 3s probe burst of 201 requests, though pods back-v1-0, back-v1-1 of back are on it (about 201 requests for them): their traffic bypassed the proxy"}, held: 2},
 		{name: "a waypoint that fronts every service", endpoints: waypoint, res: ok,
-			deltas: []mesh.ProxyDelta{node("ztunnel", "n1", mesh.UnitConnections, map[string]uint64{"front": 2, "back": 2}), node("ztunnel", "n2", mesh.UnitConnections, map[string]uint64{}),
-				node("waypoint", "waypoint-abc", mesh.UnitRequests, map[string]uint64{"front": 201, "back": 201})},
+			deltas: []mesh.ProxyDelta{node("ztunnel", "n1", meshkube.UnitConnections, map[string]uint64{"front": 2, "back": 2}), node("ztunnel", "n2", meshkube.UnitConnections, map[string]uint64{}),
+				node("waypoint", "waypoint-abc", meshkube.UnitRequests, map[string]uint64{"front": 201, "back": 201})},
 			proven: true, held: 2},
 		{name: "a waypoint that carried nothing into back", endpoints: waypoint, res: ok,
-			deltas: []mesh.ProxyDelta{node("ztunnel", "n1", mesh.UnitConnections, map[string]uint64{"front": 2, "back": 2}), node("ztunnel", "n2", mesh.UnitConnections, map[string]uint64{}),
-				node("waypoint", "waypoint-abc", mesh.UnitRequests, map[string]uint64{"front": 201, "back": 0})},
+			deltas: []mesh.ProxyDelta{node("ztunnel", "n1", meshkube.UnitConnections, map[string]uint64{"front": 2, "back": 2}), node("ztunnel", "n2", meshkube.UnitConnections, map[string]uint64{}),
+				node("waypoint", "waypoint-abc", meshkube.UnitRequests, map[string]uint64{"front": 201, "back": 0})},
 			fails: []string{"the waypoint (pods waypoint-abc) counted no request for back during a 3s probe burst of 201 requests (about 201 requests for it): its traffic bypassed the waypoint"}, held: 2},
 		{name: "no waypoint pod", endpoints: waypoint, res: ok,
-			deltas: []mesh.ProxyDelta{node("ztunnel", "n1", mesh.UnitConnections, map[string]uint64{"front": 2, "back": 2}), {Component: "waypoint", Pod: "namespace ns", Err: "no waypoint pod (labels gateway=waypoint) in the namespace"}},
+			deltas: []mesh.ProxyDelta{node("ztunnel", "n1", meshkube.UnitConnections, map[string]uint64{"front": 2, "back": 2}), {Component: "waypoint", Pod: "namespace ns", Err: "no waypoint pod (labels gateway=waypoint) in the namespace"}},
 			fails:  []string{"waypoint in namespace ns could not be read around the probe burst (no waypoint pod (labels gateway=waypoint) in the namespace)"}, held: 1},
 		{name: "cilium counts nothing per service", endpoints: cilium, res: ok,
 			deltas: []mesh.ProxyDelta{{Component: "cilium-agent", Pod: "n1", Counters: map[string]uint64{"cilium_forward_count_total{direction=INGRESS}": 400}}, {Component: "cilium-agent", Pod: "n2", Err: "HTTP 503"}, {Component: "cilium-envoy", Pod: "n1"}},
@@ -279,9 +280,9 @@ func (countingProxies) Uninstall(context.Context, substrate.Substrate) error { r
 
 const countingProxyPort = 15090
 
-func (countingProxies) Kubernetes() (mesh.KubernetesInstall, error) {
+func (countingProxies) Kubernetes() (meshkube.KubernetesInstall, error) {
 	enrolled := map[string]string{"meshmark.dev/test-proxy": "injected"}
-	read := func(body io.Reader, of mesh.ProxyScrape) (mesh.ProxyCounters, error) {
+	read := func(body io.Reader, of meshkube.ProxyScrape) (meshkube.ProxyCounters, error) {
 		var n float64
 		pc, err := mesh.ReadPrometheusText(body, func(name string, labels map[string]string, v float64) {
 			if name == "test_inbound_total" && labels["service"] == of.Service {
@@ -291,15 +292,15 @@ func (countingProxies) Kubernetes() (mesh.KubernetesInstall, error) {
 		if err != nil {
 			return pc, err
 		}
-		pc.Unit = mesh.UnitRequests
+		pc.Unit = meshkube.UnitRequests
 		if of.Service != "" {
 			pc.Inbound = map[string]uint64{of.Service: uint64(n)}
 		}
 		return pc, nil
 	}
-	return mesh.KubernetesInstall{
+	return meshkube.KubernetesInstall{
 		PodAnnotations: enrolled, EnrolledAnnotations: enrolled,
-		Proxies: []mesh.ProxyEndpoint{
+		Proxies: []meshkube.ProxyEndpoint{
 			{Component: "test-proxy", Container: "app", Port: countingProxyPort, Path: "/stats", Read: read},
 			{Component: "test-proxy", Container: "generator", Port: countingProxyPort, Path: "/stats", Read: read},
 		},

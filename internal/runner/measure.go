@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/sampler"
 	"github.com/meshmark/meshmark/internal/study"
@@ -350,7 +351,7 @@ func netSamples(rounds []sampler.Round) []results.NetSample {
 }
 
 // readCounters reads every proxy's own counters when the profile has any.
-func readCounters(ctx context.Context, d *deployment) []mesh.ProxyCounters {
+func readCounters(ctx context.Context, d *deployment) []meshkube.ProxyCounters {
 	tm, ok := d.profile.(mesh.Telemetry)
 	if !ok {
 		return nil
@@ -392,15 +393,15 @@ func bypassed(entry string, deltas []mesh.ProxyDelta, res *load.Result) string {
 	if len(byUnit) == 0 || answered <= 0 {
 		return ""
 	}
-	requests, haveRequests := byUnit[mesh.UnitRequests]
-	conns, haveConns := byUnit[mesh.UnitConnections]
+	requests, haveRequests := byUnit[meshkube.UnitRequests]
+	conns, haveConns := byUnit[meshkube.UnitConnections]
 	switch {
 	case haveRequests && int64(requests) >= answered:
 		return ""
 	case haveConns && conns > 0:
 		return ""
 	case haveRequests:
-		return fmt.Sprintf("the %s proxies counted %d inbound %s for %d answered", entry, requests, mesh.UnitRequests, answered)
+		return fmt.Sprintf("the %s proxies counted %d inbound %s for %d answered", entry, requests, meshkube.UnitRequests, answered)
 	}
 	return fmt.Sprintf("the mesh's proxies counted no connection into %s for %d answered requests", entry, answered)
 }

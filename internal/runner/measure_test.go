@@ -6,6 +6,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/sampler"
 )
 
@@ -39,12 +40,12 @@ func TestBypassedByUnit(t *testing.T) {
 		deltas []mesh.ProxyDelta
 		bypass bool
 	}{
-		{"sidecars counted every request", []mesh.ProxyDelta{delta(mesh.UnitRequests, 620)}, false},
-		{"sidecars short of the answered", []mesh.ProxyDelta{delta(mesh.UnitRequests, 100)}, true},
-		{"ztunnels counted connections", []mesh.ProxyDelta{delta(mesh.UnitConnections, 8)}, false},
-		{"ztunnels counted none", []mesh.ProxyDelta{delta(mesh.UnitConnections, 0)}, true},
-		{"waypoint none, ztunnels some", []mesh.ProxyDelta{delta(mesh.UnitRequests, 0), delta(mesh.UnitConnections, 8), delta(mesh.UnitConnections, 0)}, false},
-		{"waypoint none, ztunnels none", []mesh.ProxyDelta{delta(mesh.UnitRequests, 0), delta(mesh.UnitConnections, 0)}, true},
+		{"sidecars counted every request", []mesh.ProxyDelta{delta(meshkube.UnitRequests, 620)}, false},
+		{"sidecars short of the answered", []mesh.ProxyDelta{delta(meshkube.UnitRequests, 100)}, true},
+		{"ztunnels counted connections", []mesh.ProxyDelta{delta(meshkube.UnitConnections, 8)}, false},
+		{"ztunnels counted none", []mesh.ProxyDelta{delta(meshkube.UnitConnections, 0)}, true},
+		{"waypoint none, ztunnels some", []mesh.ProxyDelta{delta(meshkube.UnitRequests, 0), delta(meshkube.UnitConnections, 8), delta(meshkube.UnitConnections, 0)}, false},
+		{"waypoint none, ztunnels none", []mesh.ProxyDelta{delta(meshkube.UnitRequests, 0), delta(meshkube.UnitConnections, 0)}, true},
 	} {
 		if got := bypassed("productpage", tc.deltas, res); (got != "") != tc.bypass {
 			t.Errorf("%s: %q, want bypass %v", tc.name, got, tc.bypass)

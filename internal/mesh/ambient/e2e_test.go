@@ -21,6 +21,7 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh/ambient/zdsapi"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/prereq"
 	"github.com/meshmark/meshmark/internal/substrate"
@@ -189,7 +190,7 @@ func TestSharedModeEnrollsEveryPod(t *testing.T) {
 	deltas := mesh.DiffCounters(before, after)
 	for _, s := range b.app.Services {
 		n, unit, ok := mesh.InboundTotal(deltas, s.Name)
-		if !ok || n == 0 || unit != mesh.UnitConnections {
+		if !ok || n == 0 || unit != meshkube.UnitConnections {
 			t.Errorf("service %s: inbound %d %s (counted: %v)", s.Name, n, unit, ok)
 		}
 	}
@@ -513,10 +514,10 @@ func TestWaypointSplitsPerRequest(t *testing.T) {
 		for _, c := range counters {
 			if c.Component == "waypoint" {
 				found = true
-				if c.Err != nil || c.Unit != mesh.UnitRequests || c.Inbound["reviews"] < 40 {
+				if c.Err != nil || c.Unit != meshkube.UnitRequests || c.Inbound["reviews"] < 40 {
 					t.Errorf("waypoint counters: %+v", c)
 				}
-			} else if c.Unit != mesh.UnitConnections {
+			} else if c.Unit != meshkube.UnitConnections {
 				// ztunnel keeps counting connections: callers from outside the mesh reach
 				// pods through it without the waypoint, as in Istio
 				t.Errorf("ztunnel on %s counts in %q", c.Pod, c.Unit)

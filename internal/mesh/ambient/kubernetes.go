@@ -9,6 +9,7 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/envoysidecar"
 	"github.com/meshmark/meshmark/internal/mesh/istiohelm"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	gatewayapicrds "github.com/meshmark/meshmark/third_party/gateway-api-crds"
 )
 
@@ -60,26 +61,26 @@ var _ mesh.KubernetesInstaller = (*Profile)(nil)
 // cluster lacks them), a Gateway named waypoint in the app's namespace and that
 // namespace labelled istio.io/use-waypoint=waypoint. Options meshmark does not carry
 // over are refused.
-func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
+func (p *Profile) Kubernetes() (meshkube.KubernetesInstall, error) {
 	o, def := p.opts, mesh.DefaultOptions()
 	switch {
 	case o.Concurrency != def.Concurrency:
-		return mesh.KubernetesInstall{}, istiohelm.NotCarried("concurrency")
+		return meshkube.KubernetesInstall{}, istiohelm.NotCarried("concurrency")
 	case o.TrustDomain != def.TrustDomain:
-		return mesh.KubernetesInstall{}, istiohelm.NotCarried("trust_domain")
+		return meshkube.KubernetesInstall{}, istiohelm.NotCarried("trust_domain")
 	}
 	ambient := map[string]any{"profile": "ambient"}
 	istiod, cni := istiohelm.Istiod, istiohelm.CNI
 	istiod.Values, cni.Values = ambient, ambient
 	charts, err := istiohelm.Charts(o, istiohelm.Base, istiod, cni, istiohelm.Ztunnel)
 	if err != nil {
-		return mesh.KubernetesInstall{}, err
+		return meshkube.KubernetesInstall{}, err
 	}
 	var manifests []string
 	if p.mode == mesh.MTLSStrict {
 		manifests = append(manifests, istiohelm.PeerAuthentication("STRICT"))
 	}
-	install := mesh.KubernetesInstall{
+	install := meshkube.KubernetesInstall{
 		Charts:          charts,
 		Manifests:       manifests,
 		NamespaceLabels: map[string]string{"istio.io/dataplane-mode": "ambient"},
@@ -90,7 +91,7 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 		EnrolledAnnotations:  map[string]string{RedirectionAnnotation: "enabled"},
 		// Each node's ztunnel (the chart's DaemonSet, its pods labelled app=ztunnel)
 		// serves its metrics on its pod's address.
-		Proxies: []mesh.ProxyEndpoint{{Component: Component, Namespace: istiohelm.Namespace, Labels: map[string]string{"app": "ztunnel"},
+		Proxies: []meshkube.ProxyEndpoint{{Component: Component, Namespace: istiohelm.Namespace, Labels: map[string]string{"app": "ztunnel"},
 			Port: MetricsPort, Path: "/metrics", Read: readKubeMetrics}},
 		ForLocalCluster: istiohelm.ForLocalCluster,
 	}
@@ -99,20 +100,20 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 	}
 	dir, err := gatewayapicrds.Dir()
 	if err != nil {
-		return mesh.KubernetesInstall{}, fmt.Errorf("%s: %w", Name, err)
+		return meshkube.KubernetesInstall{}, fmt.Errorf("%s: %w", Name, err)
 	}
-	crds := mesh.HelmChart{Release: gatewayapicrds.Chart, Namespace: istiohelm.Namespace, Chart: dir}
+	crds := meshkube.HelmChart{Release: gatewayapicrds.Chart, Namespace: istiohelm.Namespace, Chart: dir}
 	install.Charts = slices.Insert(install.Charts, 1, crds)
 	install.NamespaceLabels[UseWaypointLabel] = WaypointName
-	install.Gateways = []mesh.AppGateway{{Manifest: waypointGateway, Deployment: WaypointName}}
+	install.Gateways = []meshkube.AppGateway{{Manifest: waypointGateway, Deployment: WaypointName}}
 	// The waypoint is istio-proxy's Envoy, serving its stats where a sidecar's does.
-	install.Proxies = append(install.Proxies, mesh.ProxyEndpoint{Component: WaypointComponent,
+	install.Proxies = append(install.Proxies, meshkube.ProxyEndpoint{Component: WaypointComponent,
 		AppLabels: map[string]string{GatewayNameLabel: WaypointName},
 		Port:      envoysidecar.IstioStatsPort, Path: "/stats/prometheus", Read: readKubeWaypoint})
 	return install, nil
 }
 
-// readKubeWaypoint reads the waypoint's Envoy stats on a cluster (mesh.ProxyEndpoint):
+// readKubeWaypoint reads the waypoint's Envoy stats on a cluster (meshkube.ProxyEndpoint):
 // the requests it carried into each service of the app's namespace, which is Istio's
 // istio_requests_total as a waypoint reports it (reporter="waypoint"), counted by the
 // destination's canonical service and namespace as ztunnel's connections are (on a
@@ -122,7 +123,7 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 // A waypoint built on upstream Envoy has no Istio telemetry (istiohelm.ForLocalCluster):
 // its requests are then Envoy's own counters of its inbound-vip clusters, one per
 // service it fronts (inbound-vip|PORT|PROTOCOL|SERVICE.NAMESPACE.svc.DOMAIN).
-func readKubeWaypoint(body io.Reader, of mesh.ProxyScrape) (mesh.ProxyCounters, error) {
+func readKubeWaypoint(body io.Reader, of meshkube.ProxyScrape) (meshkube.ProxyCounters, error) {
 	inbound := make(map[string]uint64, len(of.Services))
 	envoyInbound := make(map[string]uint64, len(of.Services))
 	for _, s := range of.Services {
@@ -151,12 +152,12 @@ func readKubeWaypoint(body io.Reader, of mesh.ProxyScrape) (mesh.ProxyCounters, 
 		}
 	})
 	if err != nil {
-		return mesh.ProxyCounters{}, fmt.Errorf("waypoint stats: %w", err)
+		return meshkube.ProxyCounters{}, fmt.Errorf("waypoint stats: %w", err)
 	}
 	if !telemetry {
 		inbound = envoyInbound
 	}
-	pc.Unit, pc.Version, pc.Inbound = mesh.UnitRequests, version, inbound
+	pc.Unit, pc.Version, pc.Inbound = meshkube.UnitRequests, version, inbound
 	return pc, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"sigs.k8s.io/yaml"
 )
 
@@ -36,7 +37,7 @@ func TestKubernetesInstallIsIstioAmbient(t *testing.T) {
 	}
 	// istio-cni's and ztunnel's host paths and capabilities are beyond Pod Security's
 	// baseline; the app's pods need nothing.
-	if len(in.PrivilegedNamespaces) != 1 || in.PrivilegedNamespaces[0] != "istio-system" || in.NamespaceLabels[mesh.PodSecurityEnforce] != "" {
+	if len(in.PrivilegedNamespaces) != 1 || in.PrivilegedNamespaces[0] != "istio-system" || in.NamespaceLabels[meshkube.PodSecurityEnforce] != "" {
 		t.Errorf("pod security: privileged namespaces %v, app namespace labels %v", in.PrivilegedNamespaces, in.NamespaceLabels)
 	}
 }
@@ -131,17 +132,17 @@ envoy_server_live{} 1
 `
 
 func TestKubeWaypointStatsCountTheAppsServices(t *testing.T) {
-	pc, err := readKubeWaypoint(strings.NewReader(waypointStats), mesh.ProxyScrape{Namespace: "app", Services: []string{"front", "back", "idle"}})
+	pc, err := readKubeWaypoint(strings.NewReader(waypointStats), meshkube.ProxyScrape{Namespace: "app", Services: []string{"front", "back", "idle"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pc.Unit != mesh.UnitRequests || pc.Version != "1.31.1" || pc.Gauges["envoy_server_live"] != 1 {
+	if pc.Unit != meshkube.UnitRequests || pc.Version != "1.31.1" || pc.Gauges["envoy_server_live"] != 1 {
 		t.Errorf("unit %q, version %q, gauges %v", pc.Unit, pc.Version, pc.Gauges)
 	}
 	if want := map[string]uint64{"front": 123, "back": 40, "idle": 0}; !maps.Equal(pc.Inbound, want) {
 		t.Errorf("inbound %v, want %v: every request the waypoint carried into the app's services, none of another namespace's", pc.Inbound, want)
 	}
-	if _, err := readKubeWaypoint(strings.NewReader("istio_requests_total{reporter=\"waypoint\" 1\n"), mesh.ProxyScrape{}); err == nil ||
+	if _, err := readKubeWaypoint(strings.NewReader("istio_requests_total{reporter=\"waypoint\" 1\n"), meshkube.ProxyScrape{}); err == nil ||
 		!strings.Contains(err.Error(), "waypoint stats") {
 		t.Errorf("garbled stats: %v", err)
 	}
@@ -159,7 +160,7 @@ envoy_cluster_upstream_rq_total{cluster_name="inbound|80||"} 7
 `
 
 func TestKubeWaypointOfUpstreamEnvoyCountsItsInboundClusters(t *testing.T) {
-	pc, err := readKubeWaypoint(strings.NewReader(upstreamWaypointStats), mesh.ProxyScrape{Namespace: "app", Services: []string{"front", "back", "idle"}})
+	pc, err := readKubeWaypoint(strings.NewReader(upstreamWaypointStats), meshkube.ProxyScrape{Namespace: "app", Services: []string{"front", "back", "idle"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestKubeWaypointOfUpstreamEnvoyCountsItsInboundClusters(t *testing.T) {
 	}
 	// With Istio's telemetry present, it alone counts: Envoy's clusters would count the
 	// same requests again.
-	pc, err = readKubeWaypoint(strings.NewReader(waypointStats+upstreamWaypointStats), mesh.ProxyScrape{Namespace: "app", Services: []string{"front", "back"}})
+	pc, err = readKubeWaypoint(strings.NewReader(waypointStats+upstreamWaypointStats), meshkube.ProxyScrape{Namespace: "app", Services: []string{"front", "back"}})
 	if err != nil {
 		t.Fatal(err)
 	}

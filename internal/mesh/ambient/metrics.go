@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/telemetry"
@@ -116,7 +116,7 @@ func Sum(series []Series, name string, match map[string]string) float64 {
 // destination service (counted by the destination's ztunnel), and connection and byte
 // totals per reporter; with a waypoint, also the waypoint's requests per service
 // (ztunnel still counts what reaches a pod without it: callers from outside the mesh).
-func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, app *topology.App) []mesh.ProxyCounters {
+func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, app *topology.App) []meshkube.ProxyCounters {
 	p.mu.Lock()
 	nodes := make([]*nodeProxy, 0, len(p.nodes))
 	for _, n := range p.nodes {
@@ -125,10 +125,10 @@ func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, app
 	wp := p.waypoint
 	p.mu.Unlock()
 	sortNodes(nodes)
-	out := make([]mesh.ProxyCounters, len(nodes))
+	out := make([]meshkube.ProxyCounters, len(nodes))
 	for i, n := range nodes {
 		series, err := ScrapeMetrics(ctx, sub, n.pod)
-		pc := mesh.ProxyCounters{Unit: mesh.UnitConnections}
+		pc := meshkube.ProxyCounters{Unit: meshkube.UnitConnections}
 		if err == nil {
 			services := make([]string, len(app.Services))
 			for j, s := range app.Services {
@@ -152,8 +152,8 @@ const Component = "ztunnel"
 // service, counted by the destination's ztunnel (of namespace's workloads only, unless
 // namespace is empty: on a shared cluster another namespace may have a service of the
 // same name), and connection and byte totals per reporter.
-func countersOf(series []Series, services []string, namespace string) mesh.ProxyCounters {
-	pc := mesh.ProxyCounters{Unit: mesh.UnitConnections, Inbound: map[string]uint64{}, Counters: map[string]uint64{}}
+func countersOf(series []Series, services []string, namespace string) meshkube.ProxyCounters {
+	pc := meshkube.ProxyCounters{Unit: meshkube.UnitConnections, Inbound: map[string]uint64{}, Counters: map[string]uint64{}}
 	for _, s := range services {
 		match := map[string]string{"reporter": "destination", "destination_canonical_service": s}
 		if namespace != "" {
@@ -169,25 +169,25 @@ func countersOf(series []Series, services []string, namespace string) mesh.Proxy
 	return pc
 }
 
-// readKubeMetrics reads one ztunnel's /metrics on a cluster (mesh.ProxyEndpoint) as
+// readKubeMetrics reads one ztunnel's /metrics on a cluster (meshkube.ProxyEndpoint) as
 // ReadCounters reads a local one, counting the app's namespace only.
-func readKubeMetrics(body io.Reader, of mesh.ProxyScrape) (mesh.ProxyCounters, error) {
+func readKubeMetrics(body io.Reader, of meshkube.ProxyScrape) (meshkube.ProxyCounters, error) {
 	series, err := ParseMetrics(body)
 	if err != nil {
-		return mesh.ProxyCounters{}, err
+		return meshkube.ProxyCounters{}, err
 	}
 	return countersOf(series, of.Services, of.Namespace), nil
 }
 
 // readWaypoint snapshots the waypoint Envoy's admin: requests per service.
-func readWaypoint(ctx context.Context, sub substrate.Substrate, app *topology.App, wp *waypointProxy) mesh.ProxyCounters {
+func readWaypoint(ctx context.Context, sub substrate.Substrate, app *topology.App, wp *waypointProxy) meshkube.ProxyCounters {
 	c := telemetry.NewClient(fmt.Sprintf("127.0.0.1:%d", WaypointAdminPort), func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return sub.DialContext(ctx, wp.pod, network, addr)
 	})
 	sctx, cancel := context.WithTimeout(ctx, meshprobe.ProbeTimeout)
 	defer cancel()
 	snap, err := c.Snapshot(sctx)
-	pc := mesh.ProxyCounters{Component: WaypointComponent, Pod: wp.pod.Name, Time: snap.Time, Err: err, Unit: mesh.UnitRequests}
+	pc := meshkube.ProxyCounters{Component: WaypointComponent, Pod: wp.pod.Name, Time: snap.Time, Err: err, Unit: meshkube.UnitRequests}
 	if err != nil {
 		pc.Time = time.Now()
 		return pc

@@ -6,6 +6,7 @@ import (
 	"regexp"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 )
 
 const (
@@ -65,27 +66,27 @@ const noOtherNetwork = "Cilium is the cluster's pod network (its CNI), and insta
 	"(and kubeProxyMode: none for Cilium's kube-proxy replacement); see docs/kubernetes.md, \"Cilium\""
 
 // Kubernetes describes the Cilium install this configuration stands for.
-func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
+func (p *Profile) Kubernetes() (meshkube.KubernetesInstall, error) {
 	o := p.opts
-	ch := mesh.HelmChart{Release: Release, Namespace: Namespace, Chart: chart, Repo: Repo, Version: Version}
+	ch := meshkube.HelmChart{Release: Release, Namespace: Namespace, Chart: chart, Repo: Repo, Version: Version}
 	if v, ok := o.Own[VersionOption]; ok {
 		ch.Version = fmt.Sprint(v)
 		if !release.MatchString(ch.Version) {
-			return mesh.KubernetesInstall{}, &mesh.OptionError{Key: VersionOption, Msg: fmt.Sprintf("%q is not a Cilium release like %s", ch.Version, Version)}
+			return meshkube.KubernetesInstall{}, &mesh.OptionError{Key: VersionOption, Msg: fmt.Sprintf("%q is not a Cilium release like %s", ch.Version, Version)}
 		}
 	}
 	if v, ok := o.Own[ChartOption]; ok {
 		dir, _ := v.(string)
 		if dir == "" {
-			return mesh.KubernetesInstall{}, &mesh.OptionError{Key: ChartOption, Msg: "want the directory of a copy of the cilium chart, as helm pull cilium/cilium --untar makes it"}
+			return meshkube.KubernetesInstall{}, &mesh.OptionError{Key: ChartOption, Msg: "want the directory of a copy of the cilium chart, as helm pull cilium/cilium --untar makes it"}
 		}
 		ch.Chart, ch.Repo, ch.Version = dir, "", ""
 	}
 	// The agent serves its metrics only when asked; they are the trial's counters.
 	ch.Values = map[string]any{"prometheus": map[string]any{"enabled": true}}
-	var requires []mesh.ClusterRequirement
+	var requires []meshkube.ClusterRequirement
 	for _, n := range otherNetworks {
-		requires = append(requires, mesh.ClusterRequirement{Kind: "DaemonSet", Name: n.daemonSet, Absent: true,
+		requires = append(requires, meshkube.ClusterRequirement{Kind: "DaemonSet", Name: n.daemonSet, Absent: true,
 			Why: n.what + " runs on this cluster. " + noOtherNetwork})
 	}
 	switch p.encryption {
@@ -93,7 +94,7 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 		ch.Values["encryption"] = map[string]any{"enabled": true, "type": p.encryption}
 	}
 	if p.encryption == EncryptionIPsec {
-		requires = append(requires, mesh.ClusterRequirement{Kind: "Secret", Namespace: Namespace, Name: ipsecSecret,
+		requires = append(requires, meshkube.ClusterRequirement{Kind: "Secret", Namespace: Namespace, Name: ipsecSecret,
 			Why: "Cilium's IPsec reads its keys from it, and its agents do not start without it: create it as Cilium's IPsec guide does, " +
 				`kubectl create -n kube-system secret generic cilium-ipsec-keys --from-literal=keys="3+ rfc4106(gcm(aes)) $(dd if=/dev/urandom count=20 bs=1 2>/dev/null | xxd -p -c 64) 128"`})
 	}
@@ -107,24 +108,24 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 			"enabled": true, "install": map[string]any{"enabled": true}}}}
 		manifests = append(manifests, mutualAuthPolicy)
 	}
-	charts := []mesh.HelmChart{ch}
+	charts := []meshkube.HelmChart{ch}
 	if err := mesh.MergeHelmValues(charts, o.Own[ValuesOption], ValuesOption); err != nil {
-		return mesh.KubernetesInstall{}, err
+		return meshkube.KubernetesInstall{}, err
 	}
-	proxies := []mesh.ProxyEndpoint{{Component: AgentComponent, Namespace: Namespace, Labels: agentLabels,
+	proxies := []meshkube.ProxyEndpoint{{Component: AgentComponent, Namespace: Namespace, Labels: agentLabels,
 		Port: AgentMetricsPort, Path: "/metrics", Read: ReadAgentMetrics}}
 	if p.l7 {
 		// cilium-envoy's metrics listener answers /metrics with Envoy's
 		// /stats/prometheus.
-		proxies = append(proxies, mesh.ProxyEndpoint{Component: EnvoyComponent, Namespace: Namespace, Labels: envoyLabels,
+		proxies = append(proxies, meshkube.ProxyEndpoint{Component: EnvoyComponent, Namespace: Namespace, Labels: envoyLabels,
 			Port: EnvoyMetricsPort, Path: "/metrics", Read: ReadEnvoyMetrics})
 	}
-	return mesh.KubernetesInstall{
+	return meshkube.KubernetesInstall{
 		Charts:    charts,
 		Manifests: manifests,
 		// No label and no sidecar: a pod is in Cilium's datapath when its node's agent
 		// is ready, since the agent's CNI plugin wired it.
-		NodeAgents:     []mesh.NodeAgent{{Component: AgentComponent, Namespace: Namespace, Labels: agentLabels}},
+		NodeAgents:     []meshkube.NodeAgent{{Component: AgentComponent, Namespace: Namespace, Labels: agentLabels}},
 		Requires:       requires,
 		ClusterNetwork: true,
 		OwnPodLabels:   partOf,
@@ -159,14 +160,14 @@ const (
 	agentVersion = "cilium_version"
 )
 
-// ReadAgentMetrics reads one cilium agent's /metrics (mesh.ProxyEndpoint): every
+// ReadAgentMetrics reads one cilium agent's /metrics (meshkube.ProxyEndpoint): every
 // counter and gauge it serves (what its datapath forwarded and dropped per direction,
 // cilium_forward_count_total and cilium_drop_count_total; what its L7 proxy handled,
 // cilium_policy_l7_total; its endpoints), and its release from cilium_version. The agent
 // counts per node, not per service, so it has no inbound counts: the trial keeps what
 // it counted, and the check that the entry service's proxies counted every request has
 // nothing to hold Cilium to.
-func ReadAgentMetrics(body io.Reader, _ mesh.ProxyScrape) (mesh.ProxyCounters, error) {
+func ReadAgentMetrics(body io.Reader, _ meshkube.ProxyScrape) (meshkube.ProxyCounters, error) {
 	var version string
 	pc, err := mesh.ReadPrometheusText(body, func(name string, labels map[string]string, _ float64) {
 		if name == agentVersion {
@@ -174,19 +175,19 @@ func ReadAgentMetrics(body io.Reader, _ mesh.ProxyScrape) (mesh.ProxyCounters, e
 		}
 	})
 	if err != nil {
-		return mesh.ProxyCounters{}, fmt.Errorf("cilium agent metrics: %w", err)
+		return meshkube.ProxyCounters{}, fmt.Errorf("cilium agent metrics: %w", err)
 	}
 	pc.Version = version
 	return pc, nil
 }
 
-// ReadEnvoyMetrics reads one cilium-envoy's /metrics (mesh.ProxyEndpoint), Envoy's own
+// ReadEnvoyMetrics reads one cilium-envoy's /metrics (meshkube.ProxyEndpoint), Envoy's own
 // statistics in Prometheus format (envoy_*, Cilium's own under envoy_cilium_*): every
 // counter and gauge, kept per node. As the agent, it counts no service.
-func ReadEnvoyMetrics(body io.Reader, _ mesh.ProxyScrape) (mesh.ProxyCounters, error) {
+func ReadEnvoyMetrics(body io.Reader, _ meshkube.ProxyScrape) (meshkube.ProxyCounters, error) {
 	pc, err := mesh.ReadPrometheusText(body, nil)
 	if err != nil {
-		return mesh.ProxyCounters{}, fmt.Errorf("cilium-envoy metrics: %w", err)
+		return meshkube.ProxyCounters{}, fmt.Errorf("cilium-envoy metrics: %w", err)
 	}
 	return pc, nil
 }

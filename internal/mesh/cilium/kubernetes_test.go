@@ -9,9 +9,10 @@ import (
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 )
 
-func kubernetesInstall(t *testing.T, raw map[string]any) mesh.KubernetesInstall {
+func kubernetesInstall(t *testing.T, raw map[string]any) meshkube.KubernetesInstall {
 	t.Helper()
 	p, err := mesh.New(Name, raw)
 	if err != nil {
@@ -45,8 +46,8 @@ func TestKubernetesInstallIsCiliumsChart(t *testing.T) {
 		len(in.NamespaceAnnotations) != 0 || len(in.PodAnnotations) != 0 {
 		t.Errorf("Cilium enrolls no pod by a label, an annotation or a sidecar: %+v", in)
 	}
-	agent := mesh.NodeAgent{Component: "cilium-agent", Namespace: "kube-system", Labels: map[string]string{"k8s-app": "cilium"}}
-	if !reflect.DeepEqual(in.NodeAgents, []mesh.NodeAgent{agent}) {
+	agent := meshkube.NodeAgent{Component: "cilium-agent", Namespace: "kube-system", Labels: map[string]string{"k8s-app": "cilium"}}
+	if !reflect.DeepEqual(in.NodeAgents, []meshkube.NodeAgent{agent}) {
 		t.Errorf("node agents %+v, want the cilium DaemonSet's pods", in.NodeAgents)
 	}
 	if !in.ClusterNetwork || in.OwnPodLabels["app.kubernetes.io/part-of"] != "cilium" {
@@ -98,7 +99,7 @@ func TestOptionsBecomeCiliumsValues(t *testing.T) {
 	if enc := in.Charts[0].Values["encryption"]; !reflect.DeepEqual(enc, map[string]any{"enabled": true, "type": "ipsec"}) {
 		t.Errorf("ipsec: encryption values %v", enc)
 	}
-	var secret *mesh.ClusterRequirement
+	var secret *meshkube.ClusterRequirement
 	for i, r := range in.Requires {
 		if r.Kind == "Secret" {
 			secret = &in.Requires[i]
@@ -228,7 +229,7 @@ envoy_server_memory_allocated{} 5400000
 `
 
 func TestAgentAndEnvoyMetricsAreRead(t *testing.T) {
-	of := mesh.ProxyScrape{Namespace: "meshmark-run-cilium", Services: []string{"front", "back"}}
+	of := meshkube.ProxyScrape{Namespace: "meshmark-run-cilium", Services: []string{"front", "back"}}
 	agent, err := ReadAgentMetrics(strings.NewReader(fmt.Sprintf(agentMetrics, 4711)), of)
 	if err != nil {
 		t.Fatal(err)
@@ -262,7 +263,7 @@ func TestAgentAndEnvoyMetricsAreRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	agent.Component, agent.Pod, later.Component, later.Pod = AgentComponent, "node-a", AgentComponent, "node-a"
-	d := mesh.DiffCounters([]mesh.ProxyCounters{agent}, []mesh.ProxyCounters{later})
+	d := mesh.DiffCounters([]meshkube.ProxyCounters{agent}, []meshkube.ProxyCounters{later})
 	if len(d) != 1 || d[0].Err != "" || !reflect.DeepEqual(d[0].Counters, map[string]uint64{"cilium_forward_count_total{direction=EGRESS}": 100}) {
 		t.Errorf("difference of two reads: %+v", d)
 	}

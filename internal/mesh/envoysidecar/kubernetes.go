@@ -7,6 +7,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/istiohelm"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 )
 
 const (
@@ -30,21 +31,21 @@ var _ mesh.KubernetesInstaller = (*Profile)(nil)
 // into istio-system), namespaces labelled istio-injection=enabled. Options that
 // meshmark does not carry over to Istio yet are refused rather than dropped, so that a
 // result never claims a setting the cluster did not have.
-func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
+func (p *Profile) Kubernetes() (meshkube.KubernetesInstall, error) {
 	o, def := p.opts, mesh.DefaultOptions()
 	switch {
 	case len(p.exempt) > 0:
-		return mesh.KubernetesInstall{}, istiohelm.NotCarried(PlaintextServicesOption)
+		return meshkube.KubernetesInstall{}, istiohelm.NotCarried(PlaintextServicesOption)
 	case o.Telemetry != def.Telemetry:
-		return mesh.KubernetesInstall{}, istiohelm.NotCarried("telemetry")
+		return meshkube.KubernetesInstall{}, istiohelm.NotCarried("telemetry")
 	case o.RequestID != def.RequestID:
-		return mesh.KubernetesInstall{}, istiohelm.NotCarried("request_id")
+		return meshkube.KubernetesInstall{}, istiohelm.NotCarried("request_id")
 	case o.Retries != def.Retries:
-		return mesh.KubernetesInstall{}, istiohelm.NotCarried("retries")
+		return meshkube.KubernetesInstall{}, istiohelm.NotCarried("retries")
 	case o.CircuitBreakers != def.CircuitBreakers:
-		return mesh.KubernetesInstall{}, istiohelm.NotCarried("circuit_breakers")
+		return meshkube.KubernetesInstall{}, istiohelm.NotCarried("circuit_breakers")
 	case o.TrustDomain != def.TrustDomain:
-		return mesh.KubernetesInstall{}, istiohelm.NotCarried("trust_domain")
+		return meshkube.KubernetesInstall{}, istiohelm.NotCarried("trust_domain")
 	}
 	meshConfig := map[string]any{}
 	if o.Concurrency != def.Concurrency {
@@ -67,19 +68,19 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 	}
 	charts, err := istiohelm.Charts(o, istiohelm.Base, istiod)
 	if err != nil {
-		return mesh.KubernetesInstall{}, err
+		return meshkube.KubernetesInstall{}, err
 	}
-	return mesh.KubernetesInstall{
+	return meshkube.KubernetesInstall{
 		Charts:    charts,
 		Manifests: manifests,
 		// istio-init writes each pod's iptables with NET_ADMIN and NET_RAW, which Pod
 		// Security's baseline level refuses: Istio's docs label such namespaces
 		// privileged (or install istio-cni, which this profile does not).
-		NamespaceLabels: map[string]string{"istio-injection": "enabled", mesh.PodSecurityEnforce: mesh.PodSecurityPrivileged},
+		NamespaceLabels: map[string]string{"istio-injection": "enabled", meshkube.PodSecurityEnforce: meshkube.PodSecurityPrivileged},
 		Sidecar:         IstioSidecar,
 		// The injection template leaves 15090 out of the redirection: the API server's
 		// reads do not pass through the sidecar they read.
-		Proxies:         []mesh.ProxyEndpoint{{Component: Component, Container: IstioSidecar, Port: IstioStatsPort, Path: "/stats/prometheus", Read: ReadIstioStats}},
+		Proxies:         []meshkube.ProxyEndpoint{{Component: Component, Container: IstioSidecar, Port: IstioStatsPort, Path: "/stats/prometheus", Read: ReadIstioStats}},
 		ForLocalCluster: istiohelm.ForLocalCluster,
 	}, nil
 }
@@ -87,7 +88,7 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 // Component names the sidecar among a trial's counters, on either substrate.
 const Component = "envoy"
 
-// ReadIstioStats reads istio-proxy's Envoy stats in Prometheus format (mesh.ProxyEndpoint):
+// ReadIstioStats reads istio-proxy's Envoy stats in Prometheus format (meshkube.ProxyEndpoint):
 // the requests that arrived at the pod's service (istio_requests_total as the
 // destination reports them, which Istio's default telemetry keeps; Envoy's own
 // per-listener counters are left out of that output by Istio's stats matcher), every
@@ -96,7 +97,7 @@ const Component = "envoy"
 // An istio-proxy built on upstream Envoy has no Istio telemetry (see
 // istiohelm.ForLocalCluster): its requests are counted from Envoy's own counters of the
 // inbound clusters, which that install lets through the stats matcher.
-func ReadIstioStats(body io.Reader, of mesh.ProxyScrape) (mesh.ProxyCounters, error) {
+func ReadIstioStats(body io.Reader, of meshkube.ProxyScrape) (meshkube.ProxyCounters, error) {
 	var inbound, envoyInbound float64
 	var version string
 	telemetry := false
@@ -115,9 +116,9 @@ func ReadIstioStats(body io.Reader, of mesh.ProxyScrape) (mesh.ProxyCounters, er
 		}
 	})
 	if err != nil {
-		return mesh.ProxyCounters{}, fmt.Errorf("istio-proxy stats: %w", err)
+		return meshkube.ProxyCounters{}, fmt.Errorf("istio-proxy stats: %w", err)
 	}
-	pc.Unit, pc.Version = mesh.UnitRequests, version
+	pc.Unit, pc.Version = meshkube.UnitRequests, version
 	if !telemetry {
 		inbound = envoyInbound
 	}

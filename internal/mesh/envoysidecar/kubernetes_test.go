@@ -6,9 +6,10 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/istiohelm"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 )
 
-func kubernetesInstall(t *testing.T, raw map[string]any) (mesh.KubernetesInstall, error) {
+func kubernetesInstall(t *testing.T, raw map[string]any) (meshkube.KubernetesInstall, error) {
 	t.Helper()
 	p, err := mesh.New(Name, raw)
 	if err != nil {
@@ -30,7 +31,7 @@ func TestKubernetesInstallIsIstioAsConfigured(t *testing.T) {
 		t.Errorf("stock Istio (permissive, no configuration): %+v", in)
 	}
 	// istio-init's NET_ADMIN is beyond Pod Security's baseline; istiod needs nothing.
-	if in.NamespaceLabels[mesh.PodSecurityEnforce] != mesh.PodSecurityPrivileged || len(in.PrivilegedNamespaces) != 0 {
+	if in.NamespaceLabels[meshkube.PodSecurityEnforce] != meshkube.PodSecurityPrivileged || len(in.PrivilegedNamespaces) != 0 {
 		t.Errorf("pod security: app namespace labels %v, privileged namespaces %v", in.NamespaceLabels, in.PrivilegedNamespaces)
 	}
 
@@ -88,11 +89,11 @@ istio_request_duration_milliseconds_bucket{reporter="destination",le="+Inf"} 42
 istio_request_duration_milliseconds_sum{reporter="destination"} 84
 istio_request_duration_milliseconds_count{reporter="destination"} 42
 `
-	pc, err := ReadIstioStats(strings.NewReader(stats), mesh.ProxyScrape{Service: "front"})
+	pc, err := ReadIstioStats(strings.NewReader(stats), meshkube.ProxyScrape{Service: "front"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pc.Inbound) != 1 || pc.Inbound["front"] != 42 || pc.Unit != mesh.UnitRequests || pc.Version != "1.31.1" {
+	if len(pc.Inbound) != 1 || pc.Inbound["front"] != 42 || pc.Unit != meshkube.UnitRequests || pc.Version != "1.31.1" {
 		t.Errorf("inbound %v %s, version %q; want front: 42 requests (both codes, not back's 70), 1.31.1", pc.Inbound, pc.Unit, pc.Version)
 	}
 	if pc.Counters["istio_requests_total{destination_canonical_service=back,reporter=source,response_code=200}"] != 70 || pc.Gauges["envoy_server_live"] != 1 {
@@ -104,10 +105,10 @@ istio_request_duration_milliseconds_count{reporter="destination"} 42
 		}
 	}
 	// A load generator's sidecar belongs to no service: nothing arrives for one.
-	if pc, err := ReadIstioStats(strings.NewReader(stats), mesh.ProxyScrape{}); err != nil || pc.Inbound != nil {
+	if pc, err := ReadIstioStats(strings.NewReader(stats), meshkube.ProxyScrape{}); err != nil || pc.Inbound != nil {
 		t.Errorf("no service: inbound %v, %v", pc.Inbound, err)
 	}
-	if _, err := ReadIstioStats(strings.NewReader("envoy_server_live 1\nistio_requests_total{reporter=destination} x\n"), mesh.ProxyScrape{Service: "front"}); err == nil ||
+	if _, err := ReadIstioStats(strings.NewReader("envoy_server_live 1\nistio_requests_total{reporter=destination} x\n"), meshkube.ProxyScrape{Service: "front"}); err == nil ||
 		!strings.Contains(err.Error(), "istio-proxy stats") || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("garbled stats: %v; want an error naming istio-proxy's stats and line 2", err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/istiohelm"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/pki"
 	"github.com/meshmark/meshmark/internal/prereq"
@@ -377,7 +378,7 @@ func adminReady(ctx context.Context, sub substrate.Substrate, pod topology.Pod) 
 
 // ReadCounters snapshots every sidecar's admin endpoint (mesh.Telemetry): inbound
 // requests per pod's service, all counters and gauges.
-func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, _ *topology.App) []mesh.ProxyCounters {
+func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, _ *topology.App) []meshkube.ProxyCounters {
 	p.mu.Lock()
 	scs := make([]*sidecar, 0, len(p.sidecars))
 	for _, sc := range p.sidecars {
@@ -385,7 +386,7 @@ func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, _ *
 	}
 	p.mu.Unlock()
 	sort.Slice(scs, func(i, j int) bool { return scs[i].pod.Name < scs[j].pod.Name })
-	out := make([]mesh.ProxyCounters, len(scs))
+	out := make([]meshkube.ProxyCounters, len(scs))
 	var wg sync.WaitGroup
 	for i, sc := range scs {
 		wg.Add(1)
@@ -398,7 +399,7 @@ func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, _ *
 			sctx, cancel := context.WithTimeout(ctx, meshprobe.ProbeTimeout)
 			defer cancel()
 			snap, err := c.Snapshot(sctx)
-			pc := mesh.ProxyCounters{Component: Component, Pod: pod.Name, Time: snap.Time, Err: err, Unit: mesh.UnitRequests}
+			pc := meshkube.ProxyCounters{Component: Component, Pod: pod.Name, Time: snap.Time, Err: err, Unit: meshkube.UnitRequests}
 			if err == nil {
 				pc.Version, pc.Counters, pc.Gauges = snap.Version, snap.Counters, snap.Gauges
 				if pod.Service != "" {

@@ -11,6 +11,7 @@ import (
 	"regexp"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 )
 
 const (
@@ -33,11 +34,11 @@ const SMPType = "istio"
 // registration: sidecar is the container its injection adds ("" in ambient mode). Its
 // opt-outs cover both modes, sidecar injection and ambient capture, since one istiod
 // serves both; its classic ingress gateway's pods are labelled istio=ingressgateway.
-func OnCluster(sidecar string) mesh.ClusterMarks {
-	return mesh.ClusterMarks{
+func OnCluster(sidecar string) meshkube.ClusterMarks {
+	return meshkube.ClusterMarks{
 		Sidecar:          sidecar,
 		GatewayPodLabels: map[string]string{"istio": "ingressgateway"},
-		Outside: mesh.OptOut{
+		Outside: meshkube.OptOut{
 			NamespaceLabels: map[string]string{"istio-injection": "disabled", "istio.io/dataplane-mode": "none"},
 			PodLabels:       map[string]string{"sidecar.istio.io/inject": "false", "istio.io/dataplane-mode": "none"},
 			PodAnnotations:  map[string]string{"sidecar.istio.io/inject": "false"},
@@ -78,7 +79,7 @@ var release = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$`)
 
 // Charts pins the charts to the release the options name (or a local copy of it) and
 // lays the study's values over the given ones.
-func Charts(o mesh.Options, charts ...Chart) ([]mesh.HelmChart, error) {
+func Charts(o mesh.Options, charts ...Chart) ([]meshkube.HelmChart, error) {
 	version := Version
 	if v, ok := o.Own[VersionOption]; ok {
 		version = fmt.Sprint(v)
@@ -87,9 +88,9 @@ func Charts(o mesh.Options, charts ...Chart) ([]mesh.HelmChart, error) {
 		return nil, &mesh.OptionError{Key: VersionOption, Msg: fmt.Sprintf("%q is not an Istio release like %s", version, Version)}
 	}
 	dir, _ := o.Own[ChartsOption].(string)
-	var out []mesh.HelmChart
+	var out []meshkube.HelmChart
 	for _, ch := range charts {
-		hc := mesh.HelmChart{Release: ch.Release, Namespace: Namespace, Chart: ch.Name, Repo: Repo, Version: version, Values: ch.Values}
+		hc := meshkube.HelmChart{Release: ch.Release, Namespace: Namespace, Chart: ch.Name, Repo: Repo, Version: version, Values: ch.Values}
 		if dir != "" {
 			hc.Chart, hc.Repo, hc.Version = filepath.Join(dir, ch.Dir), "", ""
 		}

@@ -8,6 +8,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/meshmark/meshmark/internal/image"
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/prereq"
 )
 
@@ -165,7 +166,7 @@ func merged(a, b map[string]string) map[string]string {
 	return out
 }
 
-// ForLocalCluster adapts an Istio install to a local cluster (mesh.KubernetesInstall
+// ForLocalCluster adapts an Istio install to a local cluster (meshkube.KubernetesInstall
 // .ForLocalCluster): the charts of setup's build instead of the release's from Istio's
 // repository (unless the study names charts of its own), the images cluster up loaded
 // (LocalImages) used as they are, and, because their proxy is upstream Envoy, istiod
@@ -174,7 +175,7 @@ func merged(a, b map[string]string) map[string]string {
 // every listener that carries one), and with Envoy's own counters of the inbound
 // clusters let through the stats matcher, which is what meshmark then counts each
 // sidecar's requests by.
-func ForLocalCluster(in *mesh.KubernetesInstall) (map[string]string, error) {
+func ForLocalCluster(in *meshkube.KubernetesInstall) (map[string]string, error) {
 	charts := prereq.IstioCharts()
 	if _, err := os.Stat(charts); err != nil {
 		return nil, fmt.Errorf("a local cluster installs Istio from the charts setup builds: %w (run `meshmark setup --for cluster`)", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/linkerd/controlplane"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/prereq"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/testbed"
@@ -312,7 +313,7 @@ func TestLinkerdMeshInNamespaces(t *testing.T) {
 			}
 		}
 		deltas := mesh.DiffCounters(before, p.ReadCounters(ctx, b.tb, b.app))
-		if got, unit, ok := mesh.InboundTotal(deltas, "productpage"); !ok || got < 20 || unit != mesh.UnitRequests {
+		if got, unit, ok := mesh.InboundTotal(deltas, "productpage"); !ok || got < 20 || unit != meshkube.UnitRequests {
 			t.Errorf("proxies counted %d %s into productpage (ok %v), want >= 20 requests", got, unit, ok)
 		}
 

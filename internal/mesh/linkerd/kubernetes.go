@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/pki"
 	linkerdcharts "github.com/meshmark/meshmark/third_party/linkerd-charts"
 )
@@ -56,18 +57,18 @@ var _ mesh.KubernetesInstaller = (*Profile)(nil)
 // installs share a key. Options Linkerd on Kubernetes does not get from meshmark yet
 // are refused rather than dropped, so that a result never claims a setting the cluster
 // did not have.
-func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
+func (p *Profile) Kubernetes() (meshkube.KubernetesInstall, error) {
 	o, def := p.opts, mesh.DefaultOptions()
 	if len(p.authz) > 0 {
-		return mesh.KubernetesInstall{}, &mesh.OptionError{Key: "authz", Msg: "not carried over to Linkerd yet: it would be a Server and an AuthorizationPolicy in the app's namespace, which meshmark does not apply there"}
+		return meshkube.KubernetesInstall{}, &mesh.OptionError{Key: "authz", Msg: "not carried over to Linkerd yet: it would be a Server and an AuthorizationPolicy in the app's namespace, which meshmark does not apply there"}
 	}
 	charts, err := p.kubeCharts()
 	if err != nil {
-		return mesh.KubernetesInstall{}, err
+		return meshkube.KubernetesInstall{}, err
 	}
 	certs, err := identityValues(o.TrustDomain)
 	if err != nil {
-		return mesh.KubernetesInstall{}, fmt.Errorf("%s: %w", Name, err)
+		return meshkube.KubernetesInstall{}, fmt.Errorf("%s: %w", Name, err)
 	}
 	cp := &charts[1]
 	if cp.Values == nil {
@@ -93,20 +94,20 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 		cp.Values["identityTrustDomain"] = o.TrustDomain
 	}
 	if err := mesh.MergeHelmValues(charts, o.Own[ValuesOption], ValuesOption); err != nil {
-		return mesh.KubernetesInstall{}, err
+		return meshkube.KubernetesInstall{}, err
 	}
 	enroll := map[string]string{InjectAnnotation: "enabled"}
 	var appManifests []string
 	if p.mode == mesh.MTLSStrict {
 		appManifests = append(appManifests, adminServer)
 	}
-	return mesh.KubernetesInstall{
+	return meshkube.KubernetesInstall{
 		AppManifests: appManifests,
 		// linkerd-init writes each meshed pod's iptables with NET_ADMIN and NET_RAW, the
 		// control plane's pods' included, which Pod Security's baseline level refuses
 		// (Linkerd's CNI plugin, which would avoid it, is not installed).
 		PrivilegedNamespaces: []string{KubeNamespace},
-		NamespaceLabels:      map[string]string{mesh.PodSecurityEnforce: mesh.PodSecurityPrivileged},
+		NamespaceLabels:      map[string]string{meshkube.PodSecurityEnforce: meshkube.PodSecurityPrivileged},
 		Charts:               charts,
 		NamespaceAnnotations: enroll,
 		// On the pods too, which Linkerd's injector honours the same way: the namespace
@@ -115,7 +116,7 @@ func (p *Profile) Kubernetes() (mesh.KubernetesInstall, error) {
 		Sidecar:        Sidecar,
 		// The proxy's admin server, which proxy-init leaves out of the redirection
 		// and which serves /metrics on the pod's address, as Prometheus scrapes it.
-		Proxies:         []mesh.ProxyEndpoint{{Component: Component, Container: Sidecar, Port: AdminPort, Path: "/metrics", Read: readKubeMetrics}},
+		Proxies:         []meshkube.ProxyEndpoint{{Component: Component, Container: Sidecar, Port: AdminPort, Path: "/metrics", Read: readKubeMetrics}},
 		ForLocalCluster: ForLocalCluster,
 	}, nil
 }
@@ -143,7 +144,7 @@ spec:
 
 // kubeCharts are the two charts pinned to the release the options name, from
 // meshmark's vendored copy, a local copy or a Helm repository.
-func (p *Profile) kubeCharts() ([]mesh.HelmChart, error) {
+func (p *Profile) kubeCharts() ([]meshkube.HelmChart, error) {
 	o := p.opts
 	version := linkerdcharts.Tag
 	if v, ok := o.Own[VersionOption]; ok {
@@ -164,17 +165,17 @@ func (p *Profile) kubeCharts() ([]mesh.HelmChart, error) {
 	if repo != "" && dir != "" {
 		return nil, &mesh.OptionError{Key: RepoOption, Msg: "give " + RepoOption + " or " + ChartsOption + ", not both"}
 	}
-	crds := mesh.HelmChart{Release: crdsRelease, Namespace: KubeNamespace, Chart: linkerdcharts.CRDs,
+	crds := meshkube.HelmChart{Release: crdsRelease, Namespace: KubeNamespace, Chart: linkerdcharts.CRDs,
 		// The Gateway API route CRDs Linkerd's policy controller watches; Linkerd's
 		// install docs have linkerd-crds add them where the cluster has none.
 		Values: map[string]any{"installGatewayAPI": true}}
-	cp := mesh.HelmChart{Release: controlPlaneRelease, Namespace: KubeNamespace, Chart: linkerdcharts.ControlPlane}
+	cp := meshkube.HelmChart{Release: controlPlaneRelease, Namespace: KubeNamespace, Chart: linkerdcharts.ControlPlane}
 	if repo != "" {
 		// Linkerd publishes edge-YY.M.N's charts as version 20YY.M.N.
 		chartVersion := "20" + m[1] + "." + m[2] + "." + m[3]
 		crds.Repo, crds.Version = repo, chartVersion
 		cp.Repo, cp.Version = repo, chartVersion
-		return []mesh.HelmChart{crds, cp}, nil
+		return []meshkube.HelmChart{crds, cp}, nil
 	}
 	if dir == "" {
 		if version != linkerdcharts.Tag {
@@ -191,7 +192,7 @@ func (p *Profile) kubeCharts() ([]mesh.HelmChart, error) {
 	// Linkerd's release job replaces with the release when it packages them; a packaged
 	// chart from the repository has it already.
 	cp.Values = map[string]any{"linkerdVersion": version}
-	return []mesh.HelmChart{crds, cp}, nil
+	return []meshkube.HelmChart{crds, cp}, nil
 }
 
 // identityValues are the certificates Linkerd's identity controller needs, as its docs

@@ -15,10 +15,11 @@ import (
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	linkerdcharts "github.com/meshmark/meshmark/third_party/linkerd-charts"
 )
 
-func kubernetesInstall(t *testing.T, raw map[string]any) (mesh.KubernetesInstall, error) {
+func kubernetesInstall(t *testing.T, raw map[string]any) (meshkube.KubernetesInstall, error) {
 	t.Helper()
 	p, err := mesh.New(Name, raw)
 	if err != nil {
@@ -47,7 +48,7 @@ func TestKubernetesInstallIsLinkerdFromItsCharts(t *testing.T) {
 	}
 	// linkerd-init's NET_ADMIN is beyond Pod Security's baseline, in the app's pods and
 	// the control plane's.
-	if len(in.NamespaceLabels) != 1 || in.NamespaceLabels[mesh.PodSecurityEnforce] != mesh.PodSecurityPrivileged || !slices.Equal(in.PrivilegedNamespaces, []string{"linkerd"}) {
+	if len(in.NamespaceLabels) != 1 || in.NamespaceLabels[meshkube.PodSecurityEnforce] != meshkube.PodSecurityPrivileged || !slices.Equal(in.PrivilegedNamespaces, []string{"linkerd"}) {
 		t.Errorf("pod security: app namespace labels %v, privileged namespaces %v", in.NamespaceLabels, in.PrivilegedNamespaces)
 	}
 	if in.Charts[0].Values["installGatewayAPI"] != true {

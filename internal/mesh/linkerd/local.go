@@ -9,6 +9,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/meshmark/meshmark/internal/image"
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/prereq"
 	linkerdcharts "github.com/meshmark/meshmark/third_party/linkerd-charts"
 )
@@ -121,7 +122,7 @@ func dedupe(files []image.File) []image.File {
 	return out
 }
 
-// ForLocalCluster adapts Linkerd's install to a local cluster (mesh.KubernetesInstall
+// ForLocalCluster adapts Linkerd's install to a local cluster (meshkube.KubernetesInstall
 // .ForLocalCluster). The vendored charts already install from this machine and name the
 // images LocalImages makes; what changes:
 //   - clusterNetworks is the local cluster's 198.18.0.0/15: Linkerd's default lists
@@ -136,7 +137,7 @@ func dedupe(files []image.File) []image.File {
 // A study that installs Linkerd from a Helm repository (linkerd_repo) is left as it is:
 // its images are not on the nodes, so it fails as it would on any cluster that cannot
 // pull them.
-func ForLocalCluster(in *mesh.KubernetesInstall) (map[string]string, error) {
+func ForLocalCluster(in *meshkube.KubernetesInstall) (map[string]string, error) {
 	for _, name := range LocalBinaries {
 		if _, err := prereq.Tool(name); err != nil {
 			return nil, fmt.Errorf("a local cluster runs Linkerd's control plane built by setup: %s not found (run `meshmark setup --for cluster`)", name)

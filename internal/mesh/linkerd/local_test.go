@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/prereq"
 	linkerdcharts "github.com/meshmark/meshmark/third_party/linkerd-charts"
 	"helm.sh/helm/v3/pkg/action"
@@ -182,7 +182,7 @@ func readImage(t *testing.T, img v1.Image) imageContents {
 
 // renderPods renders the chart as Helm would install it, without a cluster, and returns
 // the pod templates of its Deployments by name.
-func renderPods(t *testing.T, hc mesh.HelmChart) map[string]corev1.PodSpec {
+func renderPods(t *testing.T, hc meshkube.HelmChart) map[string]corev1.PodSpec {
 	t.Helper()
 	ch, err := loader.Load(hc.Chart)
 	if err != nil {

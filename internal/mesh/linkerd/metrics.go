@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
@@ -209,7 +210,7 @@ func flatten(ms Metrics) (counters, gauges map[string]uint64) {
 
 // ReadCounters scrapes every proxy (mesh.Telemetry): inbound HTTP requests for the
 // pod's service, and the kept families.
-func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, _ *topology.App) []mesh.ProxyCounters {
+func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, _ *topology.App) []meshkube.ProxyCounters {
 	p.mu.Lock()
 	pxs := make([]*proxy, 0, len(p.proxies))
 	for _, px := range p.proxies {
@@ -217,14 +218,14 @@ func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, _ *
 	}
 	p.mu.Unlock()
 	sort.Slice(pxs, func(i, j int) bool { return pxs[i].pod.Name < pxs[j].pod.Name })
-	out := make([]mesh.ProxyCounters, len(pxs))
+	out := make([]meshkube.ProxyCounters, len(pxs))
 	var wg sync.WaitGroup
 	for i, px := range pxs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			ms, err := scrape(ctx, sub, px.pod)
-			pc := mesh.ProxyCounters{Unit: mesh.UnitRequests}
+			pc := meshkube.ProxyCounters{Unit: meshkube.UnitRequests}
 			if err == nil {
 				pc = countersOf(ms, px.pod.Service)
 			}
@@ -247,8 +248,8 @@ const Component = "linkerd2-proxy"
 
 // countersOf is what a trial keeps of one scrape: inbound HTTP requests for the pod's
 // service (none for a pod of no service), and the kept families.
-func countersOf(ms Metrics, service string) mesh.ProxyCounters {
-	pc := mesh.ProxyCounters{Unit: mesh.UnitRequests, Version: proxyVersion(ms)}
+func countersOf(ms Metrics, service string) meshkube.ProxyCounters {
+	pc := meshkube.ProxyCounters{Unit: meshkube.UnitRequests, Version: proxyVersion(ms)}
 	pc.Counters, pc.Gauges = flatten(ms)
 	if service != "" {
 		pc.Inbound = map[string]uint64{service: ms.inbound("")}
@@ -256,12 +257,12 @@ func countersOf(ms Metrics, service string) mesh.ProxyCounters {
 	return pc
 }
 
-// readKubeMetrics reads one linkerd-proxy's /metrics on a cluster (mesh.ProxyEndpoint)
+// readKubeMetrics reads one linkerd-proxy's /metrics on a cluster (meshkube.ProxyEndpoint)
 // as ReadCounters reads a local one.
-func readKubeMetrics(body io.Reader, of mesh.ProxyScrape) (mesh.ProxyCounters, error) {
+func readKubeMetrics(body io.Reader, of meshkube.ProxyScrape) (meshkube.ProxyCounters, error) {
 	ms, err := ParseMetrics(body)
 	if err != nil {
-		return mesh.ProxyCounters{}, err
+		return meshkube.ProxyCounters{}, err
 	}
 	return countersOf(ms, of.Service), nil
 }
@@ -273,14 +274,14 @@ const ControlPlaneComponent = "linkerd-control-plane"
 // APIs answer a TCP connect, or Err says which does not. A control plane that died
 // during a trial is stored with the trial that way, while the proxies' own
 // control_response_total counts the streams it broke.
-func (p *Profile) controlPlaneHealth(ctx context.Context, sub substrate.Substrate) *mesh.ProxyCounters {
+func (p *Profile) controlPlaneHealth(ctx context.Context, sub substrate.Substrate) *meshkube.ProxyCounters {
 	p.mu.Lock()
 	cp, pod, ip := p.cp, p.cpPod, p.cpIP
 	p.mu.Unlock()
 	if cp == nil {
 		return nil
 	}
-	pc := &mesh.ProxyCounters{Component: ControlPlaneComponent, Pod: pod.Name, Time: time.Now(), Gauges: map[string]uint64{}}
+	pc := &meshkube.ProxyCounters{Component: ControlPlaneComponent, Pod: pod.Name, Time: time.Now(), Gauges: map[string]uint64{}}
 	var down []string
 	for _, api := range []struct {
 		name string

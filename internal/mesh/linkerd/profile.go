@@ -32,6 +32,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/linkerd/controlplane"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/pki"
 	"github.com/meshmark/meshmark/internal/prereq"
 	"github.com/meshmark/meshmark/internal/substrate"
@@ -84,9 +85,9 @@ func init() {
 		Needs:       []string{"linkerd2-proxy"},
 		LocalImages: LocalImages,
 		SMPType:     "linkerd",
-		OnCluster: mesh.ClusterMarks{
+		OnCluster: meshkube.ClusterMarks{
 			Sidecar: Sidecar,
-			Outside: mesh.OptOut{
+			Outside: meshkube.OptOut{
 				NamespaceAnnotations: map[string]string{InjectAnnotation: "disabled"},
 				PodAnnotations:       map[string]string{InjectAnnotation: "disabled"},
 			},

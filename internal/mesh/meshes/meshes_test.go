@@ -114,3 +114,38 @@ func TestNoMeshNamedOutsideItsPackage(t *testing.T) {
 		}
 	}
 }
+
+// TestSubstratesImportNoMeshProfile: the substrates sit below the mesh profiles, which
+// drive them; what a profile tells the Kubernetes substrate is plain data in meshkube,
+// and what the in-pod probes share is meshprobe, two packages that import nothing of
+// meshmark's mesh layer. A substrate that imported the registry or a profile would run
+// an arrow back up, and every mesh change would rebuild it.
+func TestSubstratesImportNoMeshProfile(t *testing.T) {
+	const module = "github.com/meshmark/meshmark/"
+	allowed := map[string]bool{module + "internal/mesh/meshkube": true, module + "internal/mesh/meshprobe": true}
+	root := filepath.Join("..", "..", "..")
+	files := 0
+	err := filepath.WalkDir(filepath.Join(root, "internal", "substrate"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		files++
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if (p == module+"internal/mesh" || strings.HasPrefix(p, module+"internal/mesh/")) && !allowed[p] {
+				t.Errorf("%s imports %s", path, p)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 20 {
+		t.Fatalf("only %d files under internal/substrate read", files)
+	}
+}

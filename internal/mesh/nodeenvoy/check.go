@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/telemetry"
@@ -55,11 +56,11 @@ func InboundOf(app *topology.App, counters map[string]uint64) map[string]uint64 
 }
 
 // readNode reads one node's counters: its Envoy's (l7) or its steering rules'.
-func (p *Profile) readNode(ctx context.Context, sub substrate.Substrate, app *topology.App, node topology.Pod) mesh.ProxyCounters {
+func (p *Profile) readNode(ctx context.Context, sub substrate.Substrate, app *topology.App, node topology.Pod) meshkube.ProxyCounters {
 	ctx, cancel := context.WithTimeout(ctx, meshprobe.ProbeTimeout)
 	defer cancel()
 	if !p.l7 {
-		pc := mesh.ProxyCounters{Component: "netfilter", Pod: node.Name, Time: time.Now(), Unit: mesh.UnitConnections}
+		pc := meshkube.ProxyCounters{Component: "netfilter", Pod: node.Name, Time: time.Now(), Unit: meshkube.UnitConnections}
 		out, err := sub.Exec(ctx, node, nil, "iptables-save", "-c", "-t", "nat")
 		if err != nil {
 			pc.Err = fmt.Errorf("iptables-save: %w: %s", err, strings.TrimSpace(string(out)))
@@ -78,7 +79,7 @@ func (p *Profile) readNode(ctx context.Context, sub substrate.Substrate, app *to
 		return sub.DialContext(ctx, node, network, addr)
 	})
 	snap, err := c.Snapshot(ctx)
-	pc := mesh.ProxyCounters{Component: "envoy", Pod: node.Name, Time: snap.Time, Err: err, Unit: mesh.UnitRequests}
+	pc := meshkube.ProxyCounters{Component: "envoy", Pod: node.Name, Time: snap.Time, Err: err, Unit: meshkube.UnitRequests}
 	if err == nil {
 		pc.Version, pc.Counters, pc.Gauges = snap.Version, snap.Counters, snap.Gauges
 		pc.Inbound = InboundOf(app, snap.Counters)
@@ -89,7 +90,7 @@ func (p *Profile) readNode(ctx context.Context, sub substrate.Substrate, app *to
 // ReadCounters reads every node proxy (mesh.Telemetry): per service, the requests the
 // node's Envoy forwarded (l7: on), or the connections its steering rules passed to
 // the node's service translation (l7: off). Pod is the node's name.
-func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, app *topology.App) []mesh.ProxyCounters {
+func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, app *topology.App) []meshkube.ProxyCounters {
 	p.mu.Lock()
 	nodes := make([]topology.Pod, 0, len(p.nodes))
 	for _, n := range p.nodes {
@@ -97,7 +98,7 @@ func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, app
 	}
 	p.mu.Unlock()
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
-	out := make([]mesh.ProxyCounters, len(nodes))
+	out := make([]meshkube.ProxyCounters, len(nodes))
 	var wg sync.WaitGroup
 	for i, n := range nodes {
 		wg.Add(1)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/mesh/meshtest"
 	"github.com/meshmark/meshmark/internal/prereq"
 	"github.com/meshmark/meshmark/internal/topology"
@@ -125,7 +126,7 @@ func TestCiliumEnvoyOnNodes(t *testing.T) {
 		after := p.ReadCounters(context.Background(), b.TB, b.App)
 		deltas := mesh.DiffCounters(before, after)
 		got, unit, ok := mesh.InboundTotal(deltas, "reviews")
-		if !ok || unit != mesh.UnitRequests || got < uint64(counts) {
+		if !ok || unit != meshkube.UnitRequests || got < uint64(counts) {
 			t.Errorf("node Envoys counted %d %s into reviews (ok %v) for %d requests: %+v", got, unit, ok, counts, deltas)
 		}
 		for _, d := range deltas {
@@ -152,7 +153,7 @@ func TestCiliumEnvoyOnNodes(t *testing.T) {
 		// reviews alive, so that one is counted once at least.
 		for svc, want := range map[string]uint64{"productpage": 20, "reviews": 1} {
 			got, unit, ok := mesh.InboundTotal(deltas, svc)
-			if !ok || unit != mesh.UnitConnections || got < want {
+			if !ok || unit != meshkube.UnitConnections || got < want {
 				t.Errorf("nodes counted %d %s into %s (ok %v), want %d: %+v", got, unit, svc, ok, want, deltas)
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
@@ -78,13 +79,13 @@ func ParseMetrics(text string) (Metrics, error) {
 }
 
 // readNode reads one node proxy's metrics.
-func (p *Profile) readNode(ctx context.Context, sub substrate.Substrate, app *topology.App, node topology.Pod) mesh.ProxyCounters {
+func (p *Profile) readNode(ctx context.Context, sub substrate.Substrate, app *topology.App, node topology.Pod) meshkube.ProxyCounters {
 	ctx, cancel := context.WithTimeout(ctx, meshprobe.ProbeTimeout)
 	defer cancel()
 	p.mu.Lock()
 	version := p.version
 	p.mu.Unlock()
-	pc := mesh.ProxyCounters{Component: "traefik", Pod: node.Name, Version: version, Time: time.Now(), Unit: mesh.UnitRequests}
+	pc := meshkube.ProxyCounters{Component: "traefik", Pod: node.Name, Version: version, Time: time.Now(), Unit: meshkube.UnitRequests}
 	r, err := fetch(ctx, sub, node, "/metrics")
 	if err != nil {
 		pc.Err = err
@@ -140,7 +141,7 @@ func fetch(ctx context.Context, sub substrate.Substrate, node topology.Pod, path
 
 // ReadCounters reads every node proxy (mesh.Telemetry): per service, the requests its
 // router handled on that node. Pod is the node's name.
-func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, app *topology.App) []mesh.ProxyCounters {
+func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, app *topology.App) []meshkube.ProxyCounters {
 	p.mu.Lock()
 	nodes := make([]topology.Pod, 0, len(p.nodes))
 	for _, n := range p.nodes {
@@ -148,7 +149,7 @@ func (p *Profile) ReadCounters(ctx context.Context, sub substrate.Substrate, app
 	}
 	p.mu.Unlock()
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
-	out := make([]mesh.ProxyCounters, len(nodes))
+	out := make([]meshkube.ProxyCounters, len(nodes))
 	var wg sync.WaitGroup
 	for i, n := range nodes {
 		wg.Add(1)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/mesh/meshtest"
 	"github.com/meshmark/meshmark/internal/prereq"
 )
@@ -80,7 +81,7 @@ func TestTraefikMeshOnNodes(t *testing.T) {
 		t.Errorf("v1 got %.1f%% of traffic, want 25 ± 10 (counts %v)", v1, counts)
 	}
 	got, unit, ok := mesh.InboundTotal(deltas, "reviews")
-	if !ok || unit != mesh.UnitRequests || got != n {
+	if !ok || unit != meshkube.UnitRequests || got != n {
 		t.Errorf("Traefiks counted %d %s into reviews (ok %v) for %d requests: %+v", got, unit, ok, n, deltas)
 	}
 

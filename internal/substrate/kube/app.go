@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/workload"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -45,8 +45,8 @@ type AppSpec struct {
 	// Gateways are the mesh's Gateway API Gateways beside the workload (ambient's
 	// waypoint): created in the namespace before the workload, waited for with it,
 	// deleted before it.
-	Gateways []mesh.AppGateway
-	// Manifests are the mesh's objects for the app's namespace (mesh.KubernetesInstall's
+	Gateways []meshkube.AppGateway
+	// Manifests are the mesh's objects for the app's namespace (meshkube.KubernetesInstall's
 	// AppManifests): created in it, labelled as meshmark's, before the workload.
 	Manifests []string
 	// SpreadServices adds, for each service version, a headless Service over its pods

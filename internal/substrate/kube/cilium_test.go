@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/cilium"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/substrate"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,7 +26,7 @@ import (
 // ciliumPlan is the install the cilium profile describes for options, from the
 // stand-in chart in testdata/charts/cilium (Cilium's own cannot be fetched here, nor
 // run: its agent is eBPF in each node's kernel).
-func ciliumPlan(t *testing.T, options map[string]any) mesh.KubernetesInstall {
+func ciliumPlan(t *testing.T, options map[string]any) meshkube.KubernetesInstall {
 	t.Helper()
 	dir, err := filepath.Abs(filepath.Join("testdata", "charts", "cilium"))
 	if err != nil {
@@ -36,7 +37,7 @@ func ciliumPlan(t *testing.T, options map[string]any) mesh.KubernetesInstall {
 }
 
 // profileInstall is what the profile name, with options, describes for Kubernetes.
-func profileInstall(t *testing.T, name string, options map[string]any) mesh.KubernetesInstall {
+func profileInstall(t *testing.T, name string, options map[string]any) meshkube.KubernetesInstall {
 	t.Helper()
 	p, err := mesh.New(name, options)
 	if err != nil {
@@ -49,7 +50,7 @@ func profileInstall(t *testing.T, name string, options map[string]any) mesh.Kube
 	return in
 }
 
-func chartsOf(plan mesh.KubernetesInstall) []Chart {
+func chartsOf(plan meshkube.KubernetesInstall) []Chart {
 	var out []Chart
 	for _, ch := range plan.Charts {
 		out = append(out, Chart{Release: ch.Release, Namespace: ch.Namespace, Ref: ch.Chart, Repo: ch.Repo, Version: ch.Version, Values: ch.Values})
@@ -205,7 +206,7 @@ func TestCiliumInstallsAndEnrollsByNode(t *testing.T) {
 	if served != 2 {
 		t.Fatalf("%d Cilium pods served, want the agent and cilium-envoy of node 0", served)
 	}
-	read := map[string]mesh.ProxyCounters{}
+	read := map[string]meshkube.ProxyCounters{}
 	for _, pc := range c.ReadProxyCounters(ctx, app, plan.Proxies, []string{"productpage"}) {
 		read[pc.Component+"/"+pc.Pod] = pc
 	}

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	authv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -270,7 +270,7 @@ var neededRights = []authv1.ResourceAttributes{
 // meshRights is what installing any mesh adds, through meshmark's own requests (Helm's
 // own go through Helm, whose error names a right it lacks): the charts'
 // CustomResourceDefinitions, which meshmark creates, waits for and deletes itself, and
-// the cluster objects a mesh's requirements look for (mesh.ClusterRequirement:
+// the cluster objects a mesh's requirements look for (meshkube.ClusterRequirement:
 // DaemonSets, Secrets), and the events that say why a chart's DaemonSet cannot create
 // its pods (the install's wait). The kinds of the mesh's manifests and Gateways are
 // added per mesh (InstallRights).
@@ -288,7 +288,7 @@ var meshRights = []authv1.ResourceAttributes{
 // manifests asks of the cluster beyond neededRights: meshRights, creating and deleting
 // each manifest's kind, creating, reading and deleting each Gateway's, and creating
 // each app manifest's (its namespace takes it away).
-func InstallRights(manifests []string, gateways []mesh.AppGateway, appManifests []string) ([]authv1.ResourceAttributes, error) {
+func InstallRights(manifests []string, gateways []meshkube.AppGateway, appManifests []string) ([]authv1.ResourceAttributes, error) {
 	out := slices.Clone(meshRights)
 	add := func(doc string, verbs ...string) error {
 		var head struct {
@@ -345,7 +345,7 @@ func resourceOf(kind string) string {
 // CheckInstallRights asks the API server, before anything of the mesh is created,
 // whether the caller may do what installing it asks (InstallRights), and names every
 // right it lacks in one error.
-func (c *Cluster) CheckInstallRights(ctx context.Context, manifests []string, gateways []mesh.AppGateway, appManifests []string) error {
+func (c *Cluster) CheckInstallRights(ctx context.Context, manifests []string, gateways []meshkube.AppGateway, appManifests []string) error {
 	rights, err := InstallRights(manifests, gateways, appManifests)
 	if err != nil {
 		return err

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	gatewayapicrds "github.com/meshmark/meshmark/third_party/gateway-api-crds"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// A mesh's Gateways in the app's namespace (mesh.AppGateway: ambient's waypoint) are
+// A mesh's Gateways in the app's namespace (meshkube.AppGateway: ambient's waypoint) are
 // Gateway API objects, which the mesh's controller turns into a Deployment there.
 const (
 	gatewayAPIGroup = "gateway.networking.k8s.io"
@@ -36,7 +36,7 @@ type appGateway struct {
 // parseGateways reads a mesh's Gateways and checks, before anything is created, that
 // the cluster has the Gateway API's Gateway CRD, or says which CRD is missing and how to
 // install it.
-func (c *Cluster) parseGateways(ctx context.Context, gateways []mesh.AppGateway) ([]*unstructured.Unstructured, error) {
+func (c *Cluster) parseGateways(ctx context.Context, gateways []meshkube.AppGateway) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
 	for _, g := range gateways {
 		var obj unstructured.Unstructured

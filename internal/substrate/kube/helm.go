@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -43,7 +43,7 @@ type Chart struct {
 	// Values are the values a user sets; their number is part of the install's effort.
 	Values map[string]any
 	// Privileged creates the namespace, when meshmark creates it, labelled with Pod
-	// Security's privileged level (mesh.KubernetesInstall.PrivilegedNamespaces): its pods
+	// Security's privileged level (meshkube.KubernetesInstall.PrivilegedNamespaces): its pods
 	// need more than baseline admits.
 	Privileged bool
 }
@@ -130,7 +130,7 @@ func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer, progres
 			Annotations: map[string]string{OwnerAnnotation: ownerRecord()},
 		}}
 		if ch.Privileged {
-			ns.Labels[mesh.PodSecurityEnforce] = mesh.PodSecurityPrivileged
+			ns.Labels[meshkube.PodSecurityEnforce] = meshkube.PodSecurityPrivileged
 		}
 		if _, err := c.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 			return inst, fmt.Errorf("create namespace %s: %w", ch.Namespace, err)

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -211,7 +211,7 @@ func TestInstallRightsNameTheMeshsKinds(t *testing.T) {
 	rights, err := InstallRights(
 		[]string{"apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\n",
 			"apiVersion: cilium.io/v2\nkind: CiliumClusterwideNetworkPolicy\nmetadata: {name: p}\n"},
-		[]mesh.AppGateway{{Manifest: "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: waypoint}\n", Deployment: "waypoint"}},
+		[]meshkube.AppGateway{{Manifest: "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: waypoint}\n", Deployment: "waypoint"}},
 		[]string{"apiVersion: policy.linkerd.io/v1beta3\nkind: Server\nmetadata: {name: admin}\n"})
 	if err != nil {
 		t.Fatal(err)
@@ -261,8 +261,8 @@ func TestPrivilegedNamespaceAdmitsAMeshsPods(t *testing.T) {
 		t.Fatalf("install into a namespace labelled privileged: %v", err)
 	}
 	ns, err := c.Client().CoreV1().Namespaces().Get(ctx, "mmtest-meshy-system", metav1.GetOptions{})
-	if err != nil || ns.Labels[mesh.PodSecurityEnforce] != mesh.PodSecurityPrivileged {
-		t.Errorf("namespace labels %v, %v: want %s=%s", ns.Labels, err, mesh.PodSecurityEnforce, mesh.PodSecurityPrivileged)
+	if err != nil || ns.Labels[meshkube.PodSecurityEnforce] != meshkube.PodSecurityPrivileged {
+		t.Errorf("namespace labels %v, %v: want %s=%s", ns.Labels, err, meshkube.PodSecurityEnforce, meshkube.PodSecurityPrivileged)
 	}
 	if err := c.Uninstall(ctx, inst, nil); err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
 	"github.com/meshmark/meshmark/internal/workload"
@@ -776,7 +776,7 @@ func TestPodsAreToldTheRunnersVersion(t *testing.T) {
 	containers := []corev1.Container{
 		c.deployment(spec, g.Deployments()[0], nil).Spec.Template.Spec.Containers[0],
 		c.generatorDeployment(spec, nil, 1).Spec.Template.Spec.Containers[0],
-		c.probePod("p", nil, mesh.OptOut{}, nil, meshprobe.PlaintextTarget{Service: "control", Addr: "control:9080", Protocol: "http"}, time.Minute).Spec.Containers[0],
+		c.probePod("p", nil, meshkube.OptOut{}, nil, meshprobe.PlaintextTarget{Service: "control", Addr: "control:9080", Protocol: "http"}, time.Minute).Spec.Containers[0],
 	}
 	for _, ctr := range containers {
 		found := false

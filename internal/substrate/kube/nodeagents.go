@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -25,7 +25,7 @@ type PodAgent struct {
 
 // NodeAgents reports, for every pod of the app (workload and load generators), the
 // agent's pod on its node and whether it is ready, as the cluster stores them.
-func (c *Cluster) NodeAgents(ctx context.Context, app *App, agent mesh.NodeAgent) ([]PodAgent, error) {
+func (c *Cluster) NodeAgents(ctx context.Context, app *App, agent meshkube.NodeAgent) ([]PodAgent, error) {
 	pods, err := c.appPods(ctx, app)
 	if err != nil {
 		return nil, err

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate/kube/plaintextprobe"
 	"github.com/meshmark/meshmark/internal/workload"
@@ -65,7 +65,7 @@ const (
 type PlaintextCheck struct {
 	Run, Mesh string
 	// Sidecar and EnrolledAnnotations are the mesh's marks on a pod it enrolled
-	// (mesh.KubernetesInstall's): a probe pod that carries one would call with a mesh
+	// (meshkube.KubernetesInstall's): a probe pod that carries one would call with a mesh
 	// identity, and the check would prove nothing.
 	Sidecar             string
 	EnrolledAnnotations map[string]string
@@ -73,7 +73,7 @@ type PlaintextCheck struct {
 	// namespace and pods out of it: every known mesh's (mesh.KnownClusterMarks), not
 	// only the one under test's, which keeps the probe outside even of a mesh that
 	// enrolls namespaces by default.
-	Outside mesh.OptOut
+	Outside meshkube.OptOut
 	// Timeout bounds the wait for the probe pods to finish; default
 	// DefaultPlaintextProbeTimeout.
 	Timeout time.Duration
@@ -177,7 +177,7 @@ func (c *Cluster) ProbePlaintext(ctx context.Context, app *App, spec PlaintextCh
 // opts out of every mesh: a pod running `meshmark service` (chain-1's one service)
 // behind the Service PlaintextControlService, and waits until the Service's endpoints
 // list it. It returns the control as a probe target.
-func (c *Cluster) startPlaintextControl(ctx context.Context, namespace string, labels map[string]string, outside mesh.OptOut, limit time.Duration) (meshprobe.PlaintextTarget, error) {
+func (c *Cluster) startPlaintextControl(ctx context.Context, namespace string, labels map[string]string, outside meshkube.OptOut, limit time.Duration) (meshprobe.PlaintextTarget, error) {
 	target := meshprobe.PlaintextTarget{Service: PlaintextControlService, Protocol: "http",
 		Addr: net.JoinHostPort(fmt.Sprintf("%s.%s.svc.cluster.local", PlaintextControlService, namespace), strconv.Itoa(plaintextControlPort))}
 	podLabels := merge(merge(labels, outside.PodLabels), map[string]string{RoleLabel: plaintextControlRole})
@@ -292,7 +292,7 @@ var (
 // probePod is a probe pod for targets: the meshmark image, run once, on the
 // load-generator nodes (callers from outside run there, and the image is already
 // there), with no service account token (it needs no access to the API).
-func (c *Cluster) probePod(name string, labels map[string]string, outside mesh.OptOut, targets []meshprobe.PlaintextTarget, control meshprobe.PlaintextTarget, limit time.Duration) *corev1.Pod {
+func (c *Cluster) probePod(name string, labels map[string]string, outside meshkube.OptOut, targets []meshprobe.PlaintextTarget, control meshprobe.PlaintextTarget, limit time.Duration) *corev1.Pod {
 	args := []string{PlaintextProbeCommand, "--message-file", TerminationMessagePath, "--control", FormatPlaintextTarget(control)}
 	for _, t := range targets {
 		args = append(args, "--target", FormatPlaintextTarget(t))

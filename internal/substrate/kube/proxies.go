@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -34,10 +34,10 @@ const (
 
 // proxyTarget is one proxy to read: its pod, and what it is stored as.
 type proxyTarget struct {
-	ep   *mesh.ProxyEndpoint
+	ep   *meshkube.ProxyEndpoint
 	pod  *corev1.Pod
 	name string // the pod for a sidecar, the node for a node proxy
-	of   mesh.ProxyScrape
+	of   meshkube.ProxyScrape
 }
 
 // ReadProxyCounters reads, now, every proxy of the app that endpoints describe: the
@@ -45,13 +45,13 @@ type proxyTarget struct {
 // pods there (a waypoint), and the node proxies on the nodes that host the app's pods. A proxy that cannot be read, or pods that cannot
 // be listed, are returned with Err set in the API server's words, never dropped, so that
 // a trial says which proxy it lacks.
-func (c *Cluster) ReadProxyCounters(ctx context.Context, app *App, endpoints []mesh.ProxyEndpoint, services []string) []mesh.ProxyCounters {
+func (c *Cluster) ReadProxyCounters(ctx context.Context, app *App, endpoints []meshkube.ProxyEndpoint, services []string) []meshkube.ProxyCounters {
 	if len(endpoints) == 0 {
 		return nil
 	}
-	var out []mesh.ProxyCounters
-	failed := func(ep *mesh.ProxyEndpoint, where string, err error) {
-		out = append(out, mesh.ProxyCounters{Component: ep.Component, Pod: where, Time: time.Now(), Err: err})
+	var out []meshkube.ProxyCounters
+	failed := func(ep *meshkube.ProxyEndpoint, where string, err error) {
+		out = append(out, meshkube.ProxyCounters{Component: ep.Component, Pod: where, Time: time.Now(), Err: err})
 	}
 	appPods, err := c.appPods(ctx, app)
 	if err != nil {
@@ -75,7 +75,7 @@ func (c *Cluster) ReadProxyCounters(ctx context.Context, app *App, endpoints []m
 				p := &appPods[j]
 				if hasSidecar(p.Spec, ep.Container) {
 					targets = append(targets, proxyTarget{ep: ep, pod: p, name: p.Name,
-						of: mesh.ProxyScrape{Service: p.Labels["app"], Namespace: app.Namespace, Services: services}})
+						of: meshkube.ProxyScrape{Service: p.Labels["app"], Namespace: app.Namespace, Services: services}})
 				}
 			}
 		case len(ep.AppLabels) > 0:
@@ -90,7 +90,7 @@ func (c *Cluster) ReadProxyCounters(ctx context.Context, app *App, endpoints []m
 				if p := &list.Items[j]; p.DeletionTimestamp == nil {
 					found++
 					targets = append(targets, proxyTarget{ep: ep, pod: p, name: p.Name,
-						of: mesh.ProxyScrape{Namespace: app.Namespace, Services: services}})
+						of: meshkube.ProxyScrape{Namespace: app.Namespace, Services: services}})
 				}
 			}
 			// The mesh puts this proxy beside the app: without it no proxy counted the
@@ -112,7 +112,7 @@ func (c *Cluster) ReadProxyCounters(ctx context.Context, app *App, endpoints []m
 				}
 				onNode[p.Spec.NodeName] = true
 				targets = append(targets, proxyTarget{ep: ep, pod: p, name: p.Spec.NodeName,
-					of: mesh.ProxyScrape{Namespace: app.Namespace, Services: services}})
+					of: meshkube.ProxyScrape{Namespace: app.Namespace, Services: services}})
 			}
 			// A node of the app without its node proxy is a node whose traffic no proxy
 			// counted: said, not left out.
@@ -123,7 +123,7 @@ func (c *Cluster) ReadProxyCounters(ctx context.Context, app *App, endpoints []m
 			}
 		}
 	}
-	read := make([]mesh.ProxyCounters, len(targets))
+	read := make([]meshkube.ProxyCounters, len(targets))
 	sem := make(chan struct{}, proxyReadsAtOnce)
 	var wg sync.WaitGroup
 	for i, tg := range targets {
@@ -147,10 +147,10 @@ func (c *Cluster) ReadProxyCounters(ctx context.Context, app *App, endpoints []m
 }
 
 // readProxy reads one proxy's endpoint through the API server and parses it.
-func (c *Cluster) readProxy(ctx context.Context, tg proxyTarget) mesh.ProxyCounters {
+func (c *Cluster) readProxy(ctx context.Context, tg proxyTarget) meshkube.ProxyCounters {
 	ep, p := tg.ep, tg.pod
 	path := fmt.Sprintf("/api/v1/namespaces/%s/pods/%s:%d/proxy%s", p.Namespace, p.Name, ep.Port, ep.Path)
-	pc := mesh.ProxyCounters{Component: ep.Component, Pod: tg.name, Time: time.Now()}
+	pc := meshkube.ProxyCounters{Component: ep.Component, Pod: tg.name, Time: time.Now()}
 	if p.Status.PodIP == "" {
 		// The API server would say the same less plainly.
 		pc.Err = fmt.Errorf("pod %s has no IP yet (phase %s)", p.Name, p.Status.Phase)

@@ -14,6 +14,7 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh/ambient"
 	"github.com/meshmark/meshmark/internal/mesh/envoysidecar"
 	"github.com/meshmark/meshmark/internal/mesh/linkerd"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/workload"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -124,7 +125,7 @@ func TestProxyCountersThroughThePodProxy(t *testing.T) {
 
 	// The endpoints each profile describes for its install on Kubernetes; ztunnel's
 	// namespace is the test's, so that no other test's istio-system is disturbed.
-	endpoint := func(profile string) mesh.ProxyEndpoint {
+	endpoint := func(profile string) meshkube.ProxyEndpoint {
 		p, err := mesh.New(profile, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -206,7 +207,7 @@ func TestProxyCountersThroughThePodProxy(t *testing.T) {
 		t.Fatalf("stand-ins %v, silent pod %q, node 1's ztunnel %q", standIns, silentPod, node1Ztunnel)
 	}
 
-	endpoints := []mesh.ProxyEndpoint{istio, l5d, zt}
+	endpoints := []meshkube.ProxyEndpoint{istio, l5d, zt}
 	services := []string{"front", "back"}
 	before := c.ReadProxyCounters(ctx, app, endpoints, services)
 	counted := map[string]int64{"envoy": 37, "linkerd2-proxy": 11, "ztunnel": 5}
@@ -239,7 +240,7 @@ func TestProxyCountersThroughThePodProxy(t *testing.T) {
 			t.Errorf("%s: read from %s to %s", key, d.From, d.To)
 		}
 	}
-	if d := got["envoy/"+podOf(standIns, "envoy")]; d.Version != "1.31.1" || d.Unit != mesh.UnitRequests ||
+	if d := got["envoy/"+podOf(standIns, "envoy")]; d.Version != "1.31.1" || d.Unit != meshkube.UnitRequests ||
 		d.Counters[`istio_requests_total{connection_security_policy=mutual_tls,destination_canonical_service=back,destination_service=back.`+app.Namespace+`.svc.cluster.local,destination_workload=back-v1,destination_workload_namespace=`+app.Namespace+`,reporter=source,request_protocol=http,response_code=200,response_flags=-,source_canonical_service=front,source_workload=front-v1,source_workload_namespace=`+app.Namespace+`}`] != 37 ||
 		d.Gauges["envoy_server_live"] != 1 {
 		t.Errorf("istio-proxy: version %q, unit %q, counters %v, gauges %v", d.Version, d.Unit, d.Counters, d.Gauges)
@@ -247,7 +248,7 @@ func TestProxyCountersThroughThePodProxy(t *testing.T) {
 	if d := got["linkerd2-proxy/"+podOf(standIns, "linkerd2-proxy")]; d.Version != "2.366.0" {
 		t.Errorf("linkerd-proxy: version %q", d.Version)
 	}
-	if d := got["ztunnel/"+cluster.Nodes[0]]; d.Unit != mesh.UnitConnections || d.Counters["tcp_connections_opened_total{reporter=source}"] != 5 {
+	if d := got["ztunnel/"+cluster.Nodes[0]]; d.Unit != meshkube.UnitConnections || d.Counters["tcp_connections_opened_total{reporter=source}"] != 5 {
 		t.Errorf("ztunnel: unit %q, counters %v", d.Unit, d.Counters)
 	}
 	for key, path := range map[string]string{

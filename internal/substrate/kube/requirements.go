@@ -6,17 +6,17 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 )
 
 // CheckRequirements checks, before a mesh is installed, that the cluster holds every
-// object the mesh needs there and none that rules it out (mesh.ClusterRequirement),
+// object the mesh needs there and none that rules it out (meshkube.ClusterRequirement),
 // and names every requirement it fails in one error, with the mesh's own why: a mesh
 // that is the cluster's pod network (Cilium) installed over another breaks the
 // cluster, so it is refused before anything is created.
-func (c *Cluster) CheckRequirements(ctx context.Context, reqs []mesh.ClusterRequirement) error {
+func (c *Cluster) CheckRequirements(ctx context.Context, reqs []meshkube.ClusterRequirement) error {
 	if len(reqs) > 0 {
 		if err := c.checkRights(ctx, meshRights, "installing the mesh"); err != nil {
 			return err
@@ -43,7 +43,7 @@ func (c *Cluster) CheckRequirements(ctx context.Context, reqs []mesh.ClusterRequ
 
 // findObjects lists the objects of the requirement's kind and name, as NAMESPACE/NAME,
 // in its namespace or, when it names none, in every namespace.
-func (c *Cluster) findObjects(ctx context.Context, r mesh.ClusterRequirement) ([]string, error) {
+func (c *Cluster) findObjects(ctx context.Context, r meshkube.ClusterRequirement) ([]string, error) {
 	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", r.Name).String()}
 	var out []string
 	switch r.Kind {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/ambient"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/workload"
 	gatewayapicrds "github.com/meshmark/meshmark/third_party/gateway-api-crds"
 	appsv1 "k8s.io/api/apps/v1"
@@ -24,7 +25,7 @@ var gatewaysResource = schema.GroupVersionResource{Group: "gateway.networking.k8
 
 // waypointInstall is what the istio-ambient profile describes for Kubernetes with its
 // waypoint on.
-func waypointInstall(t *testing.T) mesh.KubernetesInstall {
+func waypointInstall(t *testing.T) meshkube.KubernetesInstall {
 	t.Helper()
 	return profileInstall(t, ambient.Name, map[string]any{"waypoint": true})
 }
@@ -97,7 +98,7 @@ func TestWaypointOnTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := waypointInstall(t)
-	var crds mesh.HelmChart
+	var crds meshkube.HelmChart
 	for _, ch := range in.Charts {
 		if ch.Release == gatewayapicrds.Chart {
 			crds = ch
@@ -204,15 +205,15 @@ func TestWaypointOnTheCluster(t *testing.T) {
 	if err := cluster.ReachPodPort(waypointPod.Status.PodIP, ep.Port, standIn.srv.Listener.Addr().String()); err != nil {
 		t.Fatal(err)
 	}
-	before := c.ReadProxyCounters(ctx, app, []mesh.ProxyEndpoint{ep}, []string{"front", "back"})
+	before := c.ReadProxyCounters(ctx, app, []meshkube.ProxyEndpoint{ep}, []string{"front", "back"})
 	standIn.count.Add(25)
-	after := c.ReadProxyCounters(ctx, app, []mesh.ProxyEndpoint{ep}, []string{"front", "back"})
+	after := c.ReadProxyCounters(ctx, app, []meshkube.ProxyEndpoint{ep}, []string{"front", "back"})
 	deltas := mesh.DiffCounters(before, after)
 	if len(deltas) != 1 {
 		t.Fatalf("%d proxies read, want the waypoint: %+v", len(deltas), deltas)
 	}
 	d := deltas[0]
-	if d.Component != "waypoint" || d.Pod != waypointPod.Name || d.Err != "" || d.Unit != mesh.UnitRequests || d.Version != "1.31.1" ||
+	if d.Component != "waypoint" || d.Pod != waypointPod.Name || d.Err != "" || d.Unit != meshkube.UnitRequests || d.Version != "1.31.1" ||
 		fmt.Sprint(d.Inbound) != fmt.Sprint(map[string]uint64{"back": 0, "front": 25}) {
 		t.Errorf("the waypoint over the trial: %+v; want pod %s, 25 requests into front, 0 into back", d, waypointPod.Name)
 	}
