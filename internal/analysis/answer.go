@@ -437,7 +437,7 @@ func securityPosture(run *results.Run, mesh string) (string, []Flag) {
 				}
 			}
 			switch {
-			case meshed == 0 && m.Profile == "none":
+			case meshed == 0 && m.Profile == results.BaselineProfile:
 				parts = append(parts, "no mesh, plaintext")
 			case e.MTLS == "" || e.MTLS == "off" || e.MTLS == "disable" || e.MTLS == "disabled":
 				parts = append(parts, fmt.Sprintf("no mTLS, %d/%d pods enrolled", meshed, len(e.Pods)))

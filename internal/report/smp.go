@@ -427,7 +427,7 @@ func meshConfig(run *results.Run, s *Summary, m results.Mesh, version string) SM
 	mc.MeshPolicyEnabled = m.Options["authorization"] != "" && m.Options["authorization"] != "off"
 	// The mesh's effective options: what the study set, with the mesh package's defaults
 	// for the rest; the mTLS mode the equivalence check recorded wins over both.
-	if m.Profile != "none" {
+	if m.Profile != results.BaselineProfile {
 		raw := map[string]any{}
 		for k, v := range m.Options {
 			if n, err := strconv.Atoi(v); err == nil {
@@ -448,7 +448,7 @@ func meshConfig(run *results.Run, s *Summary, m results.Mesh, version string) SM
 	comps := run.Provenance.Components
 	mc.MeshBuild = orNone(comps[m.Profile], "meshmark "+version+" profile "+m.Profile)
 	mc.ProxyBuild = comps["envoy"]
-	if m.Profile == "none" || mc.ProxyBuild == "" {
+	if m.Profile == results.BaselineProfile || mc.ProxyBuild == "" {
 		mc.ProxyBuild = "none: profile " + m.Profile + " runs no proxy"
 	}
 	mc.ApplicationMetadata = SMPApplication{ApplicationName: run.Study, ApplicationVersion: "meshmark " + version,

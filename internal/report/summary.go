@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/cost"
+	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/reproduce"
 	"github.com/meshmark/meshmark/internal/results"
 )
@@ -1188,7 +1189,7 @@ func checkRows(run *results.Run, groups []*analysis.Group) []CheckRow {
 	var out []CheckRow
 	for _, m := range run.Meshes {
 		switch {
-		case len(m.Enrollment) == 0 && m.Profile == "none" && run.Substrate == "kubernetes":
+		case len(m.Enrollment) == 0 && m.Profile == results.BaselineProfile && run.Substrate == "kubernetes":
 			// On a cluster the baseline installs nothing and its pods are plain pods:
 			// there is no mesh to have enrolled them.
 			out = append(out, CheckRow{Mesh: m.Label, Check: "enrollment", NotApplicable: true,
@@ -1215,7 +1216,7 @@ func checkRows(run *results.Run, groups []*analysis.Group) []CheckRow {
 			out = append(out, CheckRow{Mesh: m.Label, Check: "load generator kept up", Pass: behind == 0,
 				Detail: fmt.Sprintf("%d of %d trials fell behind their schedule", behind, total)})
 		}
-		if total > 0 && m.Profile != "none" {
+		if total > 0 && m.Profile != results.BaselineProfile {
 			out = append(out, CheckRow{Mesh: m.Label, Check: "every request crossed the mesh's proxies at the entry service", Pass: bypassed == 0,
 				Detail: fmt.Sprintf("in %d of %d trials the proxies counted fewer requests (or, for L4 proxies, no connection) than were answered", bypassed, total)})
 		}
@@ -1261,9 +1262,9 @@ func mixCheck(run *results.Run, m results.Mesh) (CheckRow, bool) {
 	}
 	balancing := "the mesh's proxies balance"
 	switch {
-	case m.Profile == "none" && m.Options["balancing"] == "per-request":
+	case m.Profile == results.BaselineProfile && m.Options["balancing"] == mesh.BalancePerRequest:
 		balancing = "no mesh, balancing: per-request: each caller picks a pod per request by the versions' weights, as the meshes' proxies do"
-	case m.Profile == "none":
+	case m.Profile == results.BaselineProfile:
 		// runs stored before the option existed balanced this way
 		balancing = "no mesh, balancing: per-connection: the service VIPs pick an endpoint per connection, as kube-proxy does, so kept-alive connections fix the split at bring-up"
 	}

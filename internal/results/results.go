@@ -96,6 +96,11 @@ type Run struct {
 	Trials   []Trial `json:"trials,omitempty"`
 }
 
+// BaselineProfile is the profile of the no-mesh baseline, the registry's none (a test
+// there holds the two together): the store is below the mesh registry, and a stored
+// run is read without it.
+const BaselineProfile = "none"
+
 // MemoryMeasure names what the memory of the run's resource samples (RSSBytes) is:
 // each process's resident set size on the local substrate, each container's working
 // set on a cluster, which is what its kubelet reports; PSS is measured locally only.
@@ -122,7 +127,7 @@ func (r *Run) BaselineLabel() string {
 		return r.Baseline
 	}
 	for _, m := range r.Meshes {
-		if m.Profile == "none" {
+		if m.Profile == BaselineProfile {
 			return m.Label
 		}
 	}

@@ -28,9 +28,9 @@ var namedElsewhere = map[string]string{
 // internal/published, which is data about published studies and names the meshes they
 // measured) spells a registered profile's name or a mesh's sidecar container as a
 // string literal, so that adding or changing a mesh touches its own package only. The
-// baseline's name, "none", is left out: it is a common word (a mount's type, an empty
-// answer), and the packages that mean the baseline name it through study.ProfileNone,
-// which is none.Name.
+// baseline's name, "none", is a common word (a mount's type, an empty answer): it is
+// looked for only where a Profile is compared with it, and the packages that mean the
+// baseline name it study.ProfileNone (none.Name) or results.BaselineProfile.
 func TestNoMeshNamedOutsideItsPackage(t *testing.T) {
 	forbidden := map[string]string{}
 	for _, n := range mesh.Names() {
@@ -76,6 +76,17 @@ func TestNoMeshNamedOutsideItsPackage(t *testing.T) {
 				return err
 			}
 			ast.Inspect(f, func(n ast.Node) bool {
+				// The baseline's name is a common word, so it is looked for only where a
+				// profile is compared with it.
+				if cmp, ok := n.(*ast.BinaryExpr); ok && (cmp.Op == token.EQL || cmp.Op == token.NEQ) {
+					for _, side := range [][2]ast.Expr{{cmp.X, cmp.Y}, {cmp.Y, cmp.X}} {
+						sel, isSel := side[0].(*ast.SelectorExpr)
+						lit, isLit := side[1].(*ast.BasicLit)
+						if isSel && isLit && sel.Sel.Name == "Profile" && lit.Value == `"none"` {
+							leaks = append(leaks, fset.Position(lit.Pos()).String()+`: a profile compared with "none" (use study.ProfileNone or results.BaselineProfile)`)
+						}
+					}
+				}
 				lit, ok := n.(*ast.BasicLit)
 				if !ok || lit.Kind != token.STRING {
 					return true

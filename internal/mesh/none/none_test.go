@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
 )
@@ -66,5 +67,13 @@ func TestCheckReportsPodsThatDoNotAnswer(t *testing.T) {
 	}
 	if !e.Pods[0].Answered || e.Pods[1].Answered || len(e.Pods) != 3 {
 		t.Errorf("per-pod results wrong: %+v", e.Pods)
+	}
+}
+
+// TestNameIsTheStoredBaseline: the store and the analysis, below the registry, know the
+// baseline by results.BaselineProfile; it must be this profile's name.
+func TestNameIsTheStoredBaseline(t *testing.T) {
+	if Name != results.BaselineProfile {
+		t.Errorf("none.Name %q, results.BaselineProfile %q", Name, results.BaselineProfile)
 	}
 }
