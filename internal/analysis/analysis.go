@@ -84,6 +84,11 @@ const (
 	// the difference varies from repeat to repeat, and no interval would hold its
 	// stated level.
 	NoInterval Verdict = "inconclusive: too few repeats for an interval"
+	// TooFewRequests: a trial of either group had fewer requests than the percentile
+	// needs to lie inside its sample (100 for p99, 1000 for p99.9), so each trial's
+	// figure is its slowest request, whose spread over trials no interval of these
+	// repeats holds: a one-second block of 150 requests has no p99.9 of its own.
+	TooFewRequests Verdict = "inconclusive: too few requests per trial for this percentile"
 )
 
 // DefaultMargins are the practical-equivalence margins: a difference smaller than this
@@ -631,12 +636,26 @@ func compareGroups(ref, other *Group, opts Options, floors map[Metric]Floor) []C
 		if ivs.unit != "" {
 			c.Verdict = verdict(c)
 		}
+		if q := m.Percentile(); q > 0 && float64(fewestRequests(ref, other))*(1-q/100) < 1 {
+			c.Verdict = TooFewRequests
+		}
 		if ref.Saturated > 0 || other.Saturated > 0 {
 			c.Verdict = Saturated
 		}
 		out = append(out, c)
 	}
 	return out
+}
+
+// fewestRequests is the fewest requests any trial of the groups measured.
+func fewestRequests(groups ...*Group) int64 {
+	fewest := int64(math.MaxInt64)
+	for _, g := range groups {
+		for _, tr := range g.Trials {
+			fewest = min(fewest, tr.Result.Requests)
+		}
+	}
+	return fewest
 }
 
 // verdict: equal when the whole interval lies within the practical-equivalence margin
@@ -803,7 +822,7 @@ func Winners(run *results.Run, groups []*Group, opts Options) []Winner {
 			switch c.Verdict {
 			case Worse:
 				w.Verdict = Better
-			case Equal, NoInterval, Saturated:
+			case Equal, NoInterval, TooFewRequests, Saturated:
 				w.Verdict = c.Verdict
 			}
 			out = append(out, w)

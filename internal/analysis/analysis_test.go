@@ -536,3 +536,26 @@ func TestSLOJudgesEveryBoundItSets(t *testing.T) {
 		t.Errorf("String %q", s)
 	}
 }
+
+// A percentile that a trial's requests cannot place (p99.9 of 150 requests is the
+// slowest one) gets no verdict, however its interval falls; one they can place does.
+func TestTooFewRequestsForAPercentile(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want map[Metric]bool // metric → verdict withheld
+	}{
+		{150, map[Metric]bool{P50: false, P99: false, P999: true}},
+		{3000, map[Metric]bool{P50: false, P99: false, P999: false}},
+	} {
+		rep := Analyze(synthRun(5, 20, tc.n, 3000), Options{}, nil)
+		for m, withheld := range tc.want {
+			c := find(rep.Comparisons, "sidecar", m)
+			if c == nil {
+				t.Fatalf("%d requests: no %s comparison", tc.n, m)
+			}
+			if (c.Verdict == TooFewRequests) != withheld {
+				t.Errorf("%d requests per trial, %s: verdict %q, want withheld %v", tc.n, m, c.Verdict, withheld)
+			}
+		}
+	}
+}

@@ -216,6 +216,9 @@ func (g Gate) Check(c Comparison) (failed bool, why string) {
 	case c.Verdict == NoInterval:
 		return false, fmt.Sprintf("%s: %s %s crosses %s, but with %d and %d repeats there is no interval to tell it from noise; not failing (measure two repeats or more)",
 			where, c.Metric, shown, g, c.BaseRepeats, c.Repeats)
+	case c.Verdict == TooFewRequests:
+		return false, fmt.Sprintf("%s: %s %s crosses %s, but its trials had too few requests to place that percentile; not failing (longer trials or a higher rate)",
+			where, c.Metric, shown, g)
 	case !c.Delta.ExcludesZero():
 		return false, fmt.Sprintf("%s: %s %s crosses %s but its confidence interval includes no change; not failing on noise", where, c.Metric, shown, g)
 	}
