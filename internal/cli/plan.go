@@ -52,6 +52,9 @@ func planStudy(cmd *cobra.Command, st *study.Study, f runFlags) error {
 			}
 		}
 	}
+	if most == 0 { // security experiments only: each runs once per mesh
+		fewest, most = 1, 1
+	}
 	repeats := max(most, 2)
 	est := map[analysis.Metric][]float64{}
 	measured := map[analysis.Metric][]string{}

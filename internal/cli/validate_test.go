@@ -52,7 +52,7 @@ func TestValidateCommand(t *testing.T) {
 
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	doc, _ := os.ReadFile(good)
-	doc = bytes.Replace(doc, []byte("rate: 75% of lowest capacity"), []byte(`rate: "75% of fastest capacity"`), 1)
+	doc = bytes.Replace(doc, []byte("rate: 50% of lowest capacity"), []byte(`rate: "50% of fastest capacity"`), 1)
 	doc = bytes.Replace(doc, []byte("order: interleaved"), []byte("order: interleave"), 1)
 	if err := os.WriteFile(bad, doc, 0o644); err != nil {
 		t.Fatal(err)
@@ -62,7 +62,7 @@ func TestValidateCommand(t *testing.T) {
 	if !errors.As(err, &ee) || ee.code != 2 {
 		t.Fatalf("invalid study: want exit code 2, got %v", err)
 	}
-	rateLine := 1 + bytes.Count(doc[:bytes.Index(doc, []byte("rate: \"75%"))], []byte("\n"))
+	rateLine := 1 + bytes.Count(doc[:bytes.Index(doc, []byte("rate: \"50%"))], []byte("\n"))
 	lines := strings.Split(strings.TrimSpace(errOut), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[0], fmt.Sprintf("bad.yaml:%d:13: spec.experiments[1].rate:", rateLine)) ||
 		!strings.Contains(lines[1], `spec.order: "interleave": expected interleaved or sequential (did you mean "interleaved"?)`) {

@@ -76,6 +76,12 @@ func makeCgroup(path string) (created []string, err error) {
 		for _, part := range parts {
 			dir = filepath.Join(dir, part)
 			if _, err := os.Stat(dir); err == nil {
+				// A parent another cluster created (the caller's path, in a hierarchy
+				// that lacked it) is this cluster's to remove too, should it be the
+				// last one out.
+				if dir != filepath.Join(h, path) && onlyClusters(dir) {
+					created = append(created, dir)
+				}
 				continue
 			}
 			if err := os.Mkdir(dir, 0o755); err != nil {
@@ -225,11 +231,55 @@ func removeCgroup(path string, created []string) error {
 		}
 	}
 	for i := len(created) - 1; i >= 0; i-- {
+		// A parent that still holds something (another cluster, or processes) is
+		// not left behind by this cluster: whoever is in it removes it or owns it.
+		if _, err := os.Stat(created[i]); err == nil && !emptyCgroup(created[i]) {
+			continue
+		}
 		if err := rmdirCgroup(created[i]); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// emptyCgroup says whether dir holds no process and no child cgroup.
+func emptyCgroup(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			return false
+		}
+	}
+	procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	return err == nil && len(strings.TrimSpace(string(procs))) == 0
+}
+
+// onlyClusters says whether dir holds nothing but local clusters' cgroups: no process
+// of its own, and every child either a cluster's or, below it, the same.
+func onlyClusters(dir string) bool {
+	procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil || len(strings.TrimSpace(string(procs))) > 0 {
+		return false
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	children := 0
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		children++
+		if !strings.HasPrefix(e.Name(), "meshmark-cluster-") && !onlyClusters(filepath.Join(dir, e.Name())) {
+			return false
+		}
+	}
+	return children > 0
 }
 
 // rmdirCgroup removes one cgroup directory; the kernel may take a moment to release a
