@@ -356,7 +356,9 @@ func TestCleanTakesApartAClusterWhoseOwnerDied(t *testing.T) {
 	}
 	for _, pid := range pids {
 		if syscall.Kill(pid, 0) == nil && running(pid) {
-			t.Errorf("process %d of the cluster still runs", pid)
+			stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			t.Errorf("process %d of the cluster still runs: %s (%s)", pid, strings.TrimSpace(string(stat)), strings.ReplaceAll(string(cmdline), "\x00", " "))
 		}
 	}
 	if d := before.diff(snapshotHost(t)); len(d) > 0 {

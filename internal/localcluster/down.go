@@ -64,6 +64,14 @@ func teardown(ctx context.Context, st *State, progress io.Writer) error {
 		st.Phase = PhaseStopping
 		_ = st.save()
 	}
+	if st.Cgroup == "" {
+		st.Cgroup, _ = clusterCgroup(st.Name)
+	}
+	// Everything in the cluster now, to wait for at the end: a process that the
+	// daemons' stopping makes exit on its own leaves the cgroup early in its exit,
+	// before it has let go of its mounts and namespaces, so the cgroup's emptying
+	// alone does not say it is gone.
+	members, _ := cgroupPIDs(st.Cgroup)
 	if len(st.PIDs) > 0 {
 		say("stopping %d daemons", len(st.PIDs))
 		for _, suffix := range stopOrder {
@@ -76,13 +84,11 @@ func teardown(ctx context.Context, st *State, progress io.Writer) error {
 			stopAll(group, 5*time.Second)
 		}
 	}
-	if st.Cgroup == "" {
-		st.Cgroup, _ = clusterCgroup(st.Name)
-	}
 	say("killing what is left in cgroup %s", st.Cgroup)
 	if err := killCgroup(st.Cgroup, 15*time.Second); err != nil {
 		errs = append(errs, err)
 	}
+	waitGone(members, 15*time.Second)
 	say("removing network namespaces %s", strings.Join(netnsOf(st.Name), ", "))
 	if err := removeNetwork(ctx, st.Name); err != nil {
 		errs = append(errs, err)
@@ -121,6 +127,16 @@ func stopAll(pids []int, grace time.Duration) {
 		}
 		if running(pid) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// waitGone waits, up to timeout, until none of pids is running.
+func waitGone(pids []int, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for _, pid := range pids {
+		for pid != os.Getpid() && running(pid) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 }
