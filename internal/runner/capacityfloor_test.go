@@ -10,11 +10,11 @@ import (
 )
 
 // The capacity search's floor probe decides whether a run goes on at all, so a failure
-// the generator may have caused is probed again. The probes here are scripted results,
+// is probed again, twice, before it is taken. The probes here are scripted results,
 // not load runs: whether the generator falls behind depends on what else the machine is
 // doing, which a test cannot arrange on demand; the saturation tests in this package
 // drive real servers.
-func TestFloorProbeRetriedOnlyWhileTheGeneratorFellBehind(t *testing.T) {
+func TestFloorProbeConfirmedBeforeTheSearchGivesUp(t *testing.T) {
 	served := func(rate float64, behind bool) *load.Result {
 		return &load.Result{AchievedRate: rate, Health: load.Health{Bottleneck: behind, Why: []string{"send lag"}}}
 	}
@@ -27,7 +27,8 @@ func TestFloorProbeRetriedOnlyWhileTheGeneratorFellBehind(t *testing.T) {
 	}{
 		{"behind once, then sustained", []*load.Result{served(900, true), served(1000, false)}, false, 2},
 		{"behind every time", []*load.Result{served(900, true), served(900, true), served(900, true)}, true, 3},
-		{"the target fell short with the generator on time", []*load.Result{served(900, false)}, true, 1},
+		{"the target short once, then sustained", []*load.Result{served(900, false), served(1000, false)}, false, 2},
+		{"the target short every time", []*load.Result{served(900, false)}, true, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := &study.Study{}

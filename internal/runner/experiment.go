@@ -56,8 +56,8 @@ const (
 	derivedSearchStart     = 0.8
 	derivedSearchFloor     = 0.5
 	derivedSearchPrecision = 10 // %
-	// floorRetries is how many times a failed floor probe is run again while the
-	// generator, not the target, is what fell behind.
+	// floorRetries is how many times a failed floor probe is run again before the
+	// search gives up.
 	floorRetries = 2
 )
 
@@ -97,8 +97,7 @@ func (r *runner) searchCapacity(t *study.Trial, probes capacityProbes) error {
 		r.progress.note(fmt.Sprintf("capacity %s %s repeat %d: closed-loop best %.0f req/s; searching the open-loop rate it sustains between %.0f and %.0f req/s",
 			t.Mesh.Name, e.Name, t.Repeat+1, closedBest, floor, s.Max))
 	}
-	var missed string        // why the last probe that failed did
-	var generatorBehind bool // whether the generator fell behind in the last probe
+	var missed string // why the last probe that failed did
 	if s != nil {
 		precision := s.Precision.Fraction()
 		if precision <= 0 {
@@ -110,7 +109,6 @@ func (r *runner) searchCapacity(t *study.Trial, probes capacityProbes) error {
 			if err != nil {
 				return false, err
 			}
-			generatorBehind = res.Health.Bottleneck
 			if why := r.sloMiss(res, rate); why != "" {
 				missed = fmt.Sprintf("at %.0f req/s %s", rate, why)
 				return false, nil
@@ -132,12 +130,13 @@ func (r *runner) searchCapacity(t *study.Trial, probes capacityProbes) error {
 				if ok, err = probe(floor); err != nil {
 					return err
 				}
-				// Failing the floor ends the run, so a failure the generator may have
-				// caused (a machine busy with something else) is not taken at once:
-				// the probe is run again, up to twice, while the generator is the one
-				// that fell behind.
-				for retry := 0; !ok && generatorBehind && retry < floorRetries; retry++ {
-					r.progress.note(fmt.Sprintf("capacity %s %s repeat %d: the floor probe failed while the load generator fell behind (%s); probing it again",
+				// Failing the floor ends the run, so a failure is confirmed before it is
+				// taken: a machine busy with something else for a few seconds (the
+				// generator falling behind, or the target's CPU taken) is not the
+				// target's capacity. A target that cannot sustain the floor fails it
+				// every time.
+				for retry := 0; !ok && retry < floorRetries; retry++ {
+					r.progress.note(fmt.Sprintf("capacity %s %s repeat %d: the floor probe failed (%s); probing it again",
 						t.Mesh.Name, e.Name, t.Repeat+1, missed))
 					if ok, err = probe(floor); err != nil {
 						return err
