@@ -3,16 +3,16 @@ package kube
 // These tests run against a real control plane (etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler) with kwok in place of the kubelets: see
 // package kubetest. What cannot happen on it is said where it matters: no container
-// starts, so readiness here is kwok's word, and nothing is measured.
+// starts, so readiness here is kwok's word, and nothing is measured. The tests whose
+// subject is a pod, a wait on a kubelet's word or a load generator run on real nodes
+// instead (realnodes_test.go).
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/localcluster"
 	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
@@ -33,11 +34,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/kubernetes"
 )
 
 var cluster *kubetest.Cluster
 
 func TestMain(m *testing.M) {
+	localcluster.RunRole()
 	// A child that deploys and is killed, for TestCleanRemovesAKilledRun.
 	if os.Getenv("MESHMARK_KUBE_TEST_CHILD") != "" {
 		os.Exit(deployAndHang())
@@ -46,8 +49,8 @@ func TestMain(m *testing.M) {
 		os.Exit(installAndHang())
 	}
 	if missing, how := kubetest.Missing(); len(missing) > 0 {
-		fmt.Fprintf(os.Stderr, "kube tests skipped: %s missing (%s)\n", strings.Join(missing, ", "), how)
-		os.Exit(m.Run())
+		fmt.Fprintf(os.Stderr, "kube tests on paper skipped: %s missing (%s)\n", strings.Join(missing, ", "), how)
+		os.Exit(kubetest.Main(m))
 	}
 	dir, err := os.MkdirTemp("", "meshmark-kubetest-")
 	if err != nil {
@@ -63,7 +66,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	observeRequest = holdToCheckedRights
-	code := m.Run()
+	code := kubetest.Main(m) // takes the real nodes' cluster down too, if a test used it
 	cluster.Stop()
 	os.RemoveAll(dir)
 	if code == 0 && len(unchecked) > 0 {
@@ -148,11 +151,17 @@ func bookinfoSpec(t *testing.T, run string) AppSpec {
 // in every namespace.
 func labelled(t *testing.T, run string) []string {
 	t.Helper()
-	ctx := context.Background()
 	client, err := cluster.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return labelledIn(t, client, run)
+}
+
+// labelledIn is labelled on the cluster of client.
+func labelledIn(t *testing.T, client kubernetes.Interface, run string) []string {
+	t.Helper()
+	ctx := context.Background()
 	sel := metav1.ListOptions{LabelSelector: RunLabel + "=" + run}
 	var out []string
 	nss, err := client.CoreV1().Namespaces().List(ctx, sel)
@@ -200,77 +209,6 @@ func labelled(t *testing.T, run string) []string {
 	return out
 }
 
-func TestDeployWaitTeardownLeavesNothing(t *testing.T) {
-	needCluster(t)
-	ctx := context.Background()
-	c := connect(t, Config{AppNodeSelector: map[string]string{"meshmark.dev/test-node": "1"}})
-	spec := bookinfoSpec(t, "a1b2c3")
-	spec.NamespaceLabels = map[string]string{"istio-injection": "enabled"}
-	spec.PodAnnotations = map[string]string{"linkerd.io/inject": "enabled"}
-	app, err := c.Deploy(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var seen []int
-	if err := c.WaitReady(ctx, app, func(p WaitProgress) { seen = append(seen, p.Ready, p.Total) }); err != nil {
-		t.Fatal(err)
-	}
-	if len(seen) < 2 || seen[len(seen)-2] != seen[len(seen)-1] || seen[len(seen)-1] != len(spec.Deployments) {
-		t.Errorf("progress %v: want it to end at %d of %d pods ready", seen, len(spec.Deployments), len(spec.Deployments))
-	}
-	client := c.Client()
-	ns, err := client.CoreV1().Namespaces().Get(ctx, app.Namespace, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if app.Namespace != "meshmark-a1b2c3-baseline" || ns.Labels["istio-injection"] != "enabled" || ns.Labels[ManagedByLabel] != ManagedBy {
-		t.Errorf("namespace %s labels %v", app.Namespace, ns.Labels)
-	}
-	if owner := ns.Annotations[OwnerAnnotation]; !strings.Contains(owner, fmt.Sprintf(" %d ", os.Getpid())) {
-		t.Errorf("owner annotation %q does not name this process", owner)
-	}
-	pods, err := client.CoreV1().Pods(app.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(pods.Items) != len(spec.Deployments) {
-		t.Errorf("%d pods, want one per deployment (%d)", len(pods.Items), len(spec.Deployments))
-	}
-	for _, p := range pods.Items {
-		if p.Spec.NodeName != cluster.Nodes[1] {
-			t.Errorf("pod %s scheduled on %q, want the node the selector names (%s)", p.Name, p.Spec.NodeName, cluster.Nodes[1])
-		}
-		if p.Annotations["linkerd.io/inject"] != "enabled" || p.Labels["app"] == "" || p.Labels["version"] == "" {
-			t.Errorf("pod %s: labels %v annotations %v", p.Name, p.Labels, p.Annotations)
-		}
-		args := strings.Join(p.Spec.Containers[0].Args, " ")
-		if !strings.Contains(args, "--pod $(POD_NAME)") || !strings.Contains(args, "--service "+p.Labels["app"]) {
-			t.Errorf("pod %s args %q", p.Name, args)
-		}
-	}
-	svc, err := client.CoreV1().Services(app.Namespace).Get(ctx, "reviews", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if svc.Spec.Ports[0].Name != "http" || svc.Spec.Ports[0].Port != 9080 || svc.Spec.Selector["app"] != "reviews" {
-		t.Errorf("service reviews: %+v", svc.Spec)
-	}
-	eps, err := client.DiscoveryV1().EndpointSlices(app.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=reviews"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := countEndpoints(eps.Items); n != 3 {
-		t.Errorf("service reviews has %d ready endpoints, want its 3 versions' pods", n)
-	}
-
-	if err := c.Teardown(ctx, app); err != nil {
-		t.Fatal(err)
-	}
-	if left := labelled(t, "a1b2c3"); len(left) > 0 {
-		t.Errorf("teardown left %v", left)
-	}
-}
-
 func countEndpoints(slices []discoveryv1.EndpointSlice) int {
 	n := 0
 	for _, s := range slices {
@@ -281,23 +219,6 @@ func countEndpoints(slices []discoveryv1.EndpointSlice) int {
 		}
 	}
 	return n
-}
-
-func TestWaitReadySaysWhyPodsWait(t *testing.T) {
-	needCluster(t)
-	ctx := context.Background()
-	c := connect(t, Config{AppNodeSelector: map[string]string{"meshmark.dev/test-node": "no-such-node"}, Timeout: 3 * time.Second})
-	spec := bookinfoSpec(t, "d4e5f6")
-	app, err := c.Deploy(ctx, spec)
-	t.Cleanup(func() { _ = c.Teardown(context.Background(), app) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = c.WaitReady(ctx, app, nil)
-	if err == nil || !strings.Contains(err.Error(), "not ready after 3s") || !strings.Contains(err.Error(), "not scheduled") ||
-		!strings.Contains(err.Error(), "node affinity/selector") {
-		t.Errorf("WaitReady with no node to run on: %v", err)
-	}
 }
 
 func TestConnectErrors(t *testing.T) {
@@ -429,96 +350,6 @@ func TestCleanRemovesAKilledRun(t *testing.T) {
 	}
 }
 
-// TestWaitReadyGivesUpWithTheClustersReason: a wait for the app ends as soon as the
-// cluster says a pod cannot get ready without someone's help, long before its time
-// limit, with the reason in the cluster's words; progress meanwhile names the pods that
-// wait. kwok runs no container, so the test writes what a kubelet would into the pod's
-// status (and a crashing container's log, which the API server's pods/log serves);
-// scheduling and PodSecurity admission are the cluster's own.
-func TestWaitReadyGivesUpWithTheClustersReason(t *testing.T) {
-	needCluster(t)
-	ctx := context.Background()
-	// Running on kwok's word first: a kubelet's status comes after the pod started.
-	whenRunning := func(run, selector string, do func(ctx context.Context, p *corev1.Pod) error) {
-		cluster.OnNewPods(t, RunLabel+"="+run+","+selector, func(ctx context.Context, p *corev1.Pod) (bool, error) {
-			if p.DeletionTimestamp != nil {
-				return true, nil
-			}
-			if p.Status.Phase != corev1.PodRunning {
-				return false, nil
-			}
-			if err := do(ctx, p); err != nil && !IsNotFound(err) { // the teardown may take it first
-				return true, err
-			}
-			return true, nil
-		})
-	}
-	cases := []struct {
-		name, run string
-		cfg       Config
-		nsLabels  map[string]string
-		kubelet   func(run string)
-		want      []string
-	}{
-		{name: "image cannot be pulled", run: "stuck1",
-			kubelet: func(run string) {
-				whenRunning(run, "app=ratings", func(ctx context.Context, p *corev1.Pod) error {
-					return cluster.PodWaits(ctx, p.Namespace, p.Name, "ImagePullBackOff", `Back-off pulling image "registry.example/meshmark:test"`)
-				})
-			},
-			want: []string{"namespace meshmark-stuck1-baseline: pod ratings-v1-", "cannot start: the image cannot be pulled (container app, image registry.example/meshmark:test): ImagePullBackOff Back-off pulling image"}},
-		{name: "container keeps crashing", run: "stuck2",
-			kubelet: func(run string) {
-				whenRunning(run, "app=details", func(ctx context.Context, p *corev1.Pod) error {
-					return cluster.CrashLoops(ctx, p.Namespace, p.Name, "app", 3, 2, "meshmark service: starting\nError: graph test has no service \"details\"")
-				})
-			},
-			want: []string{"container app keeps crashing (3 restarts); its last run exited with code 2 (Error); the last 10 lines of its log:\n    meshmark service: starting\n    Error: graph test has no service \"details\""}},
-		{name: "no node takes it", run: "stuck3", cfg: Config{AppNodeSelector: map[string]string{"meshmark.dev/test-node": "no-such-node"}},
-			want: []string{"cannot be scheduled (for 1", "0/3 nodes are available", "node affinity/selector"}},
-		{name: "admission refuses its pods", run: "stuck4", nsLabels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
-			want: []string{"cannot create its pods: FailedCreate: ", `violates PodSecurity "restricted:latest"`}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.Timeout = 3 * time.Minute
-			c := connect(t, tc.cfg)
-			if tc.kubelet != nil {
-				tc.kubelet(tc.run)
-			}
-			spec := bookinfoSpec(t, tc.run)
-			spec.NamespaceLabels = tc.nsLabels
-			app, err := c.Deploy(ctx, spec)
-			t.Cleanup(func() { _ = c.Teardown(context.Background(), app) })
-			if err != nil {
-				t.Fatal(err)
-			}
-			var seen []WaitProgress
-			err = c.WaitReady(ctx, app, func(p WaitProgress) { seen = append(seen, p) })
-			var stuck *StuckError
-			if !errors.As(err, &stuck) {
-				t.Fatalf("WaitReady: %v; want it to give up with the cluster's reason, not at its time limit", err)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not say %q", err, w)
-				}
-			}
-			t.Logf("error: %v", err)
-			// It may give up at its first look, before any progress.
-			if len(seen) > 0 {
-				t.Logf("last progress: %s", seen[len(seen)-1])
-				if p := seen[len(seen)-1]; p.Ready >= p.Total && tc.kubelet != nil {
-					t.Errorf("progress %s while a pod cannot start", p)
-				}
-			}
-		})
-	}
-}
-
-// TestDescribeRecordsTheCluster: a run's provenance is the cluster's: its server
-// version, every node as its kubelet reports itself (kwok's, here), and the images the
-// app's pods ran, counted per container.
 func TestDescribeRecordsTheCluster(t *testing.T) {
 	needCluster(t)
 	ctx := context.Background()
@@ -574,145 +405,6 @@ func TestCheckPlacementNamesAnUnmatchedSelector(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("placement with selectors no node matches: %v; want it to say %q", err, want)
 		}
-	}
-}
-
-// TestSpreadServicesCarryTheVersionsWeights: with SpreadServices, each service version
-// has a headless Service over its pods, whose endpoints the wait waits for and the
-// plaintext probe leaves out; callers that spread over them by name reach every version
-// per request by its weight, and what each pod served is read back through the API
-// server's pod proxy. kubetest runs no cluster DNS and no container: each pod is a real
-// `meshmark service` server on loopback (reached by the pod proxy, kubetest.ReachPodPort),
-// the names resolve to the ready endpoints of the headless Service's EndpointSlices, as
-// cluster DNS answers them, and each pod address is dialed at its stand-in (Resolve).
-func TestSpreadServicesCarryTheVersionsWeights(t *testing.T) {
-	needCluster(t)
-	ctx := context.Background()
-	c := connect(t, Config{AppNodeSelector: map[string]string{"meshmark.dev/test-node": "0"}})
-	g, err := workload.Builtin("bookinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := bookinfoSpec(t, "spread1")
-	spec.SpreadServices = true
-	app, err := c.Deploy(ctx, spec)
-	t.Cleanup(func() { _ = c.Teardown(context.Background(), app) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitReady(ctx, app, nil); err != nil {
-		t.Fatal(err)
-	}
-	client := c.Client()
-	for _, d := range g.Deployments() {
-		name := SpreadServiceName(d.Service, d.Version)
-		svc, err := client.CoreV1().Services(app.Namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil || svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.Selector["version"] != d.Version || svc.Spec.Ports[0].Port != int32(d.Port) {
-			t.Fatalf("headless service %s: %+v, %v", name, svc, err)
-		}
-	}
-	if targets, err := c.plaintextTargets(ctx, app); err != nil || len(targets) != len(g.Services) {
-		t.Errorf("plaintext targets %+v, %v: want the graph's %d services only", targets, err, len(g.Services))
-	}
-	// The names, as cluster DNS answers them: the ready endpoints of each headless Service.
-	lookup := func(ctx context.Context, host string) ([]string, error) {
-		slices, err := client.DiscoveryV1().EndpointSlices(app.Namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + host})
-		if err != nil {
-			return nil, err
-		}
-		var ips []string
-		for _, s := range slices.Items {
-			for _, e := range s.Endpoints {
-				if e.Conditions.Ready != nil && *e.Conditions.Ready {
-					ips = append(ips, e.Addresses...)
-				}
-			}
-		}
-		return ips, nil
-	}
-	var spread []string
-	for _, s := range g.Services {
-		var eps []string
-		for _, v := range s.Versions {
-			eps = append(eps, fmt.Sprintf("%s:%d@1", SpreadServiceName(s.Name, v.Name), s.Port))
-		}
-		spread = append(spread, s.Name+"="+strings.Join(eps, ","))
-	}
-	spreadMap, err := workload.ParseSpread(spread)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pods, err := client.CoreV1().Pods(app.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	type standIn struct {
-		ln  net.Listener
-		srv *workload.Server
-		pod corev1.Pod
-	}
-	resolve := map[string]string{}
-	var standIns []*standIn
-	for _, p := range pods.Items {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		resolve[p.Status.PodIP] = ln.Addr().String()
-		standIns = append(standIns, &standIn{ln: ln, pod: p})
-	}
-	var entry *workload.Server
-	for _, si := range standIns {
-		srv, err := workload.NewServer(g, workload.ServerOptions{Service: si.pod.Labels["app"], Version: si.pod.Labels["version"], Pod: si.pod.Name,
-			Spread: spreadMap, LookupHost: lookup, Resolve: resolve})
-		if err != nil {
-			t.Fatal(err)
-		}
-		si.srv = srv
-		sctx, cancel := context.WithCancel(context.Background())
-		t.Cleanup(cancel)
-		go srv.Serve(sctx, si.ln)
-		if err := cluster.ReachPodPort(si.pod.Status.PodIP, 9080, si.ln.Addr().String()); err != nil {
-			t.Fatal(err)
-		}
-		if si.pod.Labels["app"] == "productpage" {
-			entry = srv
-		}
-	}
-	before, err := c.Served(ctx, app)
-	if err != nil || len(before) != len(g.Deployments()) {
-		t.Fatalf("served before: %+v, %v", before, err)
-	}
-	const n = 600
-	for range n {
-		rec := httptest.NewRecorder()
-		entry.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/productpage", nil))
-		if rec.Code != http.StatusOK {
-			t.Fatalf("productpage answered %d: %s", rec.Code, rec.Body)
-		}
-	}
-	after, err := c.Served(ctx, app)
-	if err != nil {
-		t.Fatal(err)
-	}
-	was := map[string]int64{}
-	for _, p := range before {
-		was[p.Pod] = p.Served
-	}
-	byVersion := map[string]int64{}
-	for _, p := range after {
-		byVersion[p.Service+" "+p.Version] += p.Served - was[p.Pod]
-	}
-	t.Logf("served over %d requests: %v", n, byVersion)
-	// reviews' three versions of equal weight: 200 each expected, sd 11.5.
-	for _, v := range []string{"v1", "v2", "v3"} {
-		if got := byVersion["reviews "+v]; got < 160 || got > 240 {
-			t.Errorf("reviews %s served %d of %d requests: want about a third, per request", v, got, n)
-		}
-	}
-	if byVersion["productpage v1"] != n || byVersion["details v1"] != n || byVersion["ratings v1"] != byVersion["reviews v2"]+byVersion["reviews v3"] {
-		t.Errorf("served %v: want productpage and details every request, ratings every call of reviews v2 and v3", byVersion)
 	}
 }
 
