@@ -25,7 +25,8 @@ import (
 // n workload pods of a namespace run, each is served as its container would run it, by
 // a real `meshmark service` server (workload.Server) made from the pod's own arguments,
 // on loopback, which the API server's pod proxy reaches at the pod's address
-// (kubetest.ReachPodPort: the request-mix check's reads). Calls between pods go where
+// (kubetest.ReachPodPort) and a port-forward to the pod reaches too
+// (kubetest.ForwardPodPort: the request-mix check's reads). Calls between pods go where
 // the cluster would send them: a --spread name to the ready endpoints of its headless
 // Service, as cluster DNS answers it (kubetest runs none), and each pod address to its
 // stand-in; a call by service name, which kube-proxy balances per connection, to one pod
@@ -99,7 +100,12 @@ func standInWorkload(t *testing.T, c *kubetest.Cluster, g *workload.Graph, n int
 			}
 			wg.Add(1)
 			go func() { defer wg.Done(); _ = srv.Serve(ctx, lns[i]) }()
-			if err := c.ReachPodPort(p.Status.PodIP, g.Service(opts.Service).Port, lns[i].Addr().String()); err != nil {
+			port := g.Service(opts.Service).Port
+			if err := c.ReachPodPort(p.Status.PodIP, port, lns[i].Addr().String()); err != nil {
+				return err
+			}
+			// The request-mix check reads each pod through a port-forward.
+			if err := c.ForwardPodPort(ctx, namespace, p.Name, port, lns[i].Addr().String()); err != nil {
 				return err
 			}
 		}
@@ -167,7 +173,7 @@ func standInWorkload(t *testing.T, c *kubetest.Cluster, g *workload.Graph, n int
 // TestRunOnClusterChecksTheRequestMix: the baseline on a cluster spreads each call over
 // the callee's versions per request, as the meshes' proxies do: its workload pods run
 // with --spread over each version's headless Service, and the request-mix check, reading
-// what each pod served through the API server's pod proxy, finds reviews' three versions
+// what each pod served through a port-forward to it, finds reviews' three versions
 // a third each. The same baseline balancing per connection, as kube-proxy does for
 // callers that keep their connections, has every call of a trial on one version of
 // reviews, and the check flags it. The pods are stand-ins running the real service

@@ -90,7 +90,7 @@ type kubeDeployment struct {
 	proxies  []meshkube.ProxyEndpoint
 	services []string
 	// mixUnread says why the request mix is not checked on this bring-up: its pods
-	// could not be read (under strict mTLS they refuse the API server's plaintext).
+	// could not be read.
 	mixUnread string
 	// network says the mesh is the cluster's pod network (Cilium): its install
 	// outlives the bring-up (runner.network).
@@ -1022,15 +1022,6 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 func (r *runner) kubeServed(ctx context.Context, d *kubeDeployment, meshName string) []kube.PodServed {
 	if d.mixUnread != "" {
 		return nil
-	}
-	// The served counts are read in plaintext through the API server's pod proxy, which
-	// a mesh that refuses plaintext refuses too: no use asking pod by pod.
-	if m := r.study.Mesh(meshName); m != nil {
-		if promised, err := plaintextRefusalPromised(*m); err == nil && promised {
-			d.mixUnread = "the pods' served counts are read in plaintext through the API server, which this mesh refuses (strict mTLS)"
-			r.progress.note(fmt.Sprintf("%s: the request mix is not checked: %s", meshName, d.mixUnread))
-			return nil
-		}
 	}
 	served, err := d.cluster.Served(ctx, d.app)
 	if err != nil {

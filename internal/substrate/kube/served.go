@@ -3,6 +3,8 @@ package kube
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"sort"
 	"strconv"
 	"strings"
@@ -19,11 +21,14 @@ type PodServed struct {
 	Served                int64
 }
 
-// Served reads, through the API server's pod proxy, how many requests every workload pod
-// of the app has served, from the pod itself (workload.ServedPath on its service port):
-// the request-mix check's counts, as the local runner reads them on loopback. A pod
-// that cannot be read is left out and named in the error: under strict mTLS a meshed
-// pod refuses the API server's plaintext request, as it refuses any caller's.
+// Served reads how many requests every workload pod of the app has served, from the pod
+// itself (workload.ServedPath on its service port): the request-mix check's counts, as
+// the local runner reads them on loopback. Each read goes through a port-forward, which
+// the kubelet's runtime opens on the pod's own loopback: no mesh intercepts that (Istio's
+// and Linkerd's rules leave loopback alone, ambient redirects only what reaches the
+// pod's address), so a pod under strict mTLS answers too, where the API server's pod
+// proxy, a plaintext caller from outside, would be refused. A pod that cannot be read is
+// left out and named in the error.
 func (c *Cluster) Served(ctx context.Context, app *App) ([]PodServed, error) {
 	pods, err := c.appPods(ctx, app)
 	if err != nil {
@@ -78,26 +83,38 @@ func (c *Cluster) readServed(ctx context.Context, namespace, pod string, port in
 	if port == 0 {
 		return 0, fmt.Errorf("pod %s: no container port named app", pod)
 	}
-	path := fmt.Sprintf("/api/v1/namespaces/%s/pods/%s:%d/proxy%s", namespace, pod, port, workload.ServedPath)
-	res := c.client.CoreV1().RESTClient().Get().
-		Namespace(namespace).Resource("pods").Name(pod + ":" + strconv.Itoa(port)).SubResource("proxy").
-		Suffix(strings.Split(strings.TrimPrefix(workload.ServedPath, "/"), "/")...).
-		Do(ctx)
-	body, err := res.Raw()
+	f := &Forwards{errs: make(chan error, 1)}
+	addr, err := c.forward(ctx, f, namespace, pod, port)
 	if err != nil {
-		msg := err.Error()
-		var code int
-		if res.StatusCode(&code); code != 0 && len(body) > 0 {
-			msg = fmt.Sprintf("HTTP %d: %s", code, firstLine(body))
-		}
-		return 0, fmt.Errorf("pod %s: GET %s: %s", pod, path, strings.Join(strings.Fields(msg), " "))
+		return 0, fmt.Errorf("pod %s: port-forward to port %d: %w", pod, port, err)
+	}
+	defer f.Close()
+	url := "http://" + addr + workload.ServedPath
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := servedClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("pod %s: GET %s on its port %d: %w", pod, workload.ServedPath, port, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return 0, fmt.Errorf("pod %s: GET %s on its port %d: %w", pod, workload.ServedPath, port, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("pod %s: GET %s on its port %d: HTTP %d: %s", pod, workload.ServedPath, port, resp.StatusCode, firstLine(body))
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(string(body)), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("pod %s: GET %s: not a count: %.80q", pod, path, body)
+		return 0, fmt.Errorf("pod %s: GET %s on its port %d: not a count: %.80q", pod, workload.ServedPath, port, body)
 	}
 	return n, nil
 }
+
+// servedClient opens a connection per read: each goes through a port-forward of its own.
+var servedClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 
 // servedTimeout bounds one round of reading every pod's count.
 const servedTimeout = 5 * time.Second
