@@ -22,11 +22,11 @@ import (
 
 // installKubeMesh checks that the cluster can take the mesh, then installs it: a mesh
 // that the cluster rules out is refused before anything is created.
-func installKubeMesh(ctx context.Context, c *kube.Cluster, plan *meshkube.KubernetesInstall, logw io.Writer, progress func(release string, p kube.WaitProgress)) (*kube.MeshInstall, error) {
+func installKubeMesh(ctx context.Context, c *kube.Cluster, plan *meshkube.KubernetesInstall, run string, logw io.Writer, progress func(release string, p kube.WaitProgress)) (*kube.MeshInstall, error) {
 	if err := c.CheckRequirements(ctx, plan.Requires); err != nil {
 		return nil, err
 	}
-	return c.InstallMesh(ctx, helmCharts(plan), plan.Manifests, logw, progress)
+	return c.InstallMesh(ctx, helmCharts(plan, run), plan.Manifests, logw, progress)
 }
 
 // checkClusterNetwork refuses a study that puts a mesh which is the cluster's pod

@@ -63,12 +63,12 @@ func kubernetesInstall(m study.Mesh) (*meshkube.KubernetesInstall, error) {
 	return &install, nil
 }
 
-// helmCharts are a mesh's charts as the Kubernetes substrate installs them.
-func helmCharts(in *meshkube.KubernetesInstall) []kube.Chart {
+// helmCharts are a mesh's charts as the Kubernetes substrate installs them for run.
+func helmCharts(in *meshkube.KubernetesInstall, run string) []kube.Chart {
 	var out []kube.Chart
 	for _, ch := range in.Charts {
 		out = append(out, kube.Chart{Release: ch.Release, Namespace: ch.Namespace, Ref: ch.Chart, Repo: ch.Repo, Version: ch.Version, Values: ch.Values,
-			Privileged: slices.Contains(in.PrivilegedNamespaces, ch.Namespace)})
+			Privileged: slices.Contains(in.PrivilegedNamespaces, ch.Namespace), Run: run})
 	}
 	return out
 }
@@ -417,12 +417,12 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 			// the nodes without one, so it changes to this mesh's configuration in place.
 			r.progress.note(fmt.Sprintf("%s: reconfiguring the cluster's network in place (Helm upgrade of %s)", m.Name, describeCharts(plan.Charts)))
 			d.install, r.network = r.network, nil
-			if err := c.ReconfigureMesh(ctx, d.install, helmCharts(plan), plan.Manifests, r.helmLog(m.Name), progress); err != nil {
+			if err := c.ReconfigureMesh(ctx, d.install, helmCharts(plan, run), plan.Manifests, r.helmLog(m.Name), progress); err != nil {
 				return d, fmt.Errorf("mesh %s: %w", m.Name, err)
 			}
 		} else {
 			r.progress.note(fmt.Sprintf("%s: installing %s", m.Name, describeCharts(plan.Charts)))
-			if d.install, err = installKubeMesh(ctx, c, plan, r.helmLog(m.Name), progress); err != nil {
+			if d.install, err = installKubeMesh(ctx, c, plan, run, r.helmLog(m.Name), progress); err != nil {
 				return nil, fmt.Errorf("mesh %s: %w", m.Name, err)
 			}
 		}

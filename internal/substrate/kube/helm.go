@@ -46,6 +46,10 @@ type Chart struct {
 	// Security's privileged level (meshkube.KubernetesInstall.PrivilegedNamespaces): its pods
 	// need more than baseline admits.
 	Privileged bool
+	// Run, when set, is the run the install is for: the namespace meshmark creates
+	// carries it (RunLabel), so that cleaning that run (`clean --kubernetes RUN`, after
+	// a run that kept its deployments) takes the mesh's install too.
+	Run string
 }
 
 // Effort is what installing a chart took, as a user would meet it: the "effort" column
@@ -129,6 +133,9 @@ func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer, progres
 			Labels:      map[string]string{ManagedByLabel: ManagedBy},
 			Annotations: map[string]string{OwnerAnnotation: ownerRecord()},
 		}}
+		if ch.Run != "" {
+			ns.Labels[RunLabel] = dnsLabel(ch.Run)
+		}
 		if ch.Privileged {
 			ns.Labels[meshkube.PodSecurityEnforce] = meshkube.PodSecurityPrivileged
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -272,5 +273,43 @@ func TestPrivilegedNamespaceAdmitsAMeshsPods(t *testing.T) {
 	var stuck *StuckError
 	if !errors.As(err, &stuck) || !strings.Contains(err.Error(), `violates PodSecurity "baseline:latest": non-default capabilities`) {
 		t.Errorf("install into a namespace left at the cluster's baseline: %v; want it refused at once, in admission's words", err)
+	}
+}
+
+// TestCleanOfARunTakesTheMeshItInstalled: a mesh installed for a run carries the run in
+// the namespace meshmark made for it, so that cleaning that run's kept deployments
+// (`clean --kubernetes --all RUN`) takes the mesh's release too, and cleaning another
+// run leaves it.
+func TestCleanOfARunTakesTheMeshItInstalled(t *testing.T) {
+	needCluster(t)
+	ctx := context.Background()
+	c := connect(t, Config{})
+	var helmLog bytes.Buffer
+	inst, err := c.Install(ctx, Chart{
+		Release: "widgets", Ref: "testdata/charts/widget-app", Namespace: "mmtest-kept-system", Run: "kept01",
+		Values: map[string]any{"replicas": 1, "nodeSelector": map[string]any{"meshmark.dev/test-node": "2"}},
+	}, &helmLog, nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, helmLog.String())
+	}
+	t.Cleanup(func() { _ = c.Uninstall(context.Background(), inst, io.Discard) })
+	if _, err := c.Clean(ctx, CleanOptions{All: true, Runs: []string{"other1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Client().CoreV1().Namespaces().Get(ctx, "mmtest-kept-system", metav1.GetOptions{}); err != nil {
+		t.Fatalf("cleaning another run took the mesh: %v", err)
+	}
+	report, err := c.Clean(ctx, CleanOptions{All: true, Runs: []string{"kept01"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(report, func(n CleanedNamespace) bool { return n.Name == "mmtest-kept-system" && n.Run == "kept01" && n.Removed }) {
+		t.Errorf("clean of run kept01: %+v; want the mesh's namespace removed with it", report)
+	}
+	if _, err := c.Client().CoreV1().Namespaces().Get(ctx, "mmtest-kept-system", metav1.GetOptions{}); !IsNotFound(err) {
+		t.Errorf("the mesh's namespace is still there after cleaning its run: %v", err)
+	}
+	if err := c.RequireCRDs(ctx, "", widgetCRD); err == nil {
+		t.Error("the CRD the mesh's install added is still there after cleaning its run")
 	}
 }
