@@ -427,8 +427,9 @@ func securityPosture(run *results.Run, mesh string) (string, []Flag) {
 				if p.Meshed {
 					meshed++
 				}
-				// Only where mTLS was looked for on the wire (the local substrate's
-				// capture); a cluster's check records none.
+				// Only where mTLS was looked for on the wire: the local substrate's
+				// reading of each proxy, or a cluster's proxy counters around the
+				// probe burst, where the mesh's counters tell it.
 				if p.Service != "" && p.MTLSObserved != "" {
 					services++
 					if p.MTLSObserved == "mtls" {

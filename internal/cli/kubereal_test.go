@@ -24,7 +24,9 @@ import (
 // burst, meshmark's plaintext probe pods must be refused by every meshed service while
 // the positive control (a service outside the mesh) answers them, the kubelets'
 // metrics give each container's CPU and working set, and the cluster's own nodes are
-// the run's provenance. Afterwards nothing of the run or of either mesh is left.
+// the run's provenance, and what each workload pod served, read from the pod itself,
+// gives each trial's request mix. Afterwards nothing of the run or of either mesh is
+// left.
 func TestStudyOnRealNodes(t *testing.T) {
 	l := kubetest.SharedLocal(t)
 	// Linkerd's images are built only on request (setup --for linkerd); Istio's, which
@@ -80,6 +82,36 @@ spec:
 			t.Errorf("%s: containers with CPU and memory read from their kubelets: %v; want the workload's and %s", tr.Mesh, measured, want[tr.Mesh])
 		}
 	}
+	// The request mix is read from every pod through a port-forward to its loopback,
+	// which no mesh intercepts: under strict mTLS too.
+	if strings.Contains(errOut, "the request mix is not checked") {
+		t.Errorf("the request mix was not checked:\n%s", errOut)
+	}
+	for _, tr := range run.Trials {
+		reviews := map[string]results.VersionShare{}
+		var total int64
+		for _, v := range tr.Result.Mix {
+			if v.Service == "reviews" {
+				reviews[v.Version] = v
+				total += v.Requests
+			}
+		}
+		t.Logf("%s: reviews' mix %+v, flags %v", tr.Mesh, reviews, tr.Result.Flags)
+		if len(reviews) != 3 || total < 400 {
+			t.Errorf("%s: request mix %+v; want reviews' three versions read back, about 560 requests among them", tr.Mesh, tr.Result.Mix)
+			continue
+		}
+		if tr.Mesh == "ambient" {
+			continue // ztunnel alone balances per connection (L4): its mix is what it is
+		}
+		// The baseline spreads per request over headless Services, Istio's sidecars
+		// balance per request: a third each.
+		for _, v := range reviews {
+			if v.Share < 0.23 || v.Share > 0.43 || tr.Result.HasFlag(results.FlagMixSkewed) {
+				t.Errorf("%s: reviews %s served %.0f%% of %d requests, flags %v: want a third each", tr.Mesh, v.Version, 100*v.Share, total, tr.Result.Flags)
+			}
+		}
+	}
 	for _, m := range run.Meshes {
 		if m.Label == "baseline" {
 			continue
@@ -96,6 +128,20 @@ spec:
 		}
 		if e.PlaintextRefused == nil || !*e.PlaintextRefused || len(e.Plaintext) < 4 {
 			t.Errorf("%s: plaintext %+v; want bookinfo's four services to refuse it", m.Label, e.Plaintext)
+		}
+		// The proxies' own counters say the burst came in over mTLS: every service was
+		// seen so, and nothing in plaintext.
+		seen := map[string]bool{}
+		for _, p := range e.Pods {
+			switch p.MTLSObserved {
+			case "mtls":
+				seen[p.Service] = true
+			case "plaintext", "mixed":
+				t.Errorf("%s: pod %s took plaintext during the burst: %+v", m.Label, p.Pod, p)
+			}
+		}
+		if len(seen) < 4 {
+			t.Errorf("%s: mTLS seen on the wire for services %v; want bookinfo's four", m.Label, seen)
 		}
 		if len(e.PlaintextControl) == 0 {
 			t.Errorf("%s: no positive control for the plaintext probe", m.Label)

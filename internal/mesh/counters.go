@@ -31,7 +31,12 @@ type ProxyDelta struct {
 	Err       string            `json:"error,omitempty"`
 	Unit      string            `json:"unit,omitempty"`
 	Inbound   map[string]uint64 `json:"inbound,omitempty"`
-	Counters  map[string]uint64 `json:"counters,omitempty"`
+	// InboundMTLS and InboundPlaintext split Inbound by the wire, in WireUnit, where
+	// the proxy tells it (meshkube.ProxyCounters).
+	InboundMTLS      map[string]uint64 `json:"inbound_mtls,omitempty"`
+	InboundPlaintext map[string]uint64 `json:"inbound_plaintext,omitempty"`
+	WireUnit         string            `json:"wire_unit,omitempty"`
+	Counters         map[string]uint64 `json:"counters,omitempty"`
 	// Resets lists counters that went backwards: the proxy restarted during the trial,
 	// and the after value is kept.
 	Resets []string          `json:"resets,omitempty"`
@@ -67,6 +72,11 @@ func DiffCounters(before, after []meshkube.ProxyCounters) []ProxyDelta {
 		// Inbound keeps services that saw nothing: a zero there is the evidence of a
 		// bypass, not an absence of data.
 		d.Inbound = subtract(b.Inbound, a.Inbound, nil, true)
+		if a.WireUnit != "" && a.WireUnit == b.WireUnit {
+			d.WireUnit = a.WireUnit
+			d.InboundMTLS = subtract(b.InboundMTLS, a.InboundMTLS, nil, true)
+			d.InboundPlaintext = subtract(b.InboundPlaintext, a.InboundPlaintext, nil, true)
+		}
 		d.Counters = subtract(b.Counters, a.Counters, &resets, false)
 		sort.Strings(resets)
 		d.Resets = resets

@@ -387,6 +387,7 @@ func judgeTraffic(enr *mesh.Enrollment, endpoints []meshkube.ProxyEndpoint, out 
 			if d.Unit == meshkube.UnitRequests {
 				pe.InboundRequests = counted
 			}
+			wireEvidence(enr, pe, d, p.App, name, out.describe())
 			if p.notHeld != "" {
 				pe.Notes = append(pe.Notes, fmt.Sprintf("burst: its %s counted %d inbound %s; not held to it: %s", name, counted, d.Unit, p.notHeld))
 				continue
@@ -424,6 +425,7 @@ func judgeTraffic(enr *mesh.Enrollment, endpoints []meshkube.ProxyEndpoint, out 
 					pe := row(p.Pod)
 					pe.Notes = append(pe.Notes, fmt.Sprintf("burst: %s on node %s counted %d inbound %s for %s (its %d pods of %s there: about %.0f requests expected)",
 						name, d.Pod, counted, d.Unit, s, len(ps), s, want))
+					wireEvidence(enr, pe, d, s, name+" on node "+d.Pod, out.describe())
 				}
 				cs := compService{d.Component, s}
 				if d.Unit == meshkube.UnitConnections && nodesOf(out.plan.pods, s) > 1 {
@@ -476,6 +478,28 @@ func judgeTraffic(enr *mesh.Enrollment, endpoints []meshkube.ProxyEndpoint, out 
 	t.Proven = enr.Pass && t.Held > 0
 	if t.Held == 0 && enr.Pass {
 		t.Notes = append(t.Notes, "no proxy could be held to the burst")
+	}
+}
+
+// wireEvidence records, on a pod's row, what its proxy (or its node's) says came in
+// over mTLS and in plaintext for service during the burst, where the proxy tells it:
+// the cluster's counterpart of the local check's reading of each sidecar. Plaintext
+// accepted by a mesh configured for strict mTLS fails the check; a node proxy's counts
+// are its node's for the service, shared by that service's pods there.
+func wireEvidence(enr *mesh.Enrollment, pe *mesh.PodEnrollment, d mesh.ProxyDelta, service, proxy, burst string) {
+	if d.WireUnit == "" {
+		return
+	}
+	mtls, plain := d.InboundMTLS[service], d.InboundPlaintext[service]
+	if d.WireUnit == meshkube.UnitRequests {
+		pe.InboundMTLS, pe.InboundPlaintext = mtls, plain
+	}
+	pe.MTLSObserved = mesh.ObservedMode(mtls, plain)
+	pe.Notes = append(pe.Notes, fmt.Sprintf("burst, on the wire: %s took %d inbound %s for %s over mTLS, %d in plaintext",
+		proxy, mtls, d.WireUnit, service, plain))
+	if enr.MTLS == mesh.MTLSStrict && plain > 0 {
+		enr.Fail("pod %s: %s accepted %d inbound %s for %s in plaintext during %s, though the mesh is configured for strict mTLS",
+			pe.Pod, proxy, plain, d.WireUnit, service, burst)
 	}
 }
 

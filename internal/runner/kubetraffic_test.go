@@ -155,6 +155,18 @@ func TestJudgeTrafficHoldsEveryProxy(t *testing.T) {
 		return mesh.ProxyDelta{Component: comp, Pod: name, Unit: unit, Inbound: in}
 	}
 	allCount := []mesh.ProxyDelta{sidecar("front-v1-0", "front", 201), sidecar("back-v1-0", "back", 100), sidecar("back-v1-1", "back", 101), sidecar("meshmark-loadgen-0", "", 0)}
+	// wire splits a proxy's inbound count by what its counters say of mTLS.
+	wire := func(d mesh.ProxyDelta, unit string, mtls, plain map[string]uint64) mesh.ProxyDelta {
+		d.WireUnit, d.InboundMTLS, d.InboundPlaintext = unit, mtls, plain
+		return d
+	}
+	allMTLS := []mesh.ProxyDelta{
+		wire(sidecar("front-v1-0", "front", 201), meshkube.UnitConnections, map[string]uint64{"front": 2}, map[string]uint64{"front": 0}),
+		wire(sidecar("back-v1-0", "back", 100), meshkube.UnitConnections, map[string]uint64{"back": 1}, map[string]uint64{"back": 0}),
+		wire(sidecar("back-v1-1", "back", 101), meshkube.UnitConnections, map[string]uint64{"back": 1}, map[string]uint64{"back": 0}),
+		sidecar("meshmark-loadgen-0", "", 0)}
+	somePlain := slices.Clone(allMTLS)
+	somePlain[2] = wire(sidecar("back-v1-1", "back", 101), meshkube.UnitRequests, map[string]uint64{"back": 98}, map[string]uint64{"back": 3})
 	for _, tc := range []struct {
 		name       string
 		endpoints  []meshkube.ProxyEndpoint
@@ -168,9 +180,18 @@ func TestJudgeTrafficHoldsEveryProxy(t *testing.T) {
 		held       int
 		notes      []string // some note contains each
 		podInbound map[string]uint64
+		mtls       mesh.MTLSMode
+		observed   map[string]string // pod: what its row says the wire carried
 	}{
 		{name: "every sidecar counted", endpoints: sidecars, res: ok, deltas: allCount, proven: true, held: 3,
 			podInbound: map[string]uint64{"front-v1-0": 201, "back-v1-0": 100, "back-v1-1": 101}},
+		{name: "every sidecar took its traffic over mTLS", endpoints: sidecars, res: ok, deltas: allMTLS, proven: true, held: 3, mtls: mesh.MTLSStrict,
+			observed: map[string]string{"front-v1-0": "mtls", "back-v1-0": "mtls", "back-v1-1": "mtls", "meshmark-loadgen-0": ""}},
+		{name: "a sidecar took plaintext under strict mTLS", endpoints: sidecars, res: ok, deltas: somePlain, held: 3, mtls: mesh.MTLSStrict,
+			fails:    []string{"pod back-v1-1: istio-proxy accepted 3 inbound requests for back in plaintext during a 3s probe burst of 201 requests, though the mesh is configured for strict mTLS"},
+			observed: map[string]string{"front-v1-0": "mtls", "back-v1-1": "mixed"}},
+		{name: "plaintext under permissive mTLS is seen, not failed", endpoints: sidecars, res: ok, deltas: somePlain, proven: true, held: 3, mtls: mesh.MTLSPermissive,
+			observed: map[string]string{"back-v1-1": "mixed"}},
 		{name: "a sidecar that counted nothing", endpoints: sidecars, res: ok,
 			deltas: []mesh.ProxyDelta{sidecar("front-v1-0", "front", 201), sidecar("back-v1-0", "back", 201), sidecar("back-v1-1", "back", 0), sidecar("meshmark-loadgen-0", "", 0)},
 			fails:  []string{"pod back-v1-1: its istio-proxy counted no inbound request for back during a 3s probe burst of 201 requests (about 100 of them were for this pod): its traffic bypassed the proxy"}, held: 3},
@@ -187,10 +208,13 @@ func TestJudgeTrafficHoldsEveryProxy(t *testing.T) {
 		{name: "a burst that cannot run", endpoints: sidecars, runErr: errors.New("generator 127.0.0.1:1: connection reset"),
 			fails: []string{"that every pod's proxy carried traffic is unproven: the probe burst through the mesh could not run: generator 127.0.0.1:1: connection reset"}},
 		{name: "ztunnels on every node", endpoints: ztunnel, res: ok, onNode: map[string]string{"back-v1-1": "n3"},
-			deltas: []mesh.ProxyDelta{node("ztunnel", "n1", meshkube.UnitConnections, map[string]uint64{"front": 2, "back": 1}), node("ztunnel", "n2", meshkube.UnitConnections, map[string]uint64{"front": 0, "back": 0}),
+			deltas: []mesh.ProxyDelta{
+				wire(node("ztunnel", "n1", meshkube.UnitConnections, map[string]uint64{"front": 2, "back": 1}), meshkube.UnitConnections, map[string]uint64{"front": 2, "back": 1}, map[string]uint64{"front": 0, "back": 0}),
+				node("ztunnel", "n2", meshkube.UnitConnections, map[string]uint64{"front": 0, "back": 0}),
 				node("ztunnel", "n3", meshkube.UnitConnections, map[string]uint64{"front": 0, "back": 0})},
 			// back has pods on n1 and n3, balanced per connection: n3's nothing is noted.
-			proven: true, held: 2, notes: []string{"ztunnel on nodes n3 counted no connection into back, which others of its nodes counted"}},
+			proven: true, held: 2, notes: []string{"ztunnel on nodes n3 counted no connection into back, which others of its nodes counted"},
+			mtls: mesh.MTLSStrict, observed: map[string]string{"front-v1-0": "mtls", "back-v1-0": "mtls"}},
 		{name: "a ztunnel that counted nothing for the one node of a service", endpoints: ztunnel, res: ok, onNode: map[string]string{"back": "n3"},
 			deltas: []mesh.ProxyDelta{node("ztunnel", "n1", meshkube.UnitConnections, map[string]uint64{"front": 2, "back": 0}), node("ztunnel", "n2", meshkube.UnitConnections, map[string]uint64{"front": 0, "back": 0}),
 				node("ztunnel", "n3", meshkube.UnitConnections, map[string]uint64{"front": 0, "back": 0})},
@@ -213,7 +237,7 @@ func TestJudgeTrafficHoldsEveryProxy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			bp := planBurst(g, graphPods(g, tc.onNode))
 			out := burstOutcome{plan: bp, res: tc.res, err: tc.runErr, tolerateNon2xx: tc.tolerate, entry: "front"}
-			enr := mesh.Enrollment{Pass: true}
+			enr := mesh.Enrollment{Pass: true, MTLS: tc.mtls}
 			for _, p := range bp.pods {
 				enr.Pods = append(enr.Pods, mesh.PodEnrollment{Pod: p.Pod, Service: p.App, Meshed: true, Sidecar: true})
 			}
@@ -245,6 +269,9 @@ func TestJudgeTrafficHoldsEveryProxy(t *testing.T) {
 				want, held := tc.podInbound[pe.Pod]
 				if held && (pe.InboundRequests != want || !pe.Answered || len(pe.Notes) == 0) {
 					t.Errorf("pod row %+v: want %d inbound requests, answered, a note", pe, want)
+				}
+				if want, ok := tc.observed[pe.Pod]; ok && pe.MTLSObserved != want {
+					t.Errorf("pod row %+v: the wire seen as %q, want %q", pe, pe.MTLSObserved, want)
 				}
 				if pe.Pod == "meshmark-loadgen-0" && tc.proven && len(tc.podInbound) > 0 && !slices.ContainsFunc(pe.Notes, func(s string) bool { return strings.Contains(s, "not held to it: a load generator's") }) {
 					t.Errorf("generator's row %+v: want it noted as not held", pe)

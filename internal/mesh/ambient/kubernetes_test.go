@@ -177,3 +177,22 @@ func TestKubeWaypointOfUpstreamEnvoyCountsItsInboundClusters(t *testing.T) {
 		t.Errorf("with telemetry: inbound %v, want %v", pc.Inbound, want)
 	}
 }
+
+// A ztunnel's inbound connections on a cluster are split by the destination's
+// connection_security_policy: HBONE's mTLS, or plaintext it accepted.
+func TestKubeZtunnelCountersSayWhatCameOverMTLS(t *testing.T) {
+	const metrics = `# TYPE istio_tcp_connections_opened counter
+istio_tcp_connections_opened_total{reporter="destination",destination_canonical_service="front",destination_workload_namespace="app",connection_security_policy="mutual_tls"} 5
+istio_tcp_connections_opened_total{reporter="destination",destination_canonical_service="front",destination_workload_namespace="app",connection_security_policy="unknown"} 2
+istio_tcp_connections_opened_total{reporter="destination",destination_canonical_service="front",destination_workload_namespace="other",connection_security_policy="unknown"} 50
+istio_tcp_connections_opened_total{reporter="source",destination_canonical_service="front",destination_workload_namespace="app",connection_security_policy="mutual_tls"} 9
+`
+	pc, err := readKubeMetrics(strings.NewReader(metrics), meshkube.ProxyScrape{Namespace: "app", Services: []string{"front", "idle"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc.Inbound["front"] != 7 || pc.WireUnit != meshkube.UnitConnections || pc.InboundMTLS["front"] != 5 || pc.InboundPlaintext["front"] != 2 ||
+		pc.InboundMTLS["idle"] != 0 || pc.InboundPlaintext["idle"] != 0 {
+		t.Errorf("inbound %v, wire %s: mTLS %v, plaintext %v; want front's 7 connections of app, 5 over mTLS and 2 not, idle none", pc.Inbound, pc.WireUnit, pc.InboundMTLS, pc.InboundPlaintext)
+	}
+}

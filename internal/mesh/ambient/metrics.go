@@ -153,13 +153,17 @@ const Component = "ztunnel"
 // namespace is empty: on a shared cluster another namespace may have a service of the
 // same name), and connection and byte totals per reporter.
 func countersOf(series []Series, services []string, namespace string) meshkube.ProxyCounters {
-	pc := meshkube.ProxyCounters{Unit: meshkube.UnitConnections, Inbound: map[string]uint64{}, Counters: map[string]uint64{}}
+	pc := meshkube.ProxyCounters{Unit: meshkube.UnitConnections, Inbound: map[string]uint64{}, Counters: map[string]uint64{},
+		WireUnit: meshkube.UnitConnections, InboundMTLS: map[string]uint64{}, InboundPlaintext: map[string]uint64{}}
 	for _, s := range services {
 		match := map[string]string{"reporter": "destination", "destination_canonical_service": s}
 		if namespace != "" {
 			match["destination_workload_namespace"] = namespace
 		}
-		pc.Inbound[s] = uint64(Sum(series, metricOpened, match))
+		all := uint64(Sum(series, metricOpened, match))
+		match["connection_security_policy"] = "mutual_tls"
+		mtls := min(uint64(Sum(series, metricOpened, match)), all)
+		pc.Inbound[s], pc.InboundMTLS[s], pc.InboundPlaintext[s] = all, mtls, all-mtls
 	}
 	for _, m := range []string{metricOpened, metricClosed, metricSent, metricReceived} {
 		for _, r := range []string{"source", "destination"} {

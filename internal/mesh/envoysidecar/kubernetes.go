@@ -88,6 +88,14 @@ func (p *Profile) Kubernetes() (meshkube.KubernetesInstall, error) {
 // Component names the sidecar among a trial's counters, on either substrate.
 const Component = "envoy"
 
+// InboundListenerStat is how Envoy's listener stats name the sidecar's inbound listener
+// (istio-iptables redirects every inbound connection to port 15006):
+// "listener.0.0.0.0_15006." in the stat's own name, the listener_address label in
+// Istio's Prometheus output (envoy_listener_address under Envoy's default tags). A
+// connection no filter chain takes (plaintext under strict mTLS) is not among its
+// downstream_cx_total.
+const InboundListenerStat = "0.0.0.0_15006"
+
 // ReadIstioStats reads istio-proxy's Envoy stats in Prometheus format (meshkube.ProxyEndpoint):
 // the requests that arrived at the pod's service (istio_requests_total as the
 // destination reports them, which Istio's default telemetry keeps; Envoy's own
@@ -97,19 +105,39 @@ const Component = "envoy"
 // An istio-proxy built on upstream Envoy has no Istio telemetry (see
 // istiohelm.ForLocalCluster): its requests are counted from Envoy's own counters of the
 // inbound clusters, which that install lets through the stats matcher.
+//
+// What came over mTLS is the destination's connection_security_policy with telemetry;
+// without it, the inbound listener's TLS handshakes against its connections, which that
+// install lets through too (InboundListenerStat).
 func ReadIstioStats(body io.Reader, of meshkube.ProxyScrape) (meshkube.ProxyCounters, error) {
 	var inbound, envoyInbound float64
+	var mtlsRequests, plainRequests, handshakes, connections float64
 	var version string
-	telemetry := false
+	telemetry, listener := false, false
 	pc, err := mesh.ReadPrometheusText(body, func(name string, labels map[string]string, v float64) {
 		if name == istioRequests {
 			telemetry = true
 			if labels["reporter"] == "destination" {
 				inbound += v
+				if labels["connection_security_policy"] == "mutual_tls" {
+					mtlsRequests += v
+				} else {
+					plainRequests += v
+				}
 			}
 		}
 		if name == "envoy_cluster_upstream_rq_total" && strings.HasPrefix(labels["cluster_name"], "inbound|") {
 			envoyInbound += v
+		}
+		if labels["listener_address"] == InboundListenerStat || labels["envoy_listener_address"] == InboundListenerStat {
+			switch name {
+			case "envoy_listener_ssl_handshake":
+				handshakes += v
+				listener = true
+			case "envoy_listener_downstream_cx_total":
+				connections += v
+				listener = true
+			}
 		}
 		if name == "istio_build" && labels["component"] == "proxy" {
 			version = labels["tag"]
@@ -124,6 +152,18 @@ func ReadIstioStats(body io.Reader, of meshkube.ProxyScrape) (meshkube.ProxyCoun
 	}
 	if of.Service != "" {
 		pc.Inbound = map[string]uint64{of.Service: uint64(inbound)}
+		switch {
+		case telemetry:
+			pc.WireUnit = meshkube.UnitRequests
+			pc.InboundMTLS = map[string]uint64{of.Service: uint64(mtlsRequests)}
+			pc.InboundPlaintext = map[string]uint64{of.Service: uint64(plainRequests)}
+		case listener:
+			// Every connection the inbound listener accepted either completed a TLS
+			// handshake (Istio's mTLS) or did not; a pod serves one service.
+			pc.WireUnit = meshkube.UnitConnections
+			pc.InboundMTLS = map[string]uint64{of.Service: uint64(handshakes)}
+			pc.InboundPlaintext = map[string]uint64{of.Service: uint64(max(connections-handshakes, 0))}
+		}
 	}
 	return pc, nil
 }

@@ -113,3 +113,40 @@ istio_request_duration_milliseconds_count{reporter="destination"} 42
 		t.Errorf("garbled stats: %v; want an error naming istio-proxy's stats and line 2", err)
 	}
 }
+
+// ReadIstioStats splits what arrived at the pod by the wire: with Istio's telemetry, by
+// the destination's connection_security_policy, in requests; on upstream Envoy, by the
+// inbound listener's TLS handshakes against its connections, labelled as istio-proxy
+// labels them (seen on a local cluster). Another listener's figures (the stats port's,
+// say) are not the app's.
+func TestReadIstioStatsSaysWhatCameOverMTLS(t *testing.T) {
+	const telemetry = `istio_requests_total{reporter="destination",connection_security_policy="mutual_tls",response_code="200"} 40
+istio_requests_total{reporter="destination",connection_security_policy="none",response_code="200"} 3
+istio_requests_total{reporter="source",connection_security_policy="unknown",response_code="200"} 70
+`
+	pc, err := ReadIstioStats(strings.NewReader(telemetry), meshkube.ProxyScrape{Service: "front"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc.WireUnit != meshkube.UnitRequests || pc.InboundMTLS["front"] != 40 || pc.InboundPlaintext["front"] != 3 || pc.Inbound["front"] != 43 {
+		t.Errorf("telemetry: %s, mTLS %v, plaintext %v, inbound %v; want requests, 40 over mTLS and 3 in plaintext of 43", pc.WireUnit, pc.InboundMTLS, pc.InboundPlaintext, pc.Inbound)
+	}
+	const upstream = `envoy_cluster_upstream_rq_total{cluster_name="inbound|9080||"} 120
+envoy_listener_downstream_cx_total{listener_address="0.0.0.0_15006"} 9
+envoy_listener_ssl_handshake{listener_address="0.0.0.0_15006"} 7
+envoy_listener_downstream_cx_total{listener_address="0.0.0.0_15090"} 30
+`
+	pc, err = ReadIstioStats(strings.NewReader(upstream), meshkube.ProxyScrape{Service: "front"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc.Unit != meshkube.UnitRequests || pc.Inbound["front"] != 120 || pc.WireUnit != meshkube.UnitConnections || pc.InboundMTLS["front"] != 7 || pc.InboundPlaintext["front"] != 2 {
+		t.Errorf("upstream Envoy: inbound %v %s, wire %s: mTLS %v, plaintext %v; want 120 requests, and of 9 connections 7 over mTLS, 2 not",
+			pc.Inbound, pc.Unit, pc.WireUnit, pc.InboundMTLS, pc.InboundPlaintext)
+	}
+	// Neither: the wire is not told.
+	pc, err = ReadIstioStats(strings.NewReader(`envoy_cluster_upstream_rq_total{cluster_name="inbound|9080||"} 120`+"\n"), meshkube.ProxyScrape{Service: "front"})
+	if err != nil || pc.WireUnit != "" || pc.InboundMTLS != nil {
+		t.Errorf("no listener stats: wire %q %v, %v; want none", pc.WireUnit, pc.InboundMTLS, err)
+	}
+}

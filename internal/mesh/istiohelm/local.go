@@ -202,10 +202,10 @@ func ForLocalCluster(in *meshkube.KubernetesInstall) (map[string]string, error) 
 			}}
 			values["telemetry"] = map[string]any{"enabled": false}
 			values["meshConfig"] = map[string]any{"defaultConfig": map[string]any{"proxyStatsMatcher": map[string]any{
-				"inclusionRegexps": []any{`cluster\.inbound.*upstream_rq_.*`}}}}
+				"inclusionRegexps": []any{`cluster\.inbound.*upstream_rq_.*`, `listener\.0\.0\.0\.0_15006\.(ssl\.handshake|downstream_cx_total)`}}}}
 			notes["istio-proxy envoy"] = UpstreamEnvoy + ": without istio/proxy's extensions, so istiod runs with " +
 				"PILOT_ENABLE_METADATA_EXCHANGE=false, PILOT_ENABLE_ALPN_FILTER=false and telemetry off: no istio_requests_total and no peer " +
-				"metadata; each sidecar's requests are counted from Envoy's own inbound cluster counters"
+				"metadata; each sidecar's requests are counted from Envoy's own inbound cluster counters, and its mTLS from its inbound listener's TLS handshakes"
 		}
 		// The chart's own defaults and the study's values come first; these fill in.
 		hc.Values = mesh.MergeValues(values, hc.Values)

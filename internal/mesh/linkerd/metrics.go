@@ -252,7 +252,11 @@ func countersOf(ms Metrics, service string) meshkube.ProxyCounters {
 	pc := meshkube.ProxyCounters{Unit: meshkube.UnitRequests, Version: proxyVersion(ms)}
 	pc.Counters, pc.Gauges = flatten(ms)
 	if service != "" {
-		pc.Inbound = map[string]uint64{service: ms.inbound("")}
+		all := ms.inbound("")
+		mtls := min(ms.inbound("true"), all)
+		pc.Inbound = map[string]uint64{service: all}
+		pc.WireUnit = meshkube.UnitRequests
+		pc.InboundMTLS, pc.InboundPlaintext = map[string]uint64{service: mtls}, map[string]uint64{service: all - mtls}
 	}
 	return pc
 }

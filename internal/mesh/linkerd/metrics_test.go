@@ -3,6 +3,8 @@ package linkerd
 import (
 	"strings"
 	"testing"
+
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 )
 
 // sample is linkerd2-proxy 2.366 /metrics output, cut to a few series (as scraped in
@@ -56,5 +58,17 @@ func TestParseMetricsNamesTheBadLine(t *testing.T) {
 	_, err := ParseMetrics(strings.NewReader("request_total{direction=\"inbound\"} 1\nrequest_total{direction=inbound} x\n"))
 	if err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("got %v, want an error naming line 2", err)
+	}
+}
+
+// On a cluster the proxy's inbound requests are split by their tls label: what came
+// over the mesh's mTLS and what did not, admin requests left out as before.
+func TestKubeCountersSayWhatCameOverMTLS(t *testing.T) {
+	pc, err := readKubeMetrics(strings.NewReader(sample), meshkube.ProxyScrape{Service: "reviews"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc.Inbound["reviews"] != 109 || pc.WireUnit != meshkube.UnitRequests || pc.InboundMTLS["reviews"] != 108 || pc.InboundPlaintext["reviews"] != 1 {
+		t.Errorf("inbound %v, wire %s: mTLS %v, plaintext %v; want 109 requests, 108 over mTLS, 1 not", pc.Inbound, pc.WireUnit, pc.InboundMTLS, pc.InboundPlaintext)
 	}
 }

@@ -211,6 +211,13 @@ type ProxyCounters struct {
 	// that service, in Unit.
 	Inbound map[string]uint64
 	Unit    string
+	// InboundMTLS and InboundPlaintext split what the proxy accepted inbound, per
+	// service, by whether it came over the mesh's mTLS, in WireUnit: the wire's own word
+	// on mTLS, for proxies whose counters tell it (WireUnit empty otherwise). WireUnit
+	// may differ from Unit: an Envoy without Istio's telemetry counts TLS handshakes
+	// per connection, not per request.
+	InboundMTLS, InboundPlaintext map[string]uint64
+	WireUnit                      string
 	// Counters and Gauges are everything else the proxy exposes that is worth keeping.
 	Counters map[string]uint64
 	Gauges   map[string]uint64
