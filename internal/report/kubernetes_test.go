@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"encoding/json"
 	"regexp"
 	"strings"
 	"testing"
@@ -111,5 +112,40 @@ func TestClusterProvenance(t *testing.T) {
 	}
 	if local := provenanceRows(Summarize(syntheticRun(t), nil, Options{})); local[0][0] != "Host" {
 		t.Errorf("a local run's first provenance row is %q, want Host", local[0])
+	}
+}
+
+// TestMTLSOnTheWireCountsThePodsLookedAt: the check counts the service pods whose
+// inbound the enrollment looked at on the wire, as the answer's security column does:
+// an ingress gateway, which takes plaintext from outside by design and is not looked
+// at, does not fail it (S1's run printed "strict mTLS seen 12/12" beside a failed
+// "12/13"); a pod that saw nothing, or plaintext, still does; and where nothing was
+// looked at there is no such check.
+func TestMTLSOnTheWireCountsThePodsLookedAt(t *testing.T) {
+	check := func(enr string) (CheckRow, bool) {
+		var e enrollment
+		if err := json.Unmarshal([]byte(enr), &e); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range enrollmentChecks(results.Mesh{Label: "m"}, e) {
+			if strings.HasPrefix(c.Check, "mTLS on the wire") {
+				return c, true
+			}
+		}
+		return CheckRow{}, false
+	}
+	const pods = `{"pod":"a-0","service":"a","meshed":true,"mtls_observed":"mtls"},{"pod":"b-0","service":"b","meshed":true,"mtls_observed":"mtls"}`
+	gateway := `{"pod":"gw-0","service":"ingress-gateway","meshed":true}`
+	if c, ok := check(`{"mtls":"strict","pass":true,"pods":[` + pods + `,` + gateway + `]}`); !ok || !c.Pass || !strings.HasPrefix(c.Detail, "2/2 ") {
+		t.Errorf("with a gateway not looked at: %+v (present %v); want a pass, 2/2", c, ok)
+	}
+	for _, seen := range []string{"none", "plaintext", "mixed"} {
+		other := `{"pod":"c-0","service":"c","meshed":true,"mtls_observed":"` + seen + `"}`
+		if c, ok := check(`{"mtls":"strict","pass":true,"pods":[` + pods + `,` + other + `]}`); !ok || c.Pass {
+			t.Errorf("a pod that saw %s: %+v (present %v); want a failure", seen, c, ok)
+		}
+	}
+	if c, ok := check(`{"mtls":"strict","pass":true,"pods":[` + gateway + `]}`); ok {
+		t.Errorf("nothing looked at on the wire: %+v; want no such check", c)
 	}
 }

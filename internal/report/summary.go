@@ -1351,7 +1351,10 @@ func enrollmentChecks(m results.Mesh, e enrollment) []CheckRow {
 		if p.Answered {
 			answered++
 		}
-		if p.Service != "" {
+		// Only pods whose inbound the check looked at on the wire, as the answer's
+		// security column counts them: an ingress gateway takes plaintext from outside
+		// by design and is not looked at.
+		if p.Service != "" && p.MTLSObserved != "" {
 			services++
 			switch p.MTLSObserved {
 			case "mtls":
@@ -1366,7 +1369,7 @@ func enrollmentChecks(m results.Mesh, e enrollment) []CheckRow {
 		detail += "; " + fmt.Sprint(e.Failures)
 	}
 	out := []CheckRow{{Mesh: m.Label, Check: "enrollment", Pass: e.Pass, Detail: detail}}
-	if e.MTLS != "" && e.MTLS != "off" && e.MTLS != "disable" {
+	if e.MTLS != "" && e.MTLS != "off" && e.MTLS != "disable" && services > 0 {
 		out = append(out, CheckRow{Mesh: m.Label, Check: "mTLS on the wire (" + e.MTLS + ")", Pass: services > 0 && mtls == services,
 			Detail: fmt.Sprintf("%d/%d service pods saw only mTLS inbound, %d saw plaintext", mtls, services, plain)})
 	}
