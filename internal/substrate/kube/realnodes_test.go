@@ -269,6 +269,7 @@ func TestGeneratorsAreSpreadAndReachedThroughPortForwards(t *testing.T) {
 		if err != nil {
 			t.Fatalf("generator %s through %s: %v", g.Pod, g.Addr, err)
 		}
+		untilAnswered(t, pool, "http://productpage:9080/productpage")
 		spec := load.Spec{
 			Version: load.SpecVersion,
 			Request: load.RequestSpec{URL: "http://productpage:9080/productpage"},
@@ -293,6 +294,28 @@ func TestGeneratorsAreSpreadAndReachedThroughPortForwards(t *testing.T) {
 	}
 	if err := fw.Err(); err != nil {
 		t.Errorf("a forward broke: %v", err)
+	}
+}
+
+// untilAnswered sends a few requests to url through the generator until none fails, for
+// up to 30 s: kube-proxy programs a Service a moment after its endpoints turn ready, and
+// refuses connections to it until then (seen in CI: 1 of 30 requests failed just after
+// the wait). The tests count only what they send afterwards.
+func untilAnswered(t *testing.T, pool *loadgen.Pool, url string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, _, err := pool.Run(context.Background(), load.Spec{
+			Version: load.SpecVersion, Request: load.RequestSpec{URL: url},
+			Closed: &load.ClosedSpec{Connections: 1}, Count: 5, Duration: 10 * time.Second, Timeout: 2 * time.Second,
+		}, nil)
+		if err == nil && res.Completed == 5 && res.Errors.Total() == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not answered through the generator within 30 s: %v, last %+v", url, err, res)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 
@@ -360,10 +383,6 @@ func TestSpreadServicesCarryTheVersionsWeights(t *testing.T) {
 	if targets, err := c.plaintextTargets(ctx, app); err != nil || len(targets) != len(g.Services) {
 		t.Errorf("plaintext targets %+v, %v: want the graph's %d services only", targets, err, len(g.Services))
 	}
-	before, err := c.Served(ctx, app)
-	if err != nil || len(before) != len(g.Deployments()) {
-		t.Fatalf("served before: %+v, %v", before, err)
-	}
 	fw, err := c.ForwardGenerators(ctx, app)
 	if err != nil {
 		t.Fatal(err)
@@ -376,6 +395,11 @@ func TestSpreadServicesCarryTheVersionsWeights(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
+	untilAnswered(t, pool, "http://productpage:9080"+g.Entrypoint().Path)
+	before, err := c.Served(ctx, app)
+	if err != nil || len(before) != len(g.Deployments()) {
+		t.Fatalf("served before: %+v, %v", before, err)
+	}
 	const n = 600
 	res, _, err := pool.Run(ctx, load.Spec{
 		Version: load.SpecVersion,
