@@ -140,8 +140,13 @@ spec:
 				t.Errorf("%s: pod %s took plaintext during the burst: %+v", m.Label, p.Pod, p)
 			}
 		}
-		if len(seen) < 4 {
-			t.Errorf("%s: mTLS seen on the wire for services %v; want bookinfo's four", m.Label, seen)
+		// ratings is called only by reviews v2 and v3: under ambient's per-connection
+		// balancing the burst may all go to v1, and then ratings serves none of it and
+		// is not held to it.
+		for _, svc := range []string{"productpage", "details", "reviews", "ratings"} {
+			if !seen[svc] && !(svc == "ratings" && m.Label == "ambient") {
+				t.Errorf("%s: mTLS seen on the wire for services %v; want %s among them", m.Label, seen, svc)
+			}
 		}
 		if len(e.PlaintextControl) == 0 {
 			t.Errorf("%s: no positive control for the plaintext probe", m.Label)

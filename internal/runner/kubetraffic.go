@@ -157,6 +157,9 @@ type burstOutcome struct {
 	// tolerateNon2xx is set when the graph injects errors.
 	tolerateNon2xx bool
 	entry          string
+	// served is what each app pod served during the burst, read from the pods
+	// themselves (kube.Cluster.Served); nil when they could not all be read.
+	served map[string]int64
 }
 
 func (o burstOutcome) describe() string {
@@ -165,6 +168,21 @@ func (o burstOutcome) describe() string {
 		sent = o.res.Sent
 	}
 	return fmt.Sprintf("a %s probe burst of %d requests", o.plan.length, sent)
+}
+
+// servedDuring is what each pod served between two reads.
+func servedDuring(before, after []kube.PodServed) map[string]int64 {
+	was := map[string]int64{}
+	for _, p := range before {
+		was[p.Pod] = p.Served
+	}
+	out := map[string]int64{}
+	for _, p := range after {
+		if b, ok := was[p.Pod]; ok && p.Served >= b {
+			out[p.Pod] = p.Served - b
+		}
+	}
+	return out
 }
 
 // proxyKind is how a mesh's proxy is placed, which says what it must have counted.
@@ -222,6 +240,9 @@ func (r *runner) proveTraffic(ctx context.Context, d *kubeDeployment, plan *mesh
 	r.progress.note(fmt.Sprintf("%s: sending a probe burst through the mesh (%g req/s for %s, %d load generators) and reading every proxy before and after it",
 		m.Name, bp.rate, bp.length, len(d.forwards.Generators)))
 	out := burstOutcome{plan: bp, tolerateNon2xx: injectsErrors(r.graph), entry: r.graph.Entrypoint().Service}
+	// What the pods served is read outside the proxies' window, from their loopback,
+	// which no proxy counts.
+	servedBefore, servedErr := d.cluster.Served(ctx, d.app)
 	before := d.readProxies(ctx)
 	bctx, cancel := context.WithTimeout(ctx, bp.length+burstGrace)
 	out.res, _, out.err = d.pool.Run(bctx, spec, nil)
@@ -229,12 +250,17 @@ func (r *runner) proveTraffic(ctx context.Context, d *kubeDeployment, plan *mesh
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	after := d.readProxies(ctx)
+	if servedErr == nil {
+		if servedAfter, err := d.cluster.Served(ctx, d.app); err == nil {
+			out.served = servedDuring(servedBefore, servedAfter)
+		}
+	}
 	if out.err != nil {
 		if ferr := d.forwards.Err(); ferr != nil {
 			out.err = fmt.Errorf("%w (%v)", out.err, ferr)
 		}
 	}
-	after := d.readProxies(ctx)
 	judgeTraffic(enr, plan.Proxies, out, mesh.DiffCounters(before, after))
 	t := enr.Traffic
 	switch {
@@ -305,6 +331,14 @@ func judgeTraffic(enr *mesh.Enrollment, endpoints []meshkube.ProxyEndpoint, out 
 			if expected := float64(res.Completed) * p.share; expected < burstHeldFrom {
 				p.notHeld = fmt.Sprintf("only about %.1f of the burst's requests were for it (%.2g%% of them)", expected, 100*p.share)
 			}
+		}
+		// A proxy that balances per connection (ztunnel alone) may send every call of
+		// the burst to one version, leaving another, and the services only it calls,
+		// without a request: what the pod itself served says so, and a proxy is held
+		// only to traffic that reached its pod.
+		if served, known := out.served[p.Pod]; p.notHeld == "" && out.served != nil && known && float64(served) < burstHeldFrom {
+			p.notHeld = fmt.Sprintf("it served %d of the burst's requests (about %.0f were planned for it), read from the pod: its callers' connections went to other pods", served, float64(res.Completed)*p.share)
+			t.Notes = append(t.Notes, fmt.Sprintf("pod %s not held to the burst: %s", p.Pod, p.notHeld))
 		}
 		pods[p.Pod] = p
 	}

@@ -182,6 +182,7 @@ func TestJudgeTrafficHoldsEveryProxy(t *testing.T) {
 		podInbound map[string]uint64
 		mtls       mesh.MTLSMode
 		observed   map[string]string // pod: what its row says the wire carried
+		served     map[string]int64  // pod: what it served of the burst, read from it
 	}{
 		{name: "every sidecar counted", endpoints: sidecars, res: ok, deltas: allCount, proven: true, held: 3,
 			podInbound: map[string]uint64{"front-v1-0": 201, "back-v1-0": 100, "back-v1-1": 101}},
@@ -192,6 +193,19 @@ func TestJudgeTrafficHoldsEveryProxy(t *testing.T) {
 			observed: map[string]string{"front-v1-0": "mtls", "back-v1-1": "mixed"}},
 		{name: "plaintext under permissive mTLS is seen, not failed", endpoints: sidecars, res: ok, deltas: somePlain, proven: true, held: 3, mtls: mesh.MTLSPermissive,
 			observed: map[string]string{"back-v1-1": "mixed"}},
+		// ztunnel alone balances per connection: the burst's calls may all reach one
+		// version, and a service only another version calls then gets nothing. What the
+		// pods served says so: not held, not failed.
+		{name: "a service whose pods served nothing of the burst", endpoints: ztunnel, res: ok, onNode: map[string]string{"back": "n3"},
+			deltas: []mesh.ProxyDelta{node("ztunnel", "n1", meshkube.UnitConnections, map[string]uint64{"front": 2, "back": 0}), node("ztunnel", "n2", meshkube.UnitConnections, map[string]uint64{"front": 0, "back": 0}),
+				node("ztunnel", "n3", meshkube.UnitConnections, map[string]uint64{"front": 0, "back": 0})},
+			served: map[string]int64{"front-v1-0": 201, "back-v1-0": 0, "back-v1-1": 3},
+			proven: true, held: 1, notes: []string{"pod back-v1-0 not held to the burst: it served 0 of the burst's requests (about 100 were planned for it)", "pod back-v1-1 not held"}},
+		// What the pod served is no excuse for a proxy that did not count it.
+		{name: "a sidecar that counted nothing though its pod served", endpoints: sidecars, res: ok,
+			deltas: []mesh.ProxyDelta{sidecar("front-v1-0", "front", 201), sidecar("back-v1-0", "back", 201), sidecar("back-v1-1", "back", 0), sidecar("meshmark-loadgen-0", "", 0)},
+			served: map[string]int64{"front-v1-0": 201, "back-v1-0": 101, "back-v1-1": 100},
+			fails:  []string{"pod back-v1-1: its istio-proxy counted no inbound request for back"}, held: 3},
 		{name: "a sidecar that counted nothing", endpoints: sidecars, res: ok,
 			deltas: []mesh.ProxyDelta{sidecar("front-v1-0", "front", 201), sidecar("back-v1-0", "back", 201), sidecar("back-v1-1", "back", 0), sidecar("meshmark-loadgen-0", "", 0)},
 			fails:  []string{"pod back-v1-1: its istio-proxy counted no inbound request for back during a 3s probe burst of 201 requests (about 100 of them were for this pod): its traffic bypassed the proxy"}, held: 3},
@@ -236,7 +250,7 @@ func TestJudgeTrafficHoldsEveryProxy(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bp := planBurst(g, graphPods(g, tc.onNode))
-			out := burstOutcome{plan: bp, res: tc.res, err: tc.runErr, tolerateNon2xx: tc.tolerate, entry: "front"}
+			out := burstOutcome{plan: bp, res: tc.res, err: tc.runErr, tolerateNon2xx: tc.tolerate, entry: "front", served: tc.served}
 			enr := mesh.Enrollment{Pass: true, MTLS: tc.mtls}
 			for _, p := range bp.pods {
 				enr.Pods = append(enr.Pods, mesh.PodEnrollment{Pod: p.Pod, Service: p.App, Meshed: true, Sidecar: true})
