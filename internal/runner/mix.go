@@ -118,14 +118,11 @@ func (r *runner) requestMix(d *deployment, before, after map[string]int64) []res
 // kubeRequestMix is requestMix for a cluster's pods, as kube.Served reads them: only
 // pods read both before and after count (a pod restarted in between would count from 0).
 func (r *runner) kubeRequestMix(before, after []kube.PodServed) []results.VersionShare {
-	was := map[string]int64{}
-	for _, p := range before {
-		was[p.Pod] = p.Served
-	}
+	during := servedDuring(before, after)
 	byVersion := map[[2]string]int64{}
 	for _, p := range after {
-		if b, ok := was[p.Pod]; ok && p.Served >= b {
-			byVersion[[2]string{p.Service, p.Version}] += p.Served - b
+		if n, ok := during[p.Pod]; ok {
+			byVersion[[2]string{p.Service, p.Version}] += n
 		}
 	}
 	return r.mixOf(byVersion)

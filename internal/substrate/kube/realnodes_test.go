@@ -43,6 +43,22 @@ func connectLocal(t *testing.T, l *kubetest.Local, cfg Config) *Cluster {
 	return c
 }
 
+// deployReady deploys spec, removed when the test ends, and waits until its pods are
+// ready.
+func deployReady(t *testing.T, c *Cluster, spec AppSpec) *App {
+	t.Helper()
+	ctx := context.Background()
+	app, err := c.Deploy(ctx, spec)
+	t.Cleanup(func() { _ = c.Teardown(context.Background(), app) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(ctx, app, nil); err != nil {
+		t.Fatal(err)
+	}
+	return app
+}
+
 // nodeNames are the cluster's nodes, sorted.
 func nodeNames(t *testing.T, client kubernetes.Interface) []string {
 	t.Helper()
@@ -243,14 +259,7 @@ func TestGeneratorsAreSpreadAndReachedThroughPortForwards(t *testing.T) {
 	c := connectLocal(t, l, Config{})
 	spec := bookinfoSpec(t, "9e7f01")
 	spec.Generators = 2
-	app, err := c.Deploy(ctx, spec)
-	t.Cleanup(func() { _ = c.Teardown(context.Background(), app) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitReady(ctx, app, nil); err != nil {
-		t.Fatal(err)
-	}
+	app := deployReady(t, c, spec)
 	fw, err := c.ForwardGenerators(ctx, app)
 	if err != nil {
 		t.Fatal(err)
@@ -364,14 +373,7 @@ func TestSpreadServicesCarryTheVersionsWeights(t *testing.T) {
 	spec.Generators = 1
 	args := spec.Args
 	spec.Args = func(d workload.Deployment) []string { return append(args(d), spread...) }
-	app, err := c.Deploy(ctx, spec)
-	t.Cleanup(func() { _ = c.Teardown(context.Background(), app) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitReady(ctx, app, nil); err != nil {
-		t.Fatal(err)
-	}
+	app := deployReady(t, c, spec)
 	client := c.Client()
 	for _, d := range g.Deployments() {
 		name := SpreadServiceName(d.Service, d.Version)
