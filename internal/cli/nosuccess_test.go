@@ -64,16 +64,21 @@ func TestLoadWithNoSuccessExitsOne(t *testing.T) {
 
 // TestPodRefusesAnotherRunnersVersion: meshmark in a pod that a meshmark of another
 // version started (kube.RunnerVersionEnv) refuses to run, naming both versions and how
-// to make the image match; the same version runs.
+// to make the image match; the same version runs, and so does an unstamped "dev",
+// which names no version to hold the runner to.
 func TestPodRefusesAnotherRunnersVersion(t *testing.T) {
+	defer func(v string) { Version = v }(Version)
+	Version = "v0.3.0"
 	t.Setenv(kube.RunnerVersionEnv, "v0.0.1-elsewhere")
 	_, _, err := execCLI("service", "--graph", "chain-1", "--print")
 	var ee *exitError
-	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "this image's meshmark is "+Version+", but the meshmark that started this pod is v0.0.1-elsewhere: build the image from the runner's own binary") {
+	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "this image's meshmark is v0.3.0, but the meshmark that started this pod is v0.0.1-elsewhere: build the image from the runner's own binary") {
 		t.Errorf("another runner's version: %v", err)
 	}
-	t.Setenv(kube.RunnerVersionEnv, Version)
-	if out, _, err := execCLI("service", "--graph", "chain-1", "--print"); err != nil || !strings.Contains(out, "name: chain-1") {
-		t.Errorf("the runner's own version: %v\n%s", err, out)
+	for _, ours := range []string{"v0.3.0", "dev"} {
+		t.Setenv(kube.RunnerVersionEnv, ours)
+		if out, _, err := execCLI("service", "--graph", "chain-1", "--print"); err != nil || !strings.Contains(out, "name: chain-1") {
+			t.Errorf("the runner's version %s: %v\n%s", ours, err, out)
+		}
 	}
 }

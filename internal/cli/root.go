@@ -8,58 +8,28 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/meshmark/meshmark/internal/podcmd"
 )
 
-// Version is set at build time with -ldflags "-X github.com/meshmark/meshmark/internal/cli.Version=...".
-// A build without it is "dev", with the commit it was built from when Go recorded one
-// ("dev+1a2b3c4d5e6f", ".dirty" for uncommitted changes), so that two dev builds of
-// different sources are told apart (runnerVersionEnv).
-var Version = devVersion("dev")
+// Version is set at build time with -ldflags "-X github.com/meshmark/meshmark/internal/cli.Version=..."
+// (`make build` gives it the commit). A build without it is "dev", with the commit it
+// was built from when Go recorded one (podcmd.BuildVersion), so that two dev builds of
+// different sources are told apart (podcmd.CheckRunnerVersion).
+var Version = "dev"
 
-// devVersion adds the build's commit to a "dev" version.
-func devVersion(v string) string {
-	info, ok := debug.ReadBuildInfo()
-	if v != "dev" || !ok {
-		return v
-	}
-	var rev, dirty string
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = ".dirty"
-			}
-		}
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if rev == "" {
-		return v
-	}
-	return v + "+" + rev + dirty
-}
-
-// runnerVersionEnv is set, in every pod the Kubernetes substrate starts, to the version
-// of the meshmark that starts it (kube.RunnerVersionEnv): a pod whose image holds
-// another meshmark refuses to run, naming both, rather than speak a protocol or take
-// flags the runner does not mean.
-const runnerVersionEnv = "MESHMARK_RUNNER_VERSION"
+func init() { Version = podcmd.BuildVersion(Version) }
 
 // checkRunnerVersion refuses to run a command in a pod started by a meshmark of another
 // version.
 func checkRunnerVersion() error {
-	want := os.Getenv(runnerVersionEnv)
-	if want == "" || want == Version {
-		return nil
+	if err := podcmd.CheckRunnerVersion(Version); err != nil {
+		return withExitCode(2, err)
 	}
-	return withExitCode(2, fmt.Errorf("this image's meshmark is %s, but the meshmark that started this pod is %s: build the image from the runner's own binary (`meshmark image build`) and give the cluster that one", Version, want))
+	return nil
 }
 
 // exitError carries a specific process exit code out of a command.

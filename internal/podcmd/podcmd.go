@@ -20,9 +20,6 @@ import (
 	"syscall"
 )
 
-// Version is set at build time with -ldflags "-X github.com/meshmark/meshmark/internal/podcmd.Version=...".
-var Version = "dev"
-
 // Name is the small binary's name: `make build` puts it beside meshmark in bin/.
 const Name = "meshmark-pod"
 
@@ -68,6 +65,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		return 0
+	}
+	if args[0] != "version" {
+		if err := CheckRunnerVersion(Version); err != nil {
+			fmt.Fprintf(stderr, "%s %s: %v\n", Name, args[0], err)
+			return 2
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/meshmark/meshmark/internal/mesh/meshkube"
+	"github.com/meshmark/meshmark/internal/podcmd"
 	authv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -57,9 +58,9 @@ type Config struct {
 	// Image is the meshmark image (meshmark-pod) the workload and the load generators run.
 	Image string
 	// RunnerVersion, when set, is the version of the meshmark that drives the pods,
-	// given to each of them (RunnerVersionEnv): a pod whose image holds a meshmark of
-	// another version refuses to start, naming both, and the wait for it ends at once
-	// with its words.
+	// given to each of them (RunnerVersionEnv): a pod whose image holds a meshmark-pod
+	// of another version refuses to start (podcmd.CheckRunnerVersion), naming both, and
+	// the wait for it ends at once with its words.
 	RunnerVersion string
 	// Timeout bounds every wait for readiness or deletion (the study's readyTimeout);
 	// default 5 minutes. A wait for pods ends sooner when the cluster says a pod cannot
@@ -69,7 +70,7 @@ type Config struct {
 
 // RunnerVersionEnv is the environment variable that tells meshmark in a pod which
 // version started it (Config.RunnerVersion).
-const RunnerVersionEnv = "MESHMARK_RUNNER_VERSION"
+const RunnerVersionEnv = podcmd.RunnerVersionEnv
 
 // runnerEnv is the environment every meshmark container of the run gets.
 func (c *Cluster) runnerEnv() []corev1.EnvVar {
