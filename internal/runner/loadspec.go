@@ -148,8 +148,10 @@ func (r *runner) loadSpec(t *study.Trial, p platformLoad, lr loadRun) (load.Spec
 			SpawnRate:  e.SpawnRate,
 			Think:      load.Think{Min: e.ThinkTime.Min, Max: e.ThinkTime.Max},
 			Iterations: e.RequestsPerUser,
-			// Each trial's users choose anew.
-			Seed: r.study.Spec.Seed + uint64(t.Seq),
+			// Every mesh and experiment of a repeat meets the same users, who wait,
+			// choose and arrive alike (common random numbers), so what differs between
+			// them is the system's doing, not the draw's; each repeat draws anew.
+			Seed: usersSeed(r.study.Spec.Seed, t.Repeat),
 		}
 		for _, task := range e.Tasks {
 			req := cfg.Request
@@ -234,4 +236,12 @@ func protocolOf(spec load.Spec) study.ClientProtocol {
 		return study.ProtocolGRPC
 	}
 	return study.ProtocolHTTP1
+}
+
+// usersSeed is the seed of a trial's Locust-like users: the study's, moved on by the
+// repeat alone. A generator pod moves it on by its index times 0x9e3779b97f4a7c15
+// (loadgen), so a repeat moves it by another stride, and no repeat's users are another
+// generator's.
+func usersSeed(studySeed uint64, repeat int) uint64 {
+	return studySeed + uint64(repeat)<<32
 }

@@ -190,3 +190,65 @@ spec:
 		t.Errorf("fixed-rate with 2 connections at 200 req/s: peak %d in flight; want more than 2 against a 20 ms service, or the capped run proves nothing", g.PeakInFlight)
 	}
 }
+
+// Locust-like users are common random numbers within a repeat: every mesh and every
+// experiment of a repeat meets users who spawn, choose and wait alike, so a difference
+// in throughput between them is the system's, while each repeat draws anew. The seed
+// of the generators' users is read from the specs the runner sends.
+func TestUsersDrawAlikeWithinARepeat(t *testing.T) {
+	r := &runner{study: parseStudy(t, `apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: runner-users-seed}
+spec:
+  substrate:
+    local: {nodes: 1, loadgenNode: 0}
+  workload: {graph: bookinfo, entrypoint: /productpage}
+  meshes:
+    - {name: off, profile: none}
+    - {name: on, profile: envoy-sidecar, options: {mtls: disabled}}
+  experiments:
+    - {name: users-10, kind: users, users: 10, spawnRate: 5, thinkTime: 1s-2s, tasks: [{name: main, path: /productpage}], duration: 2s, warmup: 1s}
+    - {name: users-20, kind: users, users: 20, spawnRate: 5, thinkTime: 1s-2s, tasks: [{name: main, path: /productpage}], duration: 2s, warmup: 1s}
+  repeats: 3
+  order: interleaved
+  seed: 7
+`), capacities: map[string]map[string][]float64{}}
+	if err := r.prepare(); err != nil {
+		t.Fatal(err)
+	}
+	local := &deployment{profile: plainMesh{}, entry: r.graph.Entrypoint(), client: topology.Pod{Name: "client-0"}}
+	seeds := map[int]map[uint64]bool{} // repeat → the users' seeds its trials sent
+	plan := r.study.Plan()
+	for i := range plan {
+		tr := &plan[i]
+		p := r.localLoad(context.Background(), local, tr)
+		p.measure = func(spec load.Spec, _ results.TrialParams) (*load.Result, error) {
+			if spec.Users == nil {
+				t.Fatalf("%s/%s: no users in %s", tr.Mesh.Name, tr.Experiment.Name, jsonOf(t, spec))
+			}
+			if seeds[tr.Repeat] == nil {
+				seeds[tr.Repeat] = map[uint64]bool{}
+			}
+			seeds[tr.Repeat][spec.Users.Seed] = true
+			return &load.Result{AchievedRate: 5, Completed: 10}, nil
+		}
+		if err := r.runLoad(tr, p); err != nil {
+			t.Fatalf("%s/%s: %v", tr.Mesh.Name, tr.Experiment.Name, err)
+		}
+	}
+	if len(plan) != 12 || len(seeds) != 3 {
+		t.Fatalf("%d trials over %d repeats, want 12 over 3", len(plan), len(seeds))
+	}
+	all := map[uint64]bool{}
+	for repeat, s := range seeds {
+		if len(s) != 1 {
+			t.Errorf("repeat %d: its meshes and experiments drew users from seeds %v, want one", repeat, s)
+		}
+		for seed := range s {
+			if all[seed] {
+				t.Errorf("repeat %d drew the users of another repeat (seed %d)", repeat, seed)
+			}
+			all[seed] = true
+		}
+	}
+}
