@@ -177,12 +177,23 @@ func signed3(x float64) string {
 func cpuText(r AnswerRow) string {
 	s := "-"
 	if !math.IsNaN(r.ProxyCoresPer1000RPS) && r.Proxies > 0 {
-		s = fmt.Sprintf("%.3g", r.ProxyCoresPer1000RPS)
+		s = coresText(r.ProxyCoresPer1000RPS)
 	}
 	if !math.IsNaN(r.SUTCoresPer1000RPS) {
-		s += fmt.Sprintf(" (%.3g)", r.SUTCoresPer1000RPS)
+		s += " (" + coresText(r.SUTCoresPer1000RPS) + ")"
 	}
 	return s
+}
+
+// coresText prints cores per 1000 req/s to three figures. Proxies that carried none of
+// a point's requests (the baseline's ingress on the internal path) sum to rounding
+// noise around zero, which reads as "-7.95e-17" unless it is called 0: a millionth of a
+// core is far below what a kubelet's or cgroup's counters resolve.
+func coresText(v float64) string {
+	if math.Abs(v) < 1e-6 {
+		v = 0
+	}
+	return fmt.Sprintf("%.3g", v)
 }
 
 func memText(r AnswerRow) string {

@@ -17,3 +17,22 @@ func TestAbsurdBoundsAreNotPrintedDigitByDigit(t *testing.T) {
 		t.Errorf("ordinary interval %q", got)
 	}
 }
+
+// A proxy that carried none of a point's requests (the baseline's ingress, measured on
+// the internal path) sums to rounding noise around zero: the answer says 0, not
+// "-7.95e-17", and keeps three figures for what was measured.
+func TestCPUNearZeroReadsZero(t *testing.T) {
+	for _, c := range []struct {
+		proxy, sut float64
+		want       string
+	}{
+		{-7.95e-17, 0.321, "0 (0.321)"},
+		{3.07e-17, 0.348, "0 (0.348)"},
+		{0.00337, 0.293, "0.00337 (0.293)"},
+		{2.134, 2.72, "2.13 (2.72)"},
+	} {
+		if got := cpuText(AnswerRow{Proxies: 1, ProxyCoresPer1000RPS: c.proxy, SUTCoresPer1000RPS: c.sut}); got != c.want {
+			t.Errorf("proxies %g, SUT %g: %q, want %q", c.proxy, c.sut, got, c.want)
+		}
+	}
+}
