@@ -36,7 +36,10 @@ type ProxyDelta struct {
 	InboundMTLS      map[string]uint64 `json:"inbound_mtls,omitempty"`
 	InboundPlaintext map[string]uint64 `json:"inbound_plaintext,omitempty"`
 	WireUnit         string            `json:"wire_unit,omitempty"`
-	Counters         map[string]uint64 `json:"counters,omitempty"`
+	// InboundBytes is what an L4 proxy received into each service over the trial
+	// (meshkube.ProxyCounters).
+	InboundBytes map[string]uint64 `json:"inbound_bytes,omitempty"`
+	Counters     map[string]uint64 `json:"counters,omitempty"`
 	// Resets lists counters that went backwards: the proxy restarted during the trial,
 	// and the after value is kept.
 	Resets []string          `json:"resets,omitempty"`
@@ -76,6 +79,9 @@ func DiffCounters(before, after []meshkube.ProxyCounters) []ProxyDelta {
 			d.WireUnit = a.WireUnit
 			d.InboundMTLS = subtract(b.InboundMTLS, a.InboundMTLS, nil, true)
 			d.InboundPlaintext = subtract(b.InboundPlaintext, a.InboundPlaintext, nil, true)
+		}
+		if a.InboundBytes != nil {
+			d.InboundBytes = subtract(b.InboundBytes, a.InboundBytes, nil, true)
 		}
 		d.Counters = subtract(b.Counters, a.Counters, &resets, false)
 		sort.Strings(resets)
@@ -120,6 +126,21 @@ func InboundByUnit(deltas []ProxyDelta, service string) map[string]uint64 {
 		}
 	}
 	return out
+}
+
+// InboundBytes sums the bytes L4 proxies received into service over a trial; ok is
+// false when no proxy counted bytes for it.
+func InboundBytes(deltas []ProxyDelta, service string) (n uint64, ok bool) {
+	for _, d := range deltas {
+		if d.Err != "" {
+			continue
+		}
+		if v, has := d.InboundBytes[service]; has {
+			n += v
+			ok = true
+		}
+	}
+	return n, ok
 }
 
 // InboundTotal sums what proxies counted into service over a trial, and says in which

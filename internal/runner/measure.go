@@ -384,7 +384,9 @@ func (r *runner) proxyEvidence(trial *results.Trial, deltas []mesh.ProxyDelta, e
 // the application through the mesh's proxies at the entry service. The counters also
 // include warm-up requests, so they may exceed the measured count, never fall short of
 // it. Proxies that count connections (L4) are held to one connection at least, since
-// a connection carries many requests; where a mesh has both (ambient's ztunnels and a
+// a connection carries many requests, or, where they count bytes as they flow, to a byte
+// per answered request at least: a caller that keeps its connections (an ingress's pool)
+// opens none during a trial, yet every request crosses the proxy. Where a mesh has both (ambient's ztunnels and a
 // waypoint, which a caller from outside the mesh does not pass, as in Istio), the
 // requests must be counted by the L7 proxy or the connections by the L4 one.
 func bypassed(entry string, deltas []mesh.ProxyDelta, res *load.Result) string {
@@ -395,13 +397,18 @@ func bypassed(entry string, deltas []mesh.ProxyDelta, res *load.Result) string {
 	}
 	requests, haveRequests := byUnit[meshkube.UnitRequests]
 	conns, haveConns := byUnit[meshkube.UnitConnections]
+	bytes, haveBytes := mesh.InboundBytes(deltas, entry)
 	switch {
 	case haveRequests && int64(requests) >= answered:
 		return ""
 	case haveConns && conns > 0:
 		return ""
+	case haveBytes && int64(bytes) >= answered:
+		return ""
 	case haveRequests:
 		return fmt.Sprintf("the %s proxies counted %d inbound %s for %d answered", entry, requests, meshkube.UnitRequests, answered)
+	case haveBytes:
+		return fmt.Sprintf("the mesh's proxies counted no connection into %s, and %d bytes into it, for %d answered requests", entry, bytes, answered)
 	}
 	return fmt.Sprintf("the mesh's proxies counted no connection into %s for %d answered requests", entry, answered)
 }

@@ -46,9 +46,19 @@ func TestBypassedByUnit(t *testing.T) {
 		{"ztunnels counted none", []mesh.ProxyDelta{delta(meshkube.UnitConnections, 0)}, true},
 		{"waypoint none, ztunnels some", []mesh.ProxyDelta{delta(meshkube.UnitRequests, 0), delta(meshkube.UnitConnections, 8), delta(meshkube.UnitConnections, 0)}, false},
 		{"waypoint none, ztunnels none", []mesh.ProxyDelta{delta(meshkube.UnitRequests, 0), delta(meshkube.UnitConnections, 0)}, true},
+		// An ingress that keeps its connections to the entry opens none in the trial;
+		// ztunnel's bytes, counted as they flow, still show every request crossing it.
+		{"ztunnels no new connection, the trial's bytes", []mesh.ProxyDelta{withBytes(delta(meshkube.UnitConnections, 0), 412_000)}, false},
+		{"ztunnels no new connection, too few bytes", []mesh.ProxyDelta{withBytes(delta(meshkube.UnitConnections, 0), 599)}, true},
+		{"ztunnels no new connection, no bytes", []mesh.ProxyDelta{withBytes(delta(meshkube.UnitConnections, 0), 0)}, true},
 	} {
 		if got := bypassed("productpage", tc.deltas, res); (got != "") != tc.bypass {
 			t.Errorf("%s: %q, want bypass %v", tc.name, got, tc.bypass)
 		}
 	}
+}
+
+func withBytes(d mesh.ProxyDelta, n uint64) mesh.ProxyDelta {
+	d.InboundBytes = map[string]uint64{"productpage": n}
+	return d
 }

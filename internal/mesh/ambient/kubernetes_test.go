@@ -186,6 +186,11 @@ istio_tcp_connections_opened_total{reporter="destination",destination_canonical_
 istio_tcp_connections_opened_total{reporter="destination",destination_canonical_service="front",destination_workload_namespace="app",connection_security_policy="unknown"} 2
 istio_tcp_connections_opened_total{reporter="destination",destination_canonical_service="front",destination_workload_namespace="other",connection_security_policy="unknown"} 50
 istio_tcp_connections_opened_total{reporter="source",destination_canonical_service="front",destination_workload_namespace="app",connection_security_policy="mutual_tls"} 9
+# TYPE istio_tcp_received_bytes counter
+istio_tcp_received_bytes_total{reporter="destination",destination_canonical_service="front",destination_workload_namespace="app",connection_security_policy="mutual_tls"} 4000
+istio_tcp_received_bytes_total{reporter="destination",destination_canonical_service="front",destination_workload_namespace="app",connection_security_policy="unknown"} 96
+istio_tcp_received_bytes_total{reporter="destination",destination_canonical_service="front",destination_workload_namespace="other",connection_security_policy="unknown"} 999
+istio_tcp_received_bytes_total{reporter="source",destination_canonical_service="front",destination_workload_namespace="app",connection_security_policy="mutual_tls"} 777
 `
 	pc, err := readKubeMetrics(strings.NewReader(metrics), meshkube.ProxyScrape{Namespace: "app", Services: []string{"front", "idle"}})
 	if err != nil {
@@ -194,5 +199,9 @@ istio_tcp_connections_opened_total{reporter="source",destination_canonical_servi
 	if pc.Inbound["front"] != 7 || pc.WireUnit != meshkube.UnitConnections || pc.InboundMTLS["front"] != 5 || pc.InboundPlaintext["front"] != 2 ||
 		pc.InboundMTLS["idle"] != 0 || pc.InboundPlaintext["idle"] != 0 {
 		t.Errorf("inbound %v, wire %s: mTLS %v, plaintext %v; want front's 7 connections of app, 5 over mTLS and 2 not, idle none", pc.Inbound, pc.WireUnit, pc.InboundMTLS, pc.InboundPlaintext)
+	}
+	// The bytes received into front, in app's pods, as the destination counted them.
+	if pc.InboundBytes["front"] != 4096 || pc.InboundBytes["idle"] != 0 {
+		t.Errorf("inbound bytes %v, want front's 4096 in app, idle none", pc.InboundBytes)
 	}
 }

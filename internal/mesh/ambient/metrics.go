@@ -154,12 +154,16 @@ const Component = "ztunnel"
 // same name), and connection and byte totals per reporter.
 func countersOf(series []Series, services []string, namespace string) meshkube.ProxyCounters {
 	pc := meshkube.ProxyCounters{Unit: meshkube.UnitConnections, Inbound: map[string]uint64{}, Counters: map[string]uint64{},
-		WireUnit: meshkube.UnitConnections, InboundMTLS: map[string]uint64{}, InboundPlaintext: map[string]uint64{}}
+		WireUnit: meshkube.UnitConnections, InboundMTLS: map[string]uint64{}, InboundPlaintext: map[string]uint64{},
+		InboundBytes: map[string]uint64{}}
 	for _, s := range services {
 		match := map[string]string{"reporter": "destination", "destination_canonical_service": s}
 		if namespace != "" {
 			match["destination_workload_namespace"] = namespace
 		}
+		// ztunnel adds to its byte counters as the bytes flow, not when a connection
+		// closes, so a connection kept open through a trial shows the trial's bytes.
+		pc.InboundBytes[s] = uint64(Sum(series, metricReceived, match))
 		all := uint64(Sum(series, metricOpened, match))
 		match["connection_security_policy"] = "mutual_tls"
 		mtls := min(uint64(Sum(series, metricOpened, match)), all)

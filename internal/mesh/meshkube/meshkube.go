@@ -218,6 +218,11 @@ type ProxyCounters struct {
 	// per connection, not per request.
 	InboundMTLS, InboundPlaintext map[string]uint64
 	WireUnit                      string
+	// InboundBytes counts, per destination service, the bytes the proxy received on the
+	// way into it, for an L4 proxy that counts them as they flow (ztunnel): a connection
+	// opened before a trial and kept through it (an ingress's pool) carries the trial's
+	// requests while no new connection is counted.
+	InboundBytes map[string]uint64
 	// Counters and Gauges are everything else the proxy exposes that is worth keeping.
 	Counters map[string]uint64
 	Gauges   map[string]uint64
