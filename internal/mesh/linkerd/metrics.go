@@ -94,11 +94,21 @@ func proxyPort(port string) bool {
 }
 
 // inbound counts inbound requests to application ports whose tls label is tls ("" for
-// any).
+// any), the kubelet's probes left out.
 func (ms Metrics) inbound(tls string) uint64 {
 	return ms.SumWhere("request_total", func(ls map[string]string) bool {
-		return ls["direction"] == "inbound" && !proxyPort(ls["target_port"]) && (tls == "" || ls["tls"] == tls)
+		return ls["direction"] == "inbound" && !proxyPort(ls["target_port"]) && !kubeletProbe(ls) && (tls == "" || ls["tls"] == tls)
 	})
+}
+
+// kubeletProbe says whether a series is the requests of Linkerd's default probe route:
+// the kubelet's liveness and readiness probes, which the default policy admits in
+// plaintext on the application's port even under all-authenticated. On a cluster they
+// arrive every few seconds whatever the mesh carries, so they prove no traffic and are
+// no plaintext the mesh should have refused (a real cluster's burst counted 1–2 of
+// them per pod). A route of the user's own is route_kind HTTPRoute, not default.
+func kubeletProbe(ls map[string]string) bool {
+	return ls["route_kind"] == "default" && ls["route_name"] == "probe"
 }
 
 // Traffic is what the enrollment check reads from one proxy: HTTP requests by direction
