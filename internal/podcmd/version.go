@@ -56,5 +56,5 @@ func CheckRunnerVersion(self string) error {
 	if runner == "" || runner == self || runner == "dev" || self == "dev" {
 		return nil
 	}
-	return fmt.Errorf("this image's meshmark is %s, but the meshmark that started this pod is %s: build the image from the runner's own binary (`meshmark image build`) and give the cluster that one", self, runner)
+	return fmt.Errorf("this image's meshmark is %s, but the meshmark that started this pod is %s: build the image from the runner's own binary (`meshmark image build`) and give the cluster that one (a cluster from `meshmark cluster up`: `meshmark cluster load`)", self, runner)
 }

@@ -432,7 +432,7 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 			return d, err
 		}
 		spec.NamespaceLabels, spec.NamespaceAnnotations, spec.PodAnnotations = plan.NamespaceLabels, plan.NamespaceAnnotations, plan.PodAnnotations
-		spec.Gateways, spec.Manifests = plan.Gateways, plan.AppManifests
+		spec.Gateways, spec.Manifests, spec.Sidecar = plan.Gateways, plan.AppManifests, plan.Sidecar
 	}
 	d.app, err = c.Deploy(ctx, spec)
 	if err != nil {

@@ -55,6 +55,10 @@ type AppSpec struct {
 	// spread their calls over them by the versions' weights, where the service's own
 	// Service, through kube-proxy, picks a pod per connection.
 	SpreadServices bool
+	// Sidecar is the container the mesh's injector adds to every enrolled pod
+	// (meshkube.KubernetesInstall's Sidecar): before it creates the workload, Deploy
+	// waits until the injector adds it (waitInjector). Empty for meshes without one.
+	Sidecar string
 }
 
 // SpreadServiceName is the headless Service of one version of a service, for callers
@@ -169,6 +173,11 @@ func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
 	}
 	for i, gw := range gateways {
 		if err := c.createGateway(ctx, app, gw, spec.Gateways[i].Deployment); err != nil {
+			return app, err
+		}
+	}
+	if spec.Sidecar != "" && len(spec.Deployments) > 0 {
+		if err := c.waitInjector(ctx, app.Namespace, c.deployment(spec, spec.Deployments[0], labels), spec.Sidecar); err != nil {
 			return app, err
 		}
 	}
@@ -536,4 +545,39 @@ func merge(a, b map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// injectorTimeout bounds the wait for a mesh's injector to answer (waitInjector).
+const injectorTimeout = 2 * time.Minute
+
+// waitInjector waits until the mesh's injector adds sidecar to a pod of dep's template
+// in namespace, asking the API server for a dry run of its creation, which passes
+// through the admission webhooks as a real one does and creates nothing. A mesh's
+// injector pods can be ready a moment before its webhook's Service reaches them, and
+// Linkerd's webhook fails open: a pod created then starts without the proxy, and the
+// enrollment check refuses the run (seen on a real cluster: every bookinfo pod up
+// without linkerd-proxy, 1 s after the injector was ready).
+func (c *Cluster) waitInjector(ctx context.Context, namespace string, dep *appsv1.Deployment, sidecar string) error {
+	tmpl := dep.Spec.Template
+	pod := &corev1.Pod{ObjectMeta: *tmpl.ObjectMeta.DeepCopy(), Spec: *tmpl.Spec.DeepCopy()}
+	pod.GenerateName, pod.Namespace = dep.Name+"-", namespace
+	deadline := time.Now().Add(injectorTimeout)
+	for {
+		got, err := c.client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil && hasSidecar(got.Spec, sidecar) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			why := "the pod came back without it: the injector's webhook did not answer or did not inject"
+			if err != nil {
+				why = err.Error()
+			}
+			return fmt.Errorf("namespace %s: the mesh's injector did not add %s to a dry run of %s's pod within %s: %s", namespace, sidecar, dep.Name, injectorTimeout, why)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
