@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -183,8 +184,9 @@ func TestServiceRole(t *testing.T) {
 // The generator role serves plans on a Unix socket, as the local testbed drives it:
 // a load.Spec runs against the target, and SIGTERM ends it and removes the socket.
 func TestGeneratorRoleOnUnixSocket(t *testing.T) {
-	var served int64
-	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served++ }))
+	// Two connections: the handler runs on two goroutines at once.
+	var served atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1) }))
 	defer target.Close()
 	sock := filepath.Join(t.TempDir(), "generator.sock")
 	cmd, out := start(t, "generator", "--listen", "unix:"+sock)
@@ -200,8 +202,8 @@ func TestGeneratorRoleOnUnixSocket(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if res.Completed != 50 || res.Succeeded != 50 || served != 50 || len(res.Intervals) == 0 {
-		t.Errorf("50 requests asked: %d completed, %d succeeded, %d served, %d intervals", res.Completed, res.Succeeded, served, len(res.Intervals))
+	if res.Completed != 50 || res.Succeeded != 50 || served.Load() != 50 || len(res.Intervals) == 0 {
+		t.Errorf("50 requests asked: %d completed, %d succeeded, %d served, %d intervals", res.Completed, res.Succeeded, served.Load(), len(res.Intervals))
 	}
 	stop(t, cmd, out)
 	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -18,8 +19,9 @@ import (
 // Linkerd's proxy injector is a webhook served by Linkerd's controller, which cannot
 // run on this cluster (no container runs, and its image is in no registry reachable
 // here); Linkerd registers the webhook with failurePolicy Ignore, so the API server
-// admits the workload's pods without linkerd-proxy. The enrollment check must find
-// every pod outside the mesh and refuse, and the deploy must leave nothing behind: no
+// would admit the workload's pods without linkerd-proxy. The bring-up must see that
+// before it creates any (a dry run of a pod comes back without the sidecar until the
+// study's readyTimeout) and refuse, and the deploy must leave nothing behind: no
 // namespace, no Linkerd CRD or webhook.
 func TestLinkerdThatInjectsNothingIsRefused(t *testing.T) {
 	c := startTestCluster(t)
@@ -33,6 +35,15 @@ func TestLinkerdThatInjectsNothingIsRefused(t *testing.T) {
     - name: linkerd
       profile: linkerd
       options: {mtls: strict}`)
+	// The wait for the injector is bounded by the study's readyTimeout.
+	study, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	study = []byte(strings.Replace(string(study), "namespacePrefix: mmtest\n", "namespacePrefix: mmtest\n      readyTimeout: 20s\n", 1))
+	if err := os.WriteFile(path, study, 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	// The mesh's namespace lives only during the deploy: watch it to see how the run
 	// enrolled it (Linkerd's docs annotate the namespace, linkerd.io/inject: enabled).
@@ -59,8 +70,8 @@ func TestLinkerdThatInjectsNothingIsRefused(t *testing.T) {
 		t.Errorf("the mesh's namespace was not annotated for Linkerd's injector: %q", got)
 	}
 
-	if err == nil || !strings.Contains(err.Error(), "mesh linkerd is not set up as claimed, refusing to measure it") ||
-		!strings.Contains(err.Error(), "no linkerd-proxy container") {
+	if err == nil || !strings.Contains(err.Error(), "mesh linkerd: namespace ") ||
+		!strings.Contains(err.Error(), "the mesh's injector did not add linkerd-proxy to a dry run of front-v1's pod within 20s: the pod came back without it") {
 		t.Fatalf("deploy of Linkerd whose injector cannot run: %v\n%s\n%s", err, out, errOut)
 	}
 	t.Logf("refused: %v", err)

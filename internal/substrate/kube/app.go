@@ -547,7 +547,8 @@ func merge(a, b map[string]string) map[string]string {
 	return out
 }
 
-// injectorTimeout bounds the wait for a mesh's injector to answer (waitInjector).
+// injectorTimeout bounds the wait for a mesh's injector to answer (waitInjector), or
+// the study's readyTimeout where that is shorter.
 const injectorTimeout = 2 * time.Minute
 
 // waitInjector waits until the mesh's injector adds sidecar to a pod of dep's template
@@ -561,7 +562,11 @@ func (c *Cluster) waitInjector(ctx context.Context, namespace string, dep *appsv
 	tmpl := dep.Spec.Template
 	pod := &corev1.Pod{ObjectMeta: *tmpl.ObjectMeta.DeepCopy(), Spec: *tmpl.Spec.DeepCopy()}
 	pod.GenerateName, pod.Namespace = dep.Name+"-", namespace
-	deadline := time.Now().Add(injectorTimeout)
+	limit := injectorTimeout
+	if c.cfg.Timeout > 0 && c.cfg.Timeout < limit {
+		limit = c.cfg.Timeout
+	}
+	deadline := time.Now().Add(limit)
 	for {
 		got, err := c.client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err == nil && hasSidecar(got.Spec, sidecar) {
@@ -572,7 +577,7 @@ func (c *Cluster) waitInjector(ctx context.Context, namespace string, dep *appsv
 			if err != nil {
 				why = err.Error()
 			}
-			return fmt.Errorf("namespace %s: the mesh's injector did not add %s to a dry run of %s's pod within %s: %s", namespace, sidecar, dep.Name, injectorTimeout, why)
+			return fmt.Errorf("namespace %s: the mesh's injector did not add %s to a dry run of %s's pod within %s: %s", namespace, sidecar, dep.Name, limit, why)
 		}
 		select {
 		case <-ctx.Done():

@@ -173,6 +173,35 @@ func TestWaitReadySaysWhyPodsWait(t *testing.T) {
 	}
 }
 
+// A mesh with a sidecar gets no pod of the workload created until a dry run of one
+// comes back with the sidecar: here no mesh is installed, so no injector ever adds
+// "mesh-proxy", and Deploy gives up at the study's time limit, saying so, with nothing
+// of the workload created (Istio's and Linkerd's real injectors pass this wait in the
+// cli package's real-node tests).
+func TestDeployWaitsForTheMeshsInjector(t *testing.T) {
+	l := kubetest.SharedLocal(t)
+	c := connectLocal(t, l, Config{Timeout: 3 * time.Second})
+	spec := bookinfoSpec(t, "inject1")
+	spec.Sidecar = "mesh-proxy"
+	start := time.Now()
+	app, err := c.Deploy(context.Background(), spec)
+	t.Cleanup(func() { _ = c.Teardown(context.Background(), app) })
+	if err == nil || !strings.Contains(err.Error(), "the mesh's injector did not add mesh-proxy to a dry run of ") ||
+		!strings.Contains(err.Error(), "within 3s: the pod came back without it") {
+		t.Fatalf("Deploy without an injector: %v", err)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("gave up after %s; want about the 3 s limit", took.Round(time.Second))
+	}
+	deps, err := c.client.AppsV1().Deployments(app.Namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(deps.Items) != 0 || len(app.Deployments) != 0 {
+		t.Errorf("deployments %d on the cluster, %v recorded: want none created before the injector answered", len(deps.Items), app.Deployments)
+	}
+}
+
 // TestWaitReadyGivesUpWithTheClustersReason makes a deployment that cannot get ready in
 // each way a real cluster reports early, and wants the wait to give up with the
 // cluster's reason well before its time limit.
