@@ -37,31 +37,9 @@ func TestStudyOnRealNodes(t *testing.T) {
 	}
 	l.LoadImages(t, images...)
 
-	dir := t.TempDir()
-	path := filepath.Join(dir, "study.yaml")
-	doc := fmt.Sprintf(`apiVersion: meshmark.dev/v1alpha1
-kind: Study
-metadata: {name: real-nodes}
-spec:
-  substrate:
-    kubernetes:
-      kubeconfig: %s
-      image: %s
-      generators: 1
-      namespacePrefix: mmreal
-  workload: {graph: bookinfo}
-  meshes:
-    - {name: baseline, profile: none}
+	run, errOut := runOnRealNodes(t, l, "real-nodes", `    - {name: baseline, profile: none}
     - {name: istio, profile: envoy-sidecar, options: {mtls: strict}}
-    - {name: ambient, profile: istio-ambient, options: {mtls: strict}}
-  experiments:
-    - {name: latency, kind: fixed-rate, rate: 40, duration: 12s, warmup: 2s}
-  repeats: 1
-`, l.Kubeconfig, l.Image)
-	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run, errOut := runOnCluster(t, path)
+    - {name: ambient, profile: istio-ambient, options: {mtls: strict}}`)
 
 	if run.Status != results.StatusComplete || len(run.Trials) != 3 {
 		t.Fatalf("run %s (%s) with %d trials, want complete with 3\n%s", run.Status, run.StatusReason, len(run.Trials), errOut)
@@ -71,12 +49,7 @@ spec:
 		if tr.Result.Requests < 400 || tr.Result.Errors != 0 {
 			t.Errorf("%s: %d requests, %d errors; want about 480, none failed", tr.Mesh, tr.Result.Requests, tr.Result.Errors)
 		}
-		measured := map[substrate.Role]bool{}
-		for _, s := range tr.Result.Resources {
-			if s.CPUUserSeconds+s.CPUSysSeconds > 0 && s.RSSBytes > 0 {
-				measured[substrate.Role(s.Role)] = true
-			}
-		}
+		measured := measuredRoles(tr)
 		want := map[string]substrate.Role{"baseline": substrate.RoleWorkload, "istio": substrate.RoleSidecar, "ambient": substrate.RoleNodeProxy}
 		if !measured[substrate.RoleWorkload] || !measured[want[tr.Mesh]] {
 			t.Errorf("%s: containers with CPU and memory read from their kubelets: %v; want the workload's and %s", tr.Mesh, measured, want[tr.Mesh])
@@ -130,16 +103,7 @@ spec:
 		}
 	}
 
-	client := l.ClientOf(t)
-	nss, err := client.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ns := range nss.Items {
-		if strings.HasPrefix(ns.Name, "mmreal") || ns.Name == "istio-system" {
-			t.Errorf("namespace %s left after the run (%s)", ns.Name, ns.Status.Phase)
-		}
-	}
+	checkNothingLeft(t, l, "istio-system")
 }
 
 // checkStrictOnRealNodes holds a mesh of a real-node run to what strict mTLS promises:
@@ -209,10 +173,29 @@ func TestLinkerdOnRealNodes(t *testing.T) {
 	l := kubetest.SharedLocal(t)
 	l.LoadImages(t, images...)
 
+	run, errOut := runOnRealNodes(t, l, "real-nodes-linkerd", `    - {name: linkerd, profile: linkerd, options: {mtls: strict}}`)
+	if run.Status != results.StatusComplete || len(run.Trials) != 1 || len(run.Meshes) != 1 {
+		t.Fatalf("run %s (%s) with %d trials, want complete with 1\n%s", run.Status, run.StatusReason, len(run.Trials), errOut)
+	}
+	tr := run.Trials[0]
+	if tr.Result.Requests < 400 || tr.Result.Errors != 0 {
+		t.Errorf("%d requests, %d errors; want about 480, none failed", tr.Result.Requests, tr.Result.Errors)
+	}
+	if measured := measuredRoles(tr); !measured[substrate.RoleWorkload] || !measured[substrate.RoleSidecar] {
+		t.Errorf("containers with CPU and memory read from their kubelets: %v; want the workload's and the sidecars'", measured)
+	}
+	checkStrictOnRealNodes(t, run.Meshes[0], false)
+	checkNothingLeft(t, l, "linkerd")
+}
+
+// runOnRealNodes runs a study of bookinfo with meshes (YAML list items) on the shared
+// real cluster: one generator, 40 req/s for 12 s, one repeat.
+func runOnRealNodes(t *testing.T, l *kubetest.Local, name, meshes string) (*results.Run, string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "study.yaml")
 	doc := fmt.Sprintf(`apiVersion: meshmark.dev/v1alpha1
 kind: Study
-metadata: {name: real-nodes-linkerd}
+metadata: {name: %s}
 spec:
   substrate:
     kubernetes:
@@ -222,39 +205,37 @@ spec:
       namespacePrefix: mmreal
   workload: {graph: bookinfo}
   meshes:
-    - {name: linkerd, profile: linkerd, options: {mtls: strict}}
+%s
   experiments:
     - {name: latency, kind: fixed-rate, rate: 40, duration: 12s, warmup: 2s}
   repeats: 1
-`, l.Kubeconfig, l.Image)
+`, name, l.Kubeconfig, l.Image, meshes)
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run, errOut := runOnCluster(t, path)
-	if run.Status != results.StatusComplete || len(run.Trials) != 1 || len(run.Meshes) != 1 {
-		t.Fatalf("run %s (%s) with %d trials, want complete with 1\n%s", run.Status, run.StatusReason, len(run.Trials), errOut)
-	}
-	tr := run.Trials[0]
-	if tr.Result.Requests < 400 || tr.Result.Errors != 0 {
-		t.Errorf("%d requests, %d errors; want about 480, none failed", tr.Result.Requests, tr.Result.Errors)
-	}
+	return runOnCluster(t, path)
+}
+
+// measuredRoles are the roles of a trial's containers whose CPU and memory were read.
+func measuredRoles(tr results.Trial) map[substrate.Role]bool {
 	measured := map[substrate.Role]bool{}
 	for _, s := range tr.Result.Resources {
 		if s.CPUUserSeconds+s.CPUSysSeconds > 0 && s.RSSBytes > 0 {
 			measured[substrate.Role(s.Role)] = true
 		}
 	}
-	if !measured[substrate.RoleWorkload] || !measured[substrate.RoleSidecar] {
-		t.Errorf("containers with CPU and memory read from their kubelets: %v; want the workload's and the sidecars'", measured)
-	}
-	checkStrictOnRealNodes(t, run.Meshes[0], false)
+	return measured
+}
 
+// checkNothingLeft wants no namespace of a real-node run, nor the mesh's own, left.
+func checkNothingLeft(t *testing.T, l *kubetest.Local, meshNamespace string) {
+	t.Helper()
 	nss, err := l.ClientOf(t).CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, ns := range nss.Items {
-		if strings.HasPrefix(ns.Name, "mmreal") || ns.Name == "linkerd" {
+		if strings.HasPrefix(ns.Name, "mmreal") || ns.Name == meshNamespace {
 			t.Errorf("namespace %s left after the run (%s)", ns.Name, ns.Status.Phase)
 		}
 	}

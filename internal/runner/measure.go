@@ -384,11 +384,12 @@ func (r *runner) proxyEvidence(trial *results.Trial, deltas []mesh.ProxyDelta, e
 // the application through the mesh's proxies at the entry service. The counters also
 // include warm-up requests, so they may exceed the measured count, never fall short of
 // it. Proxies that count connections (L4) are held to one connection at least, since
-// a connection carries many requests, or, where they count bytes as they flow, to a byte
-// per answered request at least: a caller that keeps its connections (an ingress's pool)
-// opens none during a trial, yet every request crosses the proxy. Where a mesh has both (ambient's ztunnels and a
-// waypoint, which a caller from outside the mesh does not pass, as in Istio), the
-// requests must be counted by the L7 proxy or the connections by the L4 one.
+// a connection carries many requests, or, where they count bytes as they flow, to a
+// byte per answered request at least: a caller that keeps its connections (an
+// ingress's pool) opens none during a trial, yet every request crosses the proxy. Where
+// a mesh has both (ambient's ztunnels and a waypoint, which a caller from outside the
+// mesh does not pass, as in Istio), the requests must be counted by the L7 proxy or the
+// connections by the L4 one.
 func bypassed(entry string, deltas []mesh.ProxyDelta, res *load.Result) string {
 	byUnit := mesh.InboundByUnit(deltas, entry)
 	answered := res.Completed - res.Errors.Total()
