@@ -29,7 +29,10 @@ import (
 // format, the path and the proxy are real, the numbers are what this test told kwok each
 // container uses (kubetest.UsageAnnotations), so the test can hold every figure to them.
 // The third node's endpoint serves nothing, as a kubelet that cannot be read: its pod
-// must be missing with a warning that names the node, not read as zero.
+// must be missing with a warning that names the node, not read as zero. It stays on the
+// paper-only cluster for the three nodes, one unreadable, and the pods of meshes (istiod,
+// ztunnel, a waypoint) it needs only as names; a real kubelet's figures are held to the
+// kernel's own account in TestResourcesOnRealNodesMatchTheWork.
 func TestResourcesPerRoleFromKubeletMetrics(t *testing.T) {
 	needCluster(t)
 	ctx := context.Background()
