@@ -1043,13 +1043,15 @@ func describeGenerators(gs []kube.Generator) string {
 // containerResources keeps, of each container's kubelet readings, those taken within
 // the measured window, and stores them as the local substrate stores a process's: the
 // container's name is the component, the kubelet's CPU time all user time (it does not
-// split it), its working set the memory. A kubelet refreshes its figures every 10-15 s,
-// not every second: readings bracketing the window, as the local sampler's rounds are
-// kept, would average the CPU over up to two refresh periods outside the trial (the
-// warm-up, the idle time after it), so the CPU of a trial is the counters' difference
-// between its first and last readings inside it. A container with fewer than two
-// readings inside (a trial shorter than the refresh period) keeps the two that bracket
-// the window, and coarse says so: that trial's CPU is averaged over more than the trial.
+// split it), its working set the memory. A kubelet may refresh its figures only every
+// 10-15 s (those of `meshmark cluster up` refresh every second, as
+// TestResourcesOnRealNodesMatchTheWork saw): readings bracketing the window, as the
+// local sampler's rounds are kept, would average the CPU over up to two refresh periods
+// outside the trial (the warm-up, the idle time after it), so the CPU of a trial is the
+// counters' difference between its first and last readings inside it. A container with
+// fewer than two readings inside (a trial shorter than the refresh period) keeps the
+// two that bracket the window, and coarse says so: that trial's CPU is averaged over
+// more than the trial.
 func containerResources(samples []kube.ContainerSample, meshName string, start, end time.Time) (out []results.ResourceSample, coarse string) {
 	type key struct{ namespace, pod, container string }
 	series := map[key][]kube.ContainerSample{}
