@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/substrate"
+	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -192,6 +195,15 @@ func TestLinkerdOnRealNodes(t *testing.T) {
 // real cluster: one generator, 40 req/s for 12 s, one repeat.
 func runOnRealNodes(t *testing.T, l *kubetest.Local, name, meshes string) (*results.Run, string) {
 	t.Helper()
+	return runOnCluster(t, realNodesStudy(t, l, name, meshes, "      generators: 1\n",
+		"    - {name: latency, kind: fixed-rate, rate: 40, duration: 12s, warmup: 2s}\n"))
+}
+
+// realNodesStudy writes a study of bookinfo on the shared real cluster, its namespaces
+// prefixed mmreal, with meshes and experiments (YAML list items) and more of the
+// kubernetes substrate's fields (indented lines).
+func realNodesStudy(t *testing.T, l *kubetest.Local, name, meshes, substrate, experiments string) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "study.yaml")
 	doc := fmt.Sprintf(`apiVersion: meshmark.dev/v1alpha1
 kind: Study
@@ -201,19 +213,111 @@ spec:
     kubernetes:
       kubeconfig: %s
       image: %s
-      generators: 1
       namespacePrefix: mmreal
-  workload: {graph: bookinfo}
+%s  workload: {graph: bookinfo}
   meshes:
 %s
   experiments:
-    - {name: latency, kind: fixed-rate, rate: 40, duration: 12s, warmup: 2s}
-  repeats: 1
-`, name, l.Kubeconfig, l.Image, meshes)
+%s  repeats: 1
+`, name, l.Kubeconfig, l.Image, substrate, meshes, experiments)
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return runOnCluster(t, path)
+	return path
+}
+
+// TestCapacityRunKeptOnRealNodes: on the real cluster, a capacity search through two
+// real generator pods sets the rate of a later experiment given as half of it; the
+// run's provenance is the cluster's own (its server's version, its two nodes' kubelets
+// and containerd, the meshmark image each pod ran with the digest its node resolved);
+// with cleanup off, the app's namespace stays under the run's stored id, and `meshmark
+// clean --kubernetes --all ID` takes that id and leaves nothing.
+func TestCapacityRunKeptOnRealNodes(t *testing.T) {
+	l := kubetest.SharedLocal(t)
+	path := realNodesStudy(t, l, "real-nodes-kept", "    - {name: baseline, profile: none}",
+		"      generators: 2\n      cleanup: false\n",
+		"    - {name: cap, kind: capacity, connections: [4], duration: 3s, warmup: 1s}\n"+
+			"    - {name: half, kind: fixed-rate, rate: 50% of lowest capacity, capacityFrom: cap, duration: 3s, warmup: 1s}\n")
+	run, errOut := runOnCluster(t, path)
+	t.Cleanup(func() {
+		_, _, _ = execCLI("clean", "--kubernetes", "--kubeconfig", l.Kubeconfig, "--all", run.ID)
+	})
+
+	// The capacity of the repeat is the open-loop rate it sustained, as the progress
+	// says; the relative experiment ran at half of it, and kept up.
+	m := regexp.MustCompile(`capacity baseline cap repeat 1: (\d+) req/s \(open-loop, sustained under the SLO\)`).FindStringSubmatch(errOut)
+	if m == nil {
+		t.Fatalf("progress does not report the sustained capacity:\n%s", errOut)
+	}
+	capacity, _ := strconv.ParseFloat(m[1], 64)
+	var half *results.Trial
+	for i, tr := range run.Trials {
+		if tr.Experiment == "half" {
+			half = &run.Trials[i]
+		}
+	}
+	if half == nil || half.Params.RequestedRate < 0.45*capacity || half.Params.RequestedRate > 0.55*capacity {
+		t.Fatalf("capacity %.0f req/s; the relative experiment %+v, want it at half\n%s", capacity, half, errOut)
+	}
+	t.Logf("capacity %.0f req/s; half ran at %.0f req/s: %.0f achieved, p50 %.2f ms, %d errors",
+		capacity, half.Params.RequestedRate, half.Throughput(), float64(half.Result.Latency.ValueAtQuantile(50))/1e3, half.Result.Errors)
+	if half.Result.Errors != 0 || half.Throughput() < 0.95*half.Params.RequestedRate || half.Result.Saturated() {
+		t.Errorf("at half its capacity bookinfo did not keep up: %d errors, %.0f of %.0f req/s, flags %v",
+			half.Result.Errors, half.Throughput(), half.Params.RequestedRate, half.Result.Flags)
+	}
+
+	cp := run.Provenance.Cluster
+	if cp == nil || !strings.HasPrefix(cp.ServerVersion, "v1.") || len(cp.Nodes) != 2 {
+		t.Fatalf("cluster provenance %+v: want the server's version and its 2 nodes", cp)
+	}
+	for _, n := range cp.Nodes {
+		if !strings.HasPrefix(n.KubeletVersion, "v1.") || !strings.HasPrefix(n.ContainerRuntime, "containerd://") || n.CPU == "" {
+			t.Errorf("node %+v: want its kubelet's version, containerd and its capacity", n)
+		}
+	}
+	pods := map[string]int{}
+	for _, im := range cp.Images {
+		if im.Mesh == "baseline" && im.Image == l.Image && strings.HasPrefix(im.ImageID, "sha256:") {
+			pods[im.Container] += im.Pods
+		}
+	}
+	if pods["app"] != 6 || pods["generator"] != 2 {
+		t.Errorf("images %+v: want the meshmark image, with its digest, in bookinfo's 6 pods and 2 generators", cp.Images)
+	}
+
+	want := "mmreal-" + run.ID + "-baseline"
+	kept := keptNamespaces(t, l)
+	if len(kept) != 1 || kept[0] != want {
+		t.Fatalf("cleanup: false kept namespaces %v, want [%s] (the stored run id %s)\n%s", kept, want, run.ID, errOut)
+	}
+	if hint := "remove it with `meshmark clean --kubernetes --all " + run.ID + "`"; !strings.Contains(errOut, hint) {
+		t.Errorf("progress does not say %q:\n%s", hint, errOut)
+	}
+	out, _, err := execCLI("clean", "--kubernetes", "--kubeconfig", l.Kubeconfig, "--all", "0123456789ab")
+	if err != nil || !strings.Contains(out, "nothing to clean") || len(keptNamespaces(t, l)) != 1 {
+		t.Errorf("clean of another run's id: %v\n%s", err, out)
+	}
+	out, _, err = execCLI("clean", "--kubernetes", "--kubeconfig", l.Kubeconfig, "--all", run.ID)
+	if err != nil || !strings.Contains(out, "namespace "+want+" (run "+run.ID+"): removed") {
+		t.Errorf("clean --all %s: %v\n%s", run.ID, err, out)
+	}
+	checkNothingLeft(t, l, "")
+}
+
+// keptNamespaces are the namespaces of the real cluster that meshmark's label marks.
+func keptNamespaces(t *testing.T, l *kubetest.Local) []string {
+	t.Helper()
+	list, err := l.ClientOf(t).CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{LabelSelector: kube.ManagedByLabel + "=" + kube.ManagedBy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, ns := range list.Items {
+		if ns.DeletionTimestamp == nil {
+			names = append(names, ns.Name)
+		}
+	}
+	return names
 }
 
 // measuredRoles are the roles of a trial's containers whose CPU and memory were read.
@@ -227,7 +331,8 @@ func measuredRoles(tr results.Trial) map[substrate.Role]bool {
 	return measured
 }
 
-// checkNothingLeft wants no namespace of a real-node run, nor the mesh's own, left.
+// checkNothingLeft wants no namespace of a real-node run, nor the mesh's own (if any),
+// left.
 func checkNothingLeft(t *testing.T, l *kubetest.Local, meshNamespace string) {
 	t.Helper()
 	nss, err := l.ClientOf(t).CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
@@ -235,7 +340,7 @@ func checkNothingLeft(t *testing.T, l *kubetest.Local, meshNamespace string) {
 		t.Fatal(err)
 	}
 	for _, ns := range nss.Items {
-		if strings.HasPrefix(ns.Name, "mmreal") || ns.Name == meshNamespace {
+		if strings.HasPrefix(ns.Name, "mmreal") || (meshNamespace != "" && ns.Name == meshNamespace) {
 			t.Errorf("namespace %s left after the run (%s)", ns.Name, ns.Status.Phase)
 		}
 	}

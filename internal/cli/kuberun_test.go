@@ -677,56 +677,6 @@ func TestPrecisionOnKubernetesAddsRounds(t *testing.T) {
 	}
 }
 
-// TestRunKeptOnClusterIsCleanedByItsStoredID: the namespaces of a run carry the id the
-// results store gives it, and `meshmark clean --kubernetes --all ID` takes that id.
-func TestRunKeptOnClusterIsCleanedByItsStoredID(t *testing.T) {
-	c := startTestCluster(t)
-	entry := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }))
-	defer entry.Close()
-	standInGenerators(t, c, "front", entry.Listener.Addr().String())
-	path := kubeStudy(t, c, "    - {name: baseline, profile: none}")
-	rewriteStudy(t, path, "    - {name: latency, kind: fixed-rate, rate: 100, duration: 30s}",
-		"    - {name: latency, kind: fixed-rate, rate: 100, duration: 1s, warmup: 200ms}",
-		"      namespacePrefix: mmtest\n", "      namespacePrefix: mmtest\n      cleanup: false\n")
-	run, errOut := runOnCluster(t, path)
-	// The provenance is the cluster's: its version, its two (kwok) nodes, and the image
-	// the app's 4 pods and the generator ran.
-	if cp := run.Provenance.Cluster; cp == nil || !strings.HasPrefix(cp.ServerVersion, "v1.") || len(cp.Nodes) != 2 || !strings.HasPrefix(cp.Nodes[0].KubeletVersion, "kwok-") {
-		t.Errorf("cluster provenance %+v: want the server's version and its 2 nodes", cp)
-	} else {
-		pods := map[string]int{}
-		for _, im := range cp.Images {
-			if im.Mesh == "baseline" && im.Image == "registry.example/meshmark:test" {
-				pods[im.Container] += im.Pods
-			}
-		}
-		if pods["app"] != 4 || pods["generator"] != 1 {
-			t.Errorf("images %+v: want the meshmark image in 4 app pods and 1 generator", cp.Images)
-		}
-	}
-	if !strings.Contains(errOut, "cluster: Kubernetes v1.") || !strings.Contains(errOut, ", 2 nodes (2× kubelet kwok-") {
-		t.Errorf("progress does not describe the cluster:\n%s", errOut)
-	}
-	want := "mmtest-" + run.ID + "-baseline"
-	if kept := meshmarkNamespaces(t, c); len(kept) != 1 || kept[0] != want {
-		t.Fatalf("cleanup: false kept namespaces %v, want [%s] (the stored run id %s)\n%s", kept, want, run.ID, errOut)
-	}
-	if hint := "remove it with `meshmark clean --kubernetes --all " + run.ID + "`"; !strings.Contains(errOut, hint) {
-		t.Errorf("progress does not say %q:\n%s", hint, errOut)
-	}
-	out, _, err := execCLI("clean", "--kubernetes", "--kubeconfig", c.Kubeconfig, "--all", "0123456789ab")
-	if err != nil || !strings.Contains(out, "nothing to clean") || len(meshmarkNamespaces(t, c)) != 1 {
-		t.Errorf("clean of another run's id: %v\n%s", err, out)
-	}
-	out, _, err = execCLI("clean", "--kubernetes", "--kubeconfig", c.Kubeconfig, "--all", run.ID)
-	if err != nil || !strings.Contains(out, "namespace "+want+" (run "+run.ID+"): removed") {
-		t.Errorf("clean --all %s: %v\n%s", run.ID, err, out)
-	}
-	if left := meshmarkNamespaces(t, c); len(left) > 0 {
-		t.Errorf("clean left namespaces %v", left)
-	}
-}
-
 // TestRunOnClusterWithNoSuccessFails: a trial through the generator pods in which no
 // request succeeded fails the run, which is stored failed with the reason, and leaves
 // nothing on the cluster.
