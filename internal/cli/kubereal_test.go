@@ -10,9 +10,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
@@ -344,4 +346,71 @@ func checkNothingLeft(t *testing.T, l *kubetest.Local, meshNamespace string) {
 			t.Errorf("namespace %s left after the run (%s)", ns.Name, ns.Status.Phase)
 		}
 	}
+}
+
+// TestRunWithClusterDNSDownFailsOnRealNodes: with the cluster's DNS not answering (its
+// CoreDNS scaled to none, as a user's broken cluster was seen), the generator pod cannot
+// resolve the entry service, so no request of the trial succeeds: the run fails saying
+// so, with the lookups counted as failures, and is stored failed, not complete with 0%
+// errors. Nothing of it is left, and CoreDNS is brought back for the next test.
+func TestRunWithClusterDNSDownFailsOnRealNodes(t *testing.T) {
+	l := kubetest.SharedLocal(t)
+	client := l.ClientOf(t)
+	ctx := context.Background()
+	scaleDNS := func(replicas int) error {
+		patch := []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas))
+		if _, err := client.AppsV1().Deployments("kube-system").Patch(ctx, "coredns", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
+			return err
+		}
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			d, err := client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			pods, err := client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+			if err != nil {
+				return err
+			}
+			if int(d.Status.ReadyReplicas) == replicas && len(pods.Items) == replicas {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("CoreDNS: %d of %d replicas ready, %d pods, 2 minutes after scaling", d.Status.ReadyReplicas, replicas, len(pods.Items))
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	if err := scaleDNS(0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := scaleDNS(1); err != nil {
+			t.Errorf("bringing CoreDNS back: %v", err)
+		}
+	})
+
+	path := realNodesStudy(t, l, "real-nodes-no-dns", "    - {name: baseline, profile: none}", "      generators: 1\n",
+		"    - {name: latency, kind: fixed-rate, rate: 20, duration: 2s, warmup: 500ms}\n")
+	db := filepath.Join(t.TempDir(), "results.db")
+	start := time.Now()
+	_, errOut, err := execCLI("run", "--db", db, "--no-report", path)
+	t.Logf("run failed after %s: %v", time.Since(start).Round(time.Second), err)
+	if err == nil || !strings.Contains(err.Error(), "latency 20 req/s on baseline, repeat 1, through 1 load generators: no request succeeded") ||
+		!regexp.MustCompile(`lookup [1-9]`).MatchString(err.Error()) {
+		t.Fatalf("run with the cluster's DNS down: %v; want it to fail, no request having succeeded, its lookups failed\n%s", err, errOut)
+	}
+	s, err := store.Open(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	run, err := s.LoadRun(ctx, "last")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != results.StatusFailed || !strings.Contains(run.StatusReason, "no request succeeded") || len(run.Trials) != 0 {
+		t.Errorf("stored run: status %s (%s), %d trials; want failed, saying why, no trial", run.Status, run.StatusReason, len(run.Trials))
+	}
+	checkNothingLeft(t, l, "")
 }
