@@ -94,54 +94,6 @@ func meshmarkNamespaces(t *testing.T, c *kubetest.Cluster) []string {
 	return names
 }
 
-func TestDeployBringsUpWaitsAndLeavesNothing(t *testing.T) {
-	c := startTestCluster(t)
-	path := kubeStudy(t, c, "    - {name: baseline, profile: none}\n    - {name: baseline-b, profile: none}")
-
-	out, errOut, err := execCLI("deploy", path)
-
-	if err != nil {
-		t.Fatalf("deploy: %v\n%s", err, errOut)
-	}
-	// One line per mesh: its own namespace, every pod of the graph (2 + 1 + 1) and the
-	// load generator.
-	rows := regexp.MustCompile(`(?m)^(baseline(?:-b)?)\s+(mmtest-[0-9a-f]{6}-baseline(?:-b)?)\s+5 pods\s+8 objects\s+ready in `).FindAllStringSubmatch(out, -1)
-	if len(rows) != 2 || rows[0][2] == rows[1][2] {
-		t.Errorf("deploy printed:\n%s\nprogress:\n%s", out, errOut)
-	}
-	for _, want := range []string{"] baseline: 5/5 pods ready", "] baseline-b up in", "namespace mmtest-", "removed"} {
-		if !strings.Contains(errOut, want) {
-			t.Errorf("progress does not say %q:\n%s", want, errOut)
-		}
-	}
-	if left := meshmarkNamespaces(t, c); len(left) > 0 {
-		t.Errorf("deploy left namespaces %v", left)
-	}
-
-	// --keep leaves them, and clean --kubernetes --all RUN removes them.
-	_, errOut, err = execCLI("deploy", "--keep", path)
-
-	if err != nil {
-		t.Fatalf("deploy --keep: %v\n%s", err, errOut)
-	}
-	kept := meshmarkNamespaces(t, c)
-	run := regexp.MustCompile(`--all ([0-9a-f]{6})`).FindStringSubmatch(errOut)
-	if len(kept) != 2 || run == nil {
-		t.Fatalf("deploy --keep left %v; progress:\n%s", kept, errOut)
-	}
-	out, _, err = execCLI("clean", "--kubernetes", "--kubeconfig", c.Kubeconfig)
-	if err != nil || !strings.Contains(out, "kept (owner pid") {
-		t.Errorf("clean without --all must keep a live owner's namespaces: %v\n%s", err, out)
-	}
-	out, _, err = execCLI("clean", "--kubernetes", "--kubeconfig", c.Kubeconfig, "--all", run[1])
-	if err != nil || strings.Count(out, ": removed") != 2 {
-		t.Errorf("clean --all: %v\n%s", err, out)
-	}
-	if left := meshmarkNamespaces(t, c); len(left) > 0 {
-		t.Errorf("clean left namespaces %v", left)
-	}
-}
-
 func TestDeployRefusesBeforeCreatingAnything(t *testing.T) {
 	c := startTestCluster(t)
 	for _, tc := range []struct {

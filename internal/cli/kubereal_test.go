@@ -414,3 +414,53 @@ func TestRunWithClusterDNSDownFailsOnRealNodes(t *testing.T) {
 	}
 	checkNothingLeft(t, l, "")
 }
+
+// TestDeployOnRealNodesWaitsAndLeavesNothing: `meshmark deploy` brings each mesh's
+// bookinfo up on the real cluster, waits on the kubelets' word that every pod is ready
+// (their readiness probes answered), prints one line per mesh and removes it all;
+// with --keep it leaves them, `clean --kubernetes` keeps a live owner's namespaces, and
+// `clean --kubernetes --all RUN` removes them.
+func TestDeployOnRealNodesWaitsAndLeavesNothing(t *testing.T) {
+	l := kubetest.SharedLocal(t)
+	path := realNodesStudy(t, l, "real-nodes-deploy", "    - {name: baseline, profile: none}\n    - {name: baseline-b, profile: none}",
+		"      generators: 1\n", "    - {name: latency, kind: fixed-rate, rate: 40, duration: 12s}\n")
+
+	out, errOut, err := execCLI("deploy", path)
+	if err != nil {
+		t.Fatalf("deploy: %v\n%s", err, errOut)
+	}
+	// One line per mesh: its own namespace, bookinfo's six pods and the load generator.
+	rows := regexp.MustCompile(`(?m)^(baseline(?:-b)?)\s+(mmreal-[0-9a-f]{6}-baseline(?:-b)?)\s+7 pods\s+\d+ objects\s+ready in `).FindAllStringSubmatch(out, -1)
+	if len(rows) != 2 || rows[0][2] == rows[1][2] {
+		t.Errorf("deploy printed:\n%s\nprogress:\n%s", out, errOut)
+	}
+	for _, want := range []string{"] baseline: 7/7 pods ready", "] baseline-b up in", "namespace mmreal-", "removed"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("progress does not say %q:\n%s", want, errOut)
+		}
+	}
+	if left := keptNamespaces(t, l); len(left) > 0 {
+		t.Errorf("deploy left namespaces %v", left)
+	}
+
+	_, errOut, err = execCLI("deploy", "--keep", path)
+	if err != nil {
+		t.Fatalf("deploy --keep: %v\n%s", err, errOut)
+	}
+	run := regexp.MustCompile(`--all ([0-9a-f]{6})`).FindStringSubmatch(errOut)
+	if run != nil {
+		t.Cleanup(func() { _, _, _ = execCLI("clean", "--kubernetes", "--kubeconfig", l.Kubeconfig, "--all", run[1]) })
+	}
+	if kept := keptNamespaces(t, l); len(kept) != 2 || run == nil {
+		t.Fatalf("deploy --keep left %v; progress:\n%s", kept, errOut)
+	}
+	out, _, err = execCLI("clean", "--kubernetes", "--kubeconfig", l.Kubeconfig)
+	if err != nil || !strings.Contains(out, "kept (owner pid") || len(keptNamespaces(t, l)) != 2 {
+		t.Errorf("clean without --all must keep a live owner's namespaces: %v\n%s", err, out)
+	}
+	out, _, err = execCLI("clean", "--kubernetes", "--kubeconfig", l.Kubeconfig, "--all", run[1])
+	if err != nil || strings.Count(out, ": removed") != 2 {
+		t.Errorf("clean --all: %v\n%s", err, out)
+	}
+	checkNothingLeft(t, l, "")
+}
