@@ -335,6 +335,25 @@ func TestGeneratorsAreSpreadAndReachedThroughPortForwards(t *testing.T) {
 	}
 }
 
+// dialGenerator forwards to the app's one generator pod and dials it; both are closed
+// when the test ends.
+func dialGenerator(t *testing.T, c *Cluster, app *App) *loadgen.Pool {
+	t.Helper()
+	fw, err := c.ForwardGenerators(context.Background(), app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fw.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool, err := loadgen.Dial(ctx, []string{fw.Generators[0].Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 // untilAnswered sends a few requests to url through the generator until none fails, for
 // up to 30 s: kube-proxy programs a Service a moment after its endpoints turn ready, and
 // refuses connections to it until then (seen in CI: 1 of 30 requests failed just after
@@ -414,18 +433,7 @@ func TestSpreadServicesCarryTheVersionsWeights(t *testing.T) {
 	if targets, err := c.plaintextTargets(ctx, app); err != nil || len(targets) != len(g.Services) {
 		t.Errorf("plaintext targets %+v, %v: want the graph's %d services only", targets, err, len(g.Services))
 	}
-	fw, err := c.ForwardGenerators(ctx, app)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fw.Close()
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	pool, err := loadgen.Dial(dctx, []string{fw.Generators[0].Addr})
-	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := dialGenerator(t, c, app)
 	untilAnswered(t, pool, "http://productpage:9080"+g.Entrypoint().Path)
 	before, err := c.Served(ctx, app)
 	if err != nil || len(before) != len(g.Deployments()) {

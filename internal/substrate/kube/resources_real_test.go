@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/meshmark/meshmark/internal/load"
-	"github.com/meshmark/meshmark/internal/loadgen"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
 	"github.com/meshmark/meshmark/internal/workload"
@@ -60,18 +59,7 @@ func TestResourcesOnRealNodesMatchTheWork(t *testing.T) {
 			args[2] = FilesDir + "/graph.yaml" // after --graph
 			return args
 		}})
-	fw, err := c.ForwardGenerators(ctx, app)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fw.Close()
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	pool, err := loadgen.Dial(dctx, []string{fw.Generators[0].Addr})
-	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := dialGenerator(t, c, app)
 	const url = "http://burner:9080/"
 	untilAnswered(t, pool, url)
 
