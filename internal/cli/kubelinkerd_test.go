@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -36,14 +35,7 @@ func TestLinkerdThatInjectsNothingIsRefused(t *testing.T) {
       profile: linkerd
       options: {mtls: strict}`)
 	// The wait for the injector is bounded by the study's readyTimeout.
-	study, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	study = []byte(strings.Replace(string(study), "namespacePrefix: mmtest\n", "namespacePrefix: mmtest\n      readyTimeout: 20s\n", 1))
-	if err := os.WriteFile(path, study, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	rewriteStudy(t, path, "namespacePrefix: mmtest\n", "namespacePrefix: mmtest\n      readyTimeout: 20s\n")
 
 	// The mesh's namespace lives only during the deploy: watch it to see how the run
 	// enrolled it (Linkerd's docs annotate the namespace, linkerd.io/inject: enabled).

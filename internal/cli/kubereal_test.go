@@ -14,7 +14,6 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/results"
-	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
@@ -400,15 +399,7 @@ func TestRunWithClusterDNSDownFailsOnRealNodes(t *testing.T) {
 		!regexp.MustCompile(`lookup [1-9]`).MatchString(err.Error()) {
 		t.Fatalf("run with the cluster's DNS down: %v; want it to fail, no request having succeeded, its lookups failed\n%s", err, errOut)
 	}
-	s, err := store.Open(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	run, err := s.LoadRun(ctx, "last")
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := lastRun(t, db)
 	if run.Status != results.StatusFailed || !strings.Contains(run.StatusReason, "no request succeeded") || len(run.Trials) != 0 {
 		t.Errorf("stored run: status %s (%s), %d trials; want failed, saying why, no trial", run.Status, run.StatusReason, len(run.Trials))
 	}

@@ -125,15 +125,7 @@ spec:
 			t.Errorf("progress does not say %q:\n%s", want, errOut)
 		}
 	}
-	s, err := store.Open(context.Background(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	run, err := s.LoadRun(context.Background(), "last")
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := lastRun(t, db)
 	if run.Status != "complete" || run.Substrate != "kubernetes" || len(run.Trials) != 4 {
 		t.Fatalf("run %s: status %s, substrate %q, %d trials; want complete, kubernetes, one trial per mesh and repeat", run.ID, run.Status, run.Substrate, len(run.Trials))
 	}
@@ -675,15 +667,7 @@ func TestRunOnClusterWithNoSuccessFails(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("run: %v; want it to fail saying %q\n%s", err, want, errOut)
 	}
-	s, err := store.Open(context.Background(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	run, err := s.LoadRun(context.Background(), "last")
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := lastRun(t, db)
 	if run.Status != results.StatusFailed || !strings.Contains(run.StatusReason, "no request succeeded") || len(run.Trials) != 0 {
 		t.Errorf("stored run: status %s (%s), %d trials; want failed, saying why, no trial", run.Status, run.StatusReason, len(run.Trials))
 	}
@@ -721,6 +705,12 @@ func runOnCluster(t *testing.T, path string) (*results.Run, string) {
 	if err != nil {
 		t.Fatalf("run: %v\n%s\n%s", err, out, errOut)
 	}
+	return lastRun(t, db), errOut
+}
+
+// lastRun is the run last stored in the results database at db.
+func lastRun(t *testing.T, db string) *results.Run {
+	t.Helper()
 	s, err := store.Open(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
@@ -730,5 +720,5 @@ func runOnCluster(t *testing.T, path string) (*results.Run, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return run, errOut
+	return run
 }

@@ -32,14 +32,7 @@ func TestPlaintextProbeOnRealNodes(t *testing.T) {
 	l := kubetest.SharedLocal(t)
 	ctx := context.Background()
 	client := l.ClientOf(t)
-	nodes := nodeNames(t, client)
-	if len(nodes) < 2 {
-		t.Fatalf("nodes %v, want two", nodes)
-	}
-	c := connectLocal(t, l, Config{
-		AppNodeSelector:     map[string]string{"kubernetes.io/hostname": nodes[0]},
-		LoadgenNodeSelector: map[string]string{"kubernetes.io/hostname": nodes[1]},
-	})
+	c, nodes := connectAcrossNodes(t, l)
 	g, err := workload.Builtin("chain-17")
 	if err != nil {
 		t.Fatal(err)

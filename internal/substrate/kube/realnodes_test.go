@@ -43,6 +43,20 @@ func connectLocal(t *testing.T, l *kubetest.Local, cfg Config) *Cluster {
 	return c
 }
 
+// connectAcrossNodes connects to the shared local cluster with the app's pods on its
+// first node and the load generators' on its second, and returns the nodes, sorted.
+func connectAcrossNodes(t *testing.T, l *kubetest.Local) (*Cluster, []string) {
+	t.Helper()
+	nodes := nodeNames(t, l.ClientOf(t))
+	if len(nodes) < 2 {
+		t.Fatalf("nodes %v, want two", nodes)
+	}
+	return connectLocal(t, l, Config{
+		AppNodeSelector:     map[string]string{"kubernetes.io/hostname": nodes[0]},
+		LoadgenNodeSelector: map[string]string{"kubernetes.io/hostname": nodes[1]},
+	}), nodes
+}
+
 // deployReady deploys spec, removed when the test ends, and waits until its pods are
 // ready.
 func deployReady(t *testing.T, c *Cluster, spec AppSpec) *App {

@@ -40,14 +40,7 @@ services:
 func TestResourcesOnRealNodesMatchTheWork(t *testing.T) {
 	l := kubetest.SharedLocal(t)
 	ctx := context.Background()
-	nodes := nodeNames(t, l.ClientOf(t))
-	if len(nodes) < 2 {
-		t.Fatalf("nodes %v, want two", nodes)
-	}
-	c := connectLocal(t, l, Config{
-		AppNodeSelector:     map[string]string{"kubernetes.io/hostname": nodes[0]},
-		LoadgenNodeSelector: map[string]string{"kubernetes.io/hostname": nodes[1]},
-	})
+	c, _ := connectAcrossNodes(t, l)
 	g, err := workload.Parse("burner.yaml", []byte(burnerGraph))
 	if err != nil {
 		t.Fatal(err)
