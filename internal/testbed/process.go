@@ -135,9 +135,47 @@ func signalAndWait(procs []*Proc, grace time.Duration) {
 		case <-deadline:
 		}
 	}
+	groups := map[int]bool{}
 	for _, p := range procs {
 		unix.Kill(-p.PID(), unix.SIGKILL)
+		groups[p.PID()] = true
 	}
+	// The leader's exit does not mean its children are gone: a child killed with the
+	// group may still be tearing down, inside the pod's namespace, when Stop returns.
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) && groupsAlive(groups); {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// groupsAlive reports whether a process of one of the process groups has not yet
+// exited (a zombie has: it holds no namespace and waits only to be reaped).
+func groupsAlive(groups map[int]bool) bool {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+		end := bytes.LastIndexByte(stat, ')')
+		if end < 0 {
+			continue
+		}
+		fields := strings.Fields(string(stat[end+1:]))
+		if len(fields) < 3 || fields[0] == "Z" || fields[0] == "X" {
+			continue
+		}
+		if pgrp, err := strconv.Atoi(fields[2]); err == nil && groups[pgrp] {
+			return true
+		}
+	}
+	return false
 }
 
 // Start runs a long-lived process in the pod's namespace as spec.UID (through
