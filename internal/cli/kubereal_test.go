@@ -41,18 +41,46 @@ func TestStudyOnRealNodes(t *testing.T) {
 	}
 	l.LoadImages(t, images...)
 
-	run, errOut := runOnRealNodes(t, l, "real-nodes", `    - {name: baseline, profile: none}
+	// Two generator pods, whose schedules interleave into the study's one rate.
+	path := realNodesStudy(t, l, "real-nodes", `    - {name: baseline, profile: none}
     - {name: istio, profile: envoy-sidecar, options: {mtls: strict}}
-    - {name: ambient, profile: istio-ambient, options: {mtls: strict}}`)
+    - {name: ambient, profile: istio-ambient, options: {mtls: strict}}`, "      generators: 2\n",
+		"    - {name: latency, kind: fixed-rate, rate: 40, duration: 12s, warmup: 2s}\n")
+	db, reportDir := filepath.Join(t.TempDir(), "results.db"), t.TempDir()
+	_, errOut, err := execCLI("run", "--db", db, "--report-dir", reportDir, path)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, errOut)
+	}
+	run := lastRun(t, db)
 
 	if run.Status != results.StatusComplete || len(run.Trials) != 3 {
 		t.Fatalf("run %s (%s) with %d trials, want complete with 3\n%s", run.Status, run.StatusReason, len(run.Trials), errOut)
 	}
-	for _, tr := range run.Trials {
-		// 40 req/s for 12 s: every request answered, through bookinfo's four services.
-		if tr.Result.Requests < 400 || tr.Result.Errors != 0 {
-			t.Errorf("%s: %d requests, %d errors; want about 480, none failed", tr.Mesh, tr.Result.Requests, tr.Result.Errors)
+	for _, want := range []string{"2 load generators", "istio: installing ", "istio: every pod is in the mesh (", "ambient: every pod is in the mesh (",
+		"baseline torn down", "mesh uninstalled"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("progress does not say %q:\n%s", want, errOut)
 		}
+	}
+	for _, m := range []string{"baseline", "istio", "ambient"} {
+		// One run id: the namespaces carry the stored run's, which clean takes.
+		if want := fmt.Sprintf("namespace mmreal-%s-%s", run.ID, m); !strings.Contains(errOut, want) {
+			t.Errorf("progress does not say %q: the namespaces do not carry the stored run's id %s", want, run.ID)
+		}
+	}
+	for _, tr := range run.Trials {
+		// 40 req/s for 12 s after the warm-up: every request answered, through
+		// bookinfo's four services.
+		if n := tr.Result.Requests; n < 475 || n > 485 || tr.Result.Errors != 0 {
+			t.Errorf("%s: %d requests, %d errors; want 480 (40/s for 12 s), none failed", tr.Mesh, n, tr.Result.Errors)
+		}
+		if got := tr.Result.Latency.TotalCount(); got != tr.Result.Requests {
+			t.Errorf("%s: latency histogram holds %d requests, the trial %d", tr.Mesh, got, tr.Result.Requests)
+		}
+		if tr.Params.Extra["generators"] != "2" || !strings.Contains(tr.Params.Extra["url"], ".svc.cluster.local:9080/") {
+			t.Errorf("%s: params %+v; want 2 generators calling productpage by its cluster name", tr.Mesh, tr.Params)
+		}
+		checkCountersOnRealNodes(t, tr)
 		measured := measuredRoles(tr)
 		want := map[string]substrate.Role{"baseline": substrate.RoleWorkload, "istio": substrate.RoleSidecar, "ambient": substrate.RoleNodeProxy}
 		if !measured[substrate.RoleWorkload] || !measured[want[tr.Mesh]] {
@@ -107,7 +135,88 @@ func TestStudyOnRealNodes(t *testing.T) {
 		}
 	}
 
+	checkEffortOnRealNodes(t, run, reportDir)
 	checkNothingLeft(t, l, "istio-system")
+}
+
+// checkCountersOnRealNodes holds a trial to what its proxies counted over it: the
+// baseline reads none; every proxy of a mesh is read (none unreadable, none bypassed),
+// and the proxies at productpage counted, in their unit, at least the trial's measured
+// requests (the warm-up's too, 80 more, no more than that): Istio's sidecars count
+// requests, ztunnel connections.
+func checkCountersOnRealNodes(t *testing.T, tr results.Trial) {
+	t.Helper()
+	if tr.Mesh == "baseline" {
+		if len(tr.Result.ProxyStats) != 0 || tr.Result.HasFlag(results.FlagProxyUnreadable) {
+			t.Errorf("baseline: proxy counters %d, flags %v; the baseline has no proxy", len(tr.Result.ProxyStats), tr.Result.Flags)
+		}
+		return
+	}
+	if tr.Result.HasFlag(results.FlagProxyBypassed) || tr.Result.HasFlag(results.FlagProxyUnreadable) {
+		t.Errorf("%s: flags %v; want every proxy read, none bypassed", tr.Mesh, tr.Result.Flags)
+	}
+	entry := map[string]uint64{}
+	for _, ps := range tr.Result.ProxyStats {
+		var d mesh.ProxyDelta
+		if err := json.Unmarshal(ps.Stats, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Err != "" || d.Pod != ps.Pod || ps.Mesh != tr.Mesh {
+			t.Errorf("%s: %s in %s stored %+v", tr.Mesh, ps.Component, ps.Pod, d)
+		}
+		entry[d.Unit] += d.Inbound["productpage"]
+	}
+	t.Logf("%s: %d proxies read; productpage's inbound by unit %v over %d requests", tr.Mesh, len(tr.Result.ProxyStats), entry, tr.Result.Requests)
+	switch tr.Mesh {
+	case "istio":
+		// productpage's sidecar, and every generator's and bookinfo's pod has one.
+		if n := entry["requests"]; len(tr.Result.ProxyStats) < 8 || n < uint64(tr.Result.Requests) || n > uint64(tr.Result.Requests)+85 {
+			t.Errorf("istio: %d sidecars read, productpage's counted %d requests; want 8 (6 of bookinfo, 2 generators) and the trial's %d plus its warm-up's 80",
+				len(tr.Result.ProxyStats), n, tr.Result.Requests)
+		}
+	case "ambient":
+		// One ztunnel per node; each generator pod opened a connection at least.
+		if len(tr.Result.ProxyStats) != 2 || entry["connections"] < 2 {
+			t.Errorf("ambient: %d ztunnels read, productpage's connections %d; want both nodes' and one per generator at least", len(tr.Result.ProxyStats), entry["connections"])
+		}
+	}
+}
+
+// checkEffortOnRealNodes: each mesh's install effort, counted from its own charts, is
+// stored and reported, and the report judges the meshes from their proxies' counters
+// and the plaintext probe as it judges a local run.
+func checkEffortOnRealNodes(t *testing.T, run *results.Run, reportDir string) {
+	t.Helper()
+	for mesh, charts := range map[string]int{"istio": 2, "ambient": 4} {
+		var effort results.InstallEffort
+		found := false
+		for _, gc := range run.Provenance.Configs {
+			if gc.Mesh == mesh && gc.Name == results.InstallEffortConfig {
+				found = json.Unmarshal(gc.Content, &effort) == nil
+			}
+		}
+		if e := effort; !found || len(e.CRDs) < 10 || e.Kinds["PeerAuthentication"] != 1 || len(e.Charts) != charts || e.Objects < 20 || e.Ready <= 0 {
+			t.Errorf("%s: install effort stored %v: %+v; want its %d charts, Istio's CRDs, the strict PeerAuthentication", mesh, found, effort, charts)
+		}
+	}
+	reports, _ := filepath.Glob(filepath.Join(reportDir, "meshmark-*", "report.md"))
+	if len(reports) != 1 {
+		t.Fatalf("reports written: %v", reports)
+	}
+	report, err := os.ReadFile(reports[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`\| istio \| 1 \| [0-9.]+ \| \d+ \| \d+ \| \d+ \|`, `\| ambient \| 1 \| [0-9.]+ \| \d+ \| \d+ \| \d+ \|`,
+		`istio \| plaintext from outside refused \| PASS \|`, `ambient \| plaintext from outside refused \| PASS \|`,
+		`istio \| every request crossed the mesh's proxies at the entry service \| PASS \| in 0 of 1 trials`,
+		`ambient \| every request crossed the mesh's proxies at the entry service \| PASS \| in 0 of 1 trials`,
+	} {
+		if !regexp.MustCompile(want).Match(report) {
+			t.Errorf("the report lacks %s:\n%s", want, report)
+		}
+	}
 }
 
 // checkStrictOnRealNodes holds a mesh of a real-node run to what strict mTLS promises:

@@ -1,12 +1,16 @@
 package runner
 
 import (
+	"bytes"
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/meshkube"
+	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/sampler"
 )
 
@@ -61,4 +65,33 @@ func TestBypassedByUnit(t *testing.T) {
 func withBytes(d mesh.ProxyDelta, n uint64) mesh.ProxyDelta {
 	d.InboundBytes = map[string]uint64{"productpage": n}
 	return d
+}
+
+// A proxy that could not be read is stored with the failure and flags the trial, with
+// a warning naming it and why, and the run goes on; a proxy read behind it still counts
+// toward the bypass check. (On a real cluster every proxy of a healthy mesh is read:
+// cli's TestStudyOnRealNodes holds the trials to that.)
+func TestProxyEvidenceFlagsAnUnreadableProxy(t *testing.T) {
+	var out bytes.Buffer
+	r := &runner{progress: newProgress(&out, false, 0)}
+	trial := &results.Trial{Mesh: "istio"}
+	why := "GET /api/v1/namespaces/mm-1/pods/meshmark-loadgen-0:15090/proxy/stats/prometheus: 503"
+	r.proxyEvidence(trial, []mesh.ProxyDelta{
+		{Component: "envoy", Pod: "productpage-v1-0", Unit: meshkube.UnitRequests, Inbound: map[string]uint64{"productpage": 640}},
+		{Component: "envoy", Pod: "meshmark-loadgen-0", Err: why},
+	}, "productpage", &load.Result{Completed: 600}, "latency 200 req/s")
+
+	if !trial.Result.HasFlag(results.FlagProxyUnreadable) || trial.Result.HasFlag(results.FlagProxyBypassed) {
+		t.Errorf("flags %v; want proxy-unreadable and not proxy-bypassed", trial.Result.Flags)
+	}
+	if len(trial.Result.ProxyStats) != 2 {
+		t.Fatalf("stored %d proxies' counters, want both, the unreadable one too", len(trial.Result.ProxyStats))
+	}
+	var d mesh.ProxyDelta
+	if err := json.Unmarshal(trial.Result.ProxyStats[1].Stats, &d); err != nil || d.Err != why || trial.Result.ProxyStats[1].Mesh != "istio" {
+		t.Errorf("the unreadable proxy stored %+v (%v); want its failure", d, err)
+	}
+	if want := "warning: envoy in meshmark-loadgen-0 could not be read (" + why + ") in latency 200 req/s on istio; this trial is flagged"; !strings.Contains(out.String(), want) {
+		t.Errorf("progress %q; want %q", out.String(), want)
+	}
 }
