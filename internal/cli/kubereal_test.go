@@ -21,16 +21,17 @@ import (
 )
 
 // TestStudyOnRealNodes runs one study end to end on a real two-node cluster
-// (localcluster: kubelets, containerd, bridge CNI, kube-proxy, CoreDNS): no mesh, the
-// Istio sidecar under strict mTLS and Istio ambient, each installed from its own
-// charts with images built on this machine. Every part is real: meshmark's generator
-// pods measure bookinfo's pods, each proxy's counters must have counted the probe
-// burst, meshmark's plaintext probe pods must be refused by every meshed service while
-// the positive control (a service outside the mesh) answers them, the kubelets'
-// metrics give each container's CPU and working set, and the cluster's own nodes are
-// the run's provenance, and what each workload pod served, read from the pod itself,
-// gives each trial's request mix. Afterwards nothing of the run or of either mesh is
-// left.
+// (localcluster: kubelets, containerd, bridge CNI, kube-proxy, CoreDNS): no mesh
+// (spreading calls per request, and balanced per connection by kube-proxy), the Istio
+// sidecar under strict mTLS and Istio ambient, each installed from its own charts with
+// images built on this machine. Every part is real: two of meshmark's generator pods
+// measure bookinfo's pods, each proxy's counters must have counted the probe burst and
+// every trial, meshmark's plaintext probe pods must be refused by every meshed service
+// while the positive control (a service outside the mesh) answers them, the kubelets'
+// metrics give each container's CPU and working set, the cluster's own nodes are the
+// run's provenance, and what each workload pod served, read from the pod itself, gives
+// each trial's request mix (a third each per request, skewed and flagged per
+// connection). Afterwards nothing of the run or of either mesh is left.
 func TestStudyOnRealNodes(t *testing.T) {
 	l := kubetest.SharedLocal(t)
 	// Linkerd's images are built only on request (setup --for linkerd); Istio's, which
@@ -41,10 +42,14 @@ func TestStudyOnRealNodes(t *testing.T) {
 	}
 	l.LoadImages(t, images...)
 
-	// Two generator pods, whose schedules interleave into the study's one rate.
+	// Two generator pods, whose schedules interleave into the study's one rate. The
+	// baseline spreads calls per request; kube-proxy is the same app balanced per
+	// connection, by kube-proxy, as callers that keep their connections are.
 	path := realNodesStudy(t, l, "real-nodes", `    - {name: baseline, profile: none}
+    - {name: kube-proxy, profile: none, options: {balancing: per-connection}}
     - {name: istio, profile: envoy-sidecar, options: {mtls: strict}}
-    - {name: ambient, profile: istio-ambient, options: {mtls: strict}}`, "      generators: 2\n",
+    - {name: ambient, profile: istio-ambient, options: {mtls: strict}}
+  baseline: baseline`, "      generators: 2\n",
 		"    - {name: latency, kind: fixed-rate, rate: 40, duration: 12s, warmup: 2s}\n")
 	db, reportDir := filepath.Join(t.TempDir(), "results.db"), t.TempDir()
 	_, errOut, err := execCLI("run", "--db", db, "--report-dir", reportDir, path)
@@ -53,8 +58,8 @@ func TestStudyOnRealNodes(t *testing.T) {
 	}
 	run := lastRun(t, db)
 
-	if run.Status != results.StatusComplete || len(run.Trials) != 3 {
-		t.Fatalf("run %s (%s) with %d trials, want complete with 3\n%s", run.Status, run.StatusReason, len(run.Trials), errOut)
+	if run.Status != results.StatusComplete || len(run.Trials) != 4 {
+		t.Fatalf("run %s (%s) with %d trials, want complete with 4\n%s", run.Status, run.StatusReason, len(run.Trials), errOut)
 	}
 	for _, want := range []string{"2 load generators", "istio: installing ", "istio: every pod is in the mesh (", "ambient: every pod is in the mesh (",
 		"baseline torn down", "mesh uninstalled"} {
@@ -62,7 +67,7 @@ func TestStudyOnRealNodes(t *testing.T) {
 			t.Errorf("progress does not say %q:\n%s", want, errOut)
 		}
 	}
-	for _, m := range []string{"baseline", "istio", "ambient"} {
+	for _, m := range []string{"baseline", "kube-proxy", "istio", "ambient"} {
 		// One run id: the namespaces carry the stored run's, which clean takes.
 		if want := fmt.Sprintf("namespace mmreal-%s-%s", run.ID, m); !strings.Contains(errOut, want) {
 			t.Errorf("progress does not say %q: the namespaces do not carry the stored run's id %s", want, run.ID)
@@ -82,7 +87,7 @@ func TestStudyOnRealNodes(t *testing.T) {
 		}
 		checkCountersOnRealNodes(t, tr)
 		measured := measuredRoles(tr)
-		want := map[string]substrate.Role{"baseline": substrate.RoleWorkload, "istio": substrate.RoleSidecar, "ambient": substrate.RoleNodeProxy}
+		want := map[string]substrate.Role{"baseline": substrate.RoleWorkload, "kube-proxy": substrate.RoleWorkload, "istio": substrate.RoleSidecar, "ambient": substrate.RoleNodeProxy}
 		if !measured[substrate.RoleWorkload] || !measured[want[tr.Mesh]] {
 			t.Errorf("%s: containers with CPU and memory read from their kubelets: %v; want the workload's and %s", tr.Mesh, measured, want[tr.Mesh])
 		}
@@ -106,8 +111,16 @@ func TestStudyOnRealNodes(t *testing.T) {
 			t.Errorf("%s: request mix %+v; want reviews' three versions read back, about 560 requests among them", tr.Mesh, tr.Result.Mix)
 			continue
 		}
-		if tr.Mesh == "ambient" {
+		switch tr.Mesh {
+		case "ambient":
 			continue // ztunnel alone balances per connection (L4): its mix is what it is
+		case "kube-proxy":
+			// productpage keeps its connections to reviews, so a trial's calls stay on
+			// the versions those connections were given: not a third each.
+			if !tr.Result.HasFlag(results.FlagMixSkewed) {
+				t.Errorf("kube-proxy: reviews' mix %+v not flagged skewed", reviews)
+			}
+			continue
 		}
 		// The baseline spreads per request over headless Services, Istio's sidecars
 		// balance per request: a third each.
@@ -117,8 +130,11 @@ func TestStudyOnRealNodes(t *testing.T) {
 			}
 		}
 	}
+	if !regexp.MustCompile(`warning: request mix off by more than 10 points in latency 40 req/s on kube-proxy: reviews v\d served \d+% of \d+ requests`).MatchString(errOut) {
+		t.Errorf("progress does not warn of kube-proxy's mix:\n%s", errOut)
+	}
 	for _, m := range run.Meshes {
-		if m.Label == "baseline" {
+		if m.Label == "baseline" || m.Label == "kube-proxy" {
 			continue
 		}
 		// ratings is called only by reviews v2 and v3: under ambient's per-connection
@@ -139,16 +155,16 @@ func TestStudyOnRealNodes(t *testing.T) {
 	checkNothingLeft(t, l, "istio-system")
 }
 
-// checkCountersOnRealNodes holds a trial to what its proxies counted over it: the
-// baseline reads none; every proxy of a mesh is read (none unreadable, none bypassed),
+// checkCountersOnRealNodes holds a trial to what its proxies counted over it: a trial
+// with no mesh reads none; every proxy of a mesh is read (none unreadable, none bypassed),
 // and the proxies at productpage counted, in their unit, at least the trial's measured
 // requests (the warm-up's too, 80 more, no more than that): Istio's sidecars count
 // requests, ztunnel connections.
 func checkCountersOnRealNodes(t *testing.T, tr results.Trial) {
 	t.Helper()
-	if tr.Mesh == "baseline" {
+	if tr.Mesh == "baseline" || tr.Mesh == "kube-proxy" {
 		if len(tr.Result.ProxyStats) != 0 || tr.Result.HasFlag(results.FlagProxyUnreadable) {
-			t.Errorf("baseline: proxy counters %d, flags %v; the baseline has no proxy", len(tr.Result.ProxyStats), tr.Result.Flags)
+			t.Errorf("%s: proxy counters %d, flags %v; no mesh, no proxy", tr.Mesh, len(tr.Result.ProxyStats), tr.Result.Flags)
 		}
 		return
 	}

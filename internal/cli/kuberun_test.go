@@ -41,13 +41,6 @@ import (
 // kwok's kubelet endpoint forwards the pod's generator port to the process.
 func standInGenerators(t *testing.T, c *kubetest.Cluster, entryService, entryAddr string) {
 	t.Helper()
-	standInGeneratorsTo(t, c, entryService, func(string) (string, bool) { return entryAddr, true })
-}
-
-// standInGeneratorsTo is standInGenerators with the entry's address known later: a
-// generator pod gets its stand-in only once entry says where the entry service is.
-func standInGeneratorsTo(t *testing.T, c *kubetest.Cluster, entryService string, entry func(namespace string) (string, bool)) {
-	t.Helper()
 	client, err := c.Client()
 	if err != nil {
 		t.Fatal(err)
@@ -64,10 +57,6 @@ func standInGeneratorsTo(t *testing.T, c *kubetest.Cluster, entryService string,
 		svc, err := client.CoreV1().Services(p.Namespace).Get(ctx, entryService, metav1.GetOptions{})
 		if err != nil {
 			return false, nil // not created yet
-		}
-		entryAddr, ok := entry(p.Namespace)
-		if !ok {
-			return false, nil // the entry service's stand-in is not up yet
 		}
 		host := fmt.Sprintf("%s.%s.svc.cluster.local:%d", entryService, p.Namespace, svc.Spec.Ports[0].Port)
 		g, err := spawnGenerator(logDir, "--allow-namespace", p.Namespace, "--resolve", host+":"+entryAddr)
