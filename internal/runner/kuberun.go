@@ -997,7 +997,8 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 	if res.Health.Bottleneck {
 		trial.Result.Generator.Behind = true
 		trial.Result.Flags = append(trial.Result.Flags, results.FlagGeneratorBehind)
-		r.progress.note(fmt.Sprintf("warning: a load generator fell behind in %s on %s; this trial is flagged", label, t.Mesh.Name))
+		r.progress.note(fmt.Sprintf("warning: a load generator fell behind in %s on %s (%s); this trial is flagged",
+			label, t.Mesh.Name, strings.Join(res.Health.Why, "; ")))
 	}
 	if servedBefore != nil && servedAfter != nil {
 		trial.Result.Mix = r.kubeRequestMix(servedBefore, servedAfter)
