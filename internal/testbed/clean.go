@@ -77,19 +77,24 @@ func processStartTime(pid int) (uint64, error) {
 }
 
 func parseStatStartTime(stat []byte) (uint64, error) {
-	// The command name (field 2) may contain spaces and parentheses; fields resume
-	// after the last ')'.
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, errors.New("malformed /proc stat")
-	}
-	fields := strings.Fields(s[i+1:])
+	fields, ok := statFields(stat)
 	// fields[0] is field 3 (state); start time is field 22.
-	if len(fields) < 20 {
+	if !ok || len(fields) < 20 {
 		return 0, errors.New("malformed /proc stat")
 	}
 	return strconv.ParseUint(fields[19], 10, 64)
+}
+
+// statFields returns the fields of a /proc/<pid>/stat line from field 3 (the state)
+// on. The command name (field 2) may contain spaces and parentheses, so the fields
+// resume after the last ')'; ok is false when there is none.
+func statFields(stat []byte) (fields []string, ok bool) {
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil, false
+	}
+	return strings.Fields(s[i+1:]), true
 }
 
 // Alive reports whether the owner process still runs.
@@ -357,7 +362,6 @@ func running(pid int) bool {
 	if err != nil {
 		return false
 	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+	fields, ok := statFields(data)
+	return !ok || len(fields) == 0 || fields[0] != "Z"
 }

@@ -162,13 +162,9 @@ func groupsAlive(groups map[int]bool) bool {
 		if err != nil {
 			continue // exited meanwhile
 		}
-		// "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
-		end := bytes.LastIndexByte(stat, ')')
-		if end < 0 {
-			continue
-		}
-		fields := strings.Fields(string(stat[end+1:]))
-		if len(fields) < 3 || fields[0] == "Z" || fields[0] == "X" {
+		// From field 3 on: state, ppid, pgrp.
+		fields, ok := statFields(stat)
+		if !ok || len(fields) < 3 || fields[0] == "Z" || fields[0] == "X" {
 			continue
 		}
 		if pgrp, err := strconv.Atoi(fields[2]); err == nil && groups[pgrp] {
