@@ -203,16 +203,16 @@ func checkCountersOnRealNodes(t *testing.T, tr results.Trial) {
 // and the plaintext probe as it judges a local run.
 func checkEffortOnRealNodes(t *testing.T, run *results.Run, reportDir string) {
 	t.Helper()
-	for mesh, charts := range map[string]int{"istio": 2, "ambient": 4} {
+	for label, charts := range map[string]int{"istio": 2, "ambient": 4} {
 		var effort results.InstallEffort
 		found := false
 		for _, gc := range run.Provenance.Configs {
-			if gc.Mesh == mesh && gc.Name == results.InstallEffortConfig {
+			if gc.Mesh == label && gc.Name == results.InstallEffortConfig {
 				found = json.Unmarshal(gc.Content, &effort) == nil
 			}
 		}
 		if e := effort; !found || len(e.CRDs) < 10 || e.Kinds["PeerAuthentication"] != 1 || len(e.Charts) != charts || e.Objects < 20 || e.Ready <= 0 {
-			t.Errorf("%s: install effort stored %v: %+v; want its %d charts, Istio's CRDs, the strict PeerAuthentication", mesh, found, effort, charts)
+			t.Errorf("%s: install effort stored %v: %+v; want its %d charts, Istio's CRDs, the strict PeerAuthentication", label, found, effort, charts)
 		}
 	}
 	reports, _ := filepath.Glob(filepath.Join(reportDir, "meshmark-*", "report.md"))
