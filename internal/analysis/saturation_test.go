@@ -28,7 +28,7 @@ func TestSaturatedTrialMakesItsPointSaturated(t *testing.T) {
 		t.Fatalf("trial 3 is %s %s", sat.Mesh, sat.Experiment)
 	}
 	sat.Result.Flags = append(sat.Result.Flags, results.FlagTargetSaturated)
-	sat.Result.Saturation = &results.Saturation{Saturated: true, InFlightFrom: 2, InFlightTo: 800, IntendedRate: 300, CompletedRate: 220}
+	sat.Result.Saturation = &results.Saturation{Saturated: true, BacklogFrom: 2, BacklogTo: 800, IntendedRate: 300, CompletedRate: 220}
 
 	rep := Analyze(run, Options{Seed: 1}, nil)
 	for _, c := range rep.Comparisons {

@@ -28,7 +28,11 @@ type engine struct {
 	ended  time.Time // when the last request finished
 	sched  Schedule
 
-	inflight, peak  atomic.Int64
+	inflight, peak atomic.Int64
+	// due counts the open model's sends whose intended time has come, settled the
+	// requests that ended (recorded or aborted): with dropped and inflight they give
+	// the sends waiting for a connection (waiting).
+	due, settled    atomic.Int64
 	claimed         atomic.Int64
 	sent            atomic.Int64
 	scheduled       atomic.Int64 // intended sends after warmup, open model
@@ -175,6 +179,14 @@ func (e *engine) send(s Session, p *Prepared, intended time.Time) {
 	e.finish(&t, &out, err)
 }
 
+// waiting is how many due sends of the open model wait for a connection. Its counters
+// are read one after another while requests move on, so it can be off by the few that
+// moved meanwhile; never below zero.
+func (e *engine) waiting() int64 {
+	ended := e.settled.Load() + e.dropped.Load()
+	return max(0, e.due.Load()-ended-e.inflight.Load())
+}
+
 // begin stamps the actual send and counts the request in flight.
 func (e *engine) begin(intended time.Time) timing { return e.beginAt(intended, time.Now()) }
 
@@ -202,6 +214,7 @@ func (e *engine) finish(t *timing, out *Outcome, err error) {
 func (e *engine) finishAt(t *timing, out *Outcome, err error, done time.Time) {
 	t.done = done
 	e.inflight.Add(-1)
+	e.settled.Add(1)
 	if out.Dialed {
 		e.dialed.Add(1)
 	}
@@ -293,6 +306,7 @@ func (e *engine) runOpen(ctx context.Context, p *Prepared) {
 			break
 		}
 		e.lastIntended.Store(int64(off))
+		e.due.Add(1)
 		intended := e.start.Add(off)
 		woke := false
 		pool.mu.Lock()
@@ -530,7 +544,7 @@ func (e *engine) startIntervals() func() []Interval {
 		if e.sched != nil {
 			rate = e.sched.RateAt(begin + length/2)
 		}
-		iv := e.rec.rotate(begin, length, rate, e.inflight.Load())
+		iv := e.rec.rotate(begin, length, rate, e.inflight.Load(), e.waiting())
 		if e.cfg.StreamIntervals {
 			// Progress carries it whole; the result keeps its figures, which judging
 			// the run reads (DetectSaturation), and not its histograms.
@@ -720,38 +734,47 @@ func (e *engine) judge(res *Result) {
 	}
 }
 
-// Saturation rule: over the window's second half, the requests in flight at the target
-// stay above what they were at its start by at least saturationMinGrowth requests and
-// saturationGrowth of the requests intended in the window. A target that keeps up holds
-// about rate × latency in flight, which wanders but does not climb; one that cannot
-// piles up the difference between the intended and its served rate, every second. The
-// second half, not just the end, so that one stall just before the end is not a trend.
+// Saturation rules, over the window's second half (the second half, not just its end, so
+// that one stall just before the end is not a trend):
+//   - the backlog (requests due and not answered, in flight or waiting for a connection)
+//     stays above what it was at the window's start by at least saturationMinGrowth
+//     requests and saturationGrowth of the requests intended in the window. A target
+//     that keeps up holds about rate × latency, which wanders but does not climb; one
+//     that cannot piles up the difference between the intended and its served rate,
+//     every second.
+//   - or at least saturationMinGrowth sends wait for a connection at every boundary:
+//     with the connections capped (MaxInFlight), a target that cannot serve the rate
+//     over them queues the rest at the generator. A backlog that built up in the
+//     warm-up and then holds, as when the target sheds part of it by failing requests,
+//     shows there and not as growth.
 const (
 	saturationMinGrowth = 10
 	saturationGrowth    = 0.01
 )
 
-// DetectSaturation judges an open-model result from its intervals' in-flight counts
-// over the window from res.Warmup to sendEnd (the offset at which sending stopped):
-// nil when fewer than two intervals fall in it.
+// DetectSaturation judges an open-model result from its intervals' backlogs over the
+// window from res.Warmup to sendEnd (the offset at which sending stopped): nil when
+// fewer than two intervals fall in it.
 func DetectSaturation(res *Result, sendEnd time.Duration) *Saturation {
 	from, to := res.Warmup, sendEnd
 	type boundary struct {
-		at       time.Duration
-		inFlight int64
-		iv       *Interval
+		at      time.Duration
+		backlog int64
+		waiting int64
+		iv      *Interval
 	}
 	var bs []boundary
-	start := boundary{} // the run's start: nothing in flight
+	start := boundary{} // the run's start: nothing due
 	for i := range res.Intervals {
 		iv := &res.Intervals[i]
 		end := iv.Start + iv.Length
 		tol := iv.Length / 10 // intervals close on a ticker, a little after their time
+		b := boundary{end, iv.InFlight + iv.Waiting, iv.Waiting, iv}
 		switch {
 		case end <= from+tol:
-			start = boundary{end, iv.InFlight, iv}
+			start = b
 		case end <= to+tol:
-			bs = append(bs, boundary{end, iv.InFlight, iv})
+			bs = append(bs, b)
 		}
 	}
 	if len(bs) < 2 {
@@ -759,8 +782,8 @@ func DetectSaturation(res *Result, sendEnd time.Duration) *Saturation {
 	}
 	last := bs[len(bs)-1]
 	s := &Saturation{
-		InFlightFrom:  start.inFlight,
-		InFlightTo:    last.inFlight,
+		BacklogFrom:   start.backlog,
+		BacklogTo:     last.backlog,
 		IntendedRate:  res.RequestedRate,
 		CompletedRate: res.AchievedRate,
 	}
@@ -774,13 +797,15 @@ func DetectSaturation(res *Result, sendEnd time.Duration) *Saturation {
 		}
 	}
 	half := start.at + (last.at-start.at)/2
-	s.InFlightLow = last.inFlight
+	s.BacklogLow, s.WaitingLow = last.backlog, last.waiting
 	for _, b := range bs {
 		if b.at >= half {
-			s.InFlightLow = min(s.InFlightLow, b.inFlight)
+			s.BacklogLow = min(s.BacklogLow, b.backlog)
+			s.WaitingLow = min(s.WaitingLow, b.waiting)
 		}
 	}
 	intended := res.RequestedRate * (last.at - start.at).Seconds()
-	s.Saturated = float64(s.InFlightLow-s.InFlightFrom) >= max(saturationMinGrowth, saturationGrowth*intended)
+	grew := float64(s.BacklogLow-s.BacklogFrom) >= max(saturationMinGrowth, saturationGrowth*intended)
+	s.Saturated = grew || s.WaitingLow >= saturationMinGrowth
 	return s
 }

@@ -205,6 +205,7 @@ func timerFired(events []unix.EpollEvent) bool {
 func (o *openLoop) fire(off time.Duration) {
 	e := o.e
 	e.lastIntended.Store(int64(off))
+	e.due.Add(1)
 	if e.hard.Err() != nil {
 		e.dropped.Add(1)
 		return

@@ -162,6 +162,7 @@ func MergeIntervals(sets [][]Interval) ([]Interval, error) {
 			iv.AchievedRate += x.AchievedRate
 			iv.SendLagMax = max(iv.SendLagMax, x.SendLagMax)
 			iv.InFlight += x.InFlight
+			iv.Waiting += x.Waiting
 			for _, m := range []struct {
 				into *hdrhistogram.Histogram
 				enc  string

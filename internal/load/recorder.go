@@ -220,8 +220,9 @@ func (r *recorder) pending() bool {
 }
 
 // rotate closes the current interval, which began at offset start from runStart; inFlight
-// is how many requests were sent and not yet answered as it closed.
-func (r *recorder) rotate(start, length time.Duration, requestedRate float64, inFlight int64) Interval {
+// is how many requests were sent and not yet answered as it closed, waiting how many
+// were due and not yet sent for want of a connection.
+func (r *recorder) rotate(start, length time.Duration, requestedRate float64, inFlight, waiting int64) Interval {
 	r.mu.Lock()
 	s := r.cur
 	r.cur, r.spare = r.spare, nil
@@ -240,6 +241,7 @@ func (r *recorder) rotate(start, length time.Duration, requestedRate float64, in
 		ServiceP99:    Histogram{s.service}.Quantile(99),
 		SendLagMax:    time.Duration(s.maxLag),
 		InFlight:      inFlight,
+		Waiting:       waiting,
 	}
 	if length > 0 {
 		iv.AchievedRate = float64(s.completed) / length.Seconds()

@@ -48,8 +48,7 @@ func WriteTable(w io.Writer, r *Result) error {
 		fmt.Fprintf(w, "rate: achieved %.1f/s (completed within the measured window%s)\n", r.AchievedRate, after)
 	}
 	if r.TargetSaturated() {
-		fmt.Fprintf(w, "TARGET SATURATED: requests in flight at the target grew from %d to %d over the window; it completed %.1f/s of the %.1f/s intended. The latency below is that of a backlog that grows as long as the run lasts, not the target's latency at this rate.\n",
-			r.Saturation.InFlightFrom, r.Saturation.InFlightTo, r.Saturation.CompletedRate, r.Saturation.IntendedRate)
+		fmt.Fprintf(w, "TARGET SATURATED: %s. The latency below is that of a backlog the target could not work off, not its latency at this rate.\n", r.Saturation.Evidence())
 	}
 	fmt.Fprint(tw, "\t")
 	for _, q := range Spectrum {
@@ -103,7 +102,7 @@ func WriteTable(w io.Writer, r *Result) error {
 	fmt.Fprintln(w)
 	h := r.Health
 	if r.Saturation != nil && !r.Saturation.Saturated {
-		fmt.Fprintf(w, "target: kept up (in flight %d at the window's start, %d at its end)\n", r.Saturation.InFlightFrom, r.Saturation.InFlightTo)
+		fmt.Fprintf(w, "target: kept up (backlog %d at the window's start, %d at its end)\n", r.Saturation.BacklogFrom, r.Saturation.BacklogTo)
 	}
 	fmt.Fprintf(w, "generator: peak in-flight %d, connections %d, late %d, dropped %d, aborted %d, cpu %s user + %s sys (%s/request)\n",
 		h.PeakInFlight, h.Connections, h.Late, h.Dropped, h.Aborted,
@@ -142,7 +141,7 @@ func WriteCSV(w io.Writer, r *Result) error {
 	cw := csv.NewWriter(w)
 	_ = cw.Write([]string{"start_s", "length_s", "requested_rps", "achieved_rps", "completed",
 		"errors", "refused", "reset", "timeout", "non2xx", "other", "lookup",
-		"latency_p50_us", "latency_p90_us", "latency_p99_us", "latency_max_us", "service_p99_us", "send_lag_max_us", "in_flight"})
+		"latency_p50_us", "latency_p90_us", "latency_p99_us", "latency_max_us", "service_p99_us", "send_lag_max_us", "in_flight", "waiting"})
 	us := func(d time.Duration) string { return strconv.FormatInt(d.Microseconds(), 10) }
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
 	n := func(v int64) string { return strconv.FormatInt(v, 10) }
@@ -150,7 +149,7 @@ func WriteCSV(w io.Writer, r *Result) error {
 		e := iv.Errors
 		_ = cw.Write([]string{f(iv.Start.Seconds()), f(iv.Length.Seconds()), f(iv.RequestedRate), f(iv.AchievedRate),
 			n(iv.Completed), n(e.Total()), n(e.Refused), n(e.Reset), n(e.Timeout), n(e.Non2xx), n(e.Other), n(e.Lookup),
-			us(iv.LatencyP50), us(iv.LatencyP90), us(iv.LatencyP99), us(iv.LatencyMax), us(iv.ServiceP99), us(iv.SendLagMax), n(iv.InFlight)})
+			us(iv.LatencyP50), us(iv.LatencyP90), us(iv.LatencyP99), us(iv.LatencyMax), us(iv.ServiceP99), us(iv.SendLagMax), n(iv.InFlight), n(iv.Waiting)})
 	}
 	cw.Flush()
 	return cw.Error()

@@ -124,8 +124,12 @@ type Interval struct {
 	ServiceP99    time.Duration `json:"service_p99"`
 	SendLagMax    time.Duration `json:"send_lag_max"`
 	// InFlight is how many requests had been sent and not yet answered when the
-	// interval closed: a target that cannot keep up makes it grow.
+	// interval closed, Waiting how many were due and not yet sent because every
+	// connection allowed (MaxInFlight) was busy. Their sum is the backlog: a target
+	// that cannot keep up makes it grow, in flight or, when the connections are
+	// capped, in the queue for one.
 	InFlight int64  `json:"in_flight"`
+	Waiting  int64  `json:"waiting,omitempty"`
 	Latency  string `json:"latency_hist"` // V2 compressed, base64; answered and failed requests
 	Service  string `json:"service_hist"`
 }
@@ -154,19 +158,23 @@ type Health struct {
 }
 
 // Saturation is the evidence on whether the target kept up with an open-model run: the
-// requests it had been sent and not yet answered at the start and at the end of the
-// measured window, and the rate it completed against the rate intended. A target that
-// cannot serve the intended rate builds a backlog that grows for as long as the run
-// lasts, and then its latency is the length of that queue, not its latency at the rate.
+// backlog (requests due and not yet answered, whether in flight at the target or
+// waiting for a connection) at the start and at the end of the measured window, and
+// the rate it completed against the rate intended. A target that cannot serve the
+// intended rate builds a backlog that grows for as long as the run lasts, and then its
+// latency is the length of that queue, not its latency at the rate.
 type Saturation struct {
 	// Saturated: the target fell behind (see DetectSaturation for the rule).
 	Saturated bool `json:"saturated"`
-	// InFlightFrom and InFlightTo are the requests in flight at the target at the
-	// window's start and end; InFlightLow is the fewest at any interval boundary of
-	// the window's second half.
-	InFlightFrom int64 `json:"in_flight_from"`
-	InFlightTo   int64 `json:"in_flight_to"`
-	InFlightLow  int64 `json:"in_flight_low"`
+	// BacklogFrom and BacklogTo are the backlog at the window's start and end;
+	// BacklogLow is the smallest at any interval boundary of the window's second half.
+	BacklogFrom int64 `json:"backlog_from"`
+	BacklogTo   int64 `json:"backlog_to"`
+	BacklogLow  int64 `json:"backlog_low"`
+	// WaitingLow is the fewest sends waiting for a connection at any interval boundary
+	// of the window's second half: above zero, the target did not serve the rate over
+	// the connections it was allowed, however steady its backlog.
+	WaitingLow int64 `json:"waiting_low,omitempty"`
 	// IntendedRate is the requests per second intended in the window, CompletedRate
 	// those completed inside it (answered or failed, whatever their intended time).
 	IntendedRate  float64 `json:"intended_rate"`
@@ -183,8 +191,16 @@ func (s *Saturation) String() string {
 	if s.Saturated {
 		what = "target saturated"
 	}
-	out := fmt.Sprintf("%s: requests in flight at the target went from %d to %d over the window, and it completed %.1f/s of the %.1f/s intended",
-		what, s.InFlightFrom, s.InFlightTo, s.CompletedRate, s.IntendedRate)
+	return what + ": " + s.Evidence()
+}
+
+// Evidence is the figures the verdict rests on, in words.
+func (s *Saturation) Evidence() string {
+	out := fmt.Sprintf("requests due and not answered (in flight, or waiting for a connection) went from %d to %d over the window, and it completed %.1f/s of the %.1f/s intended",
+		s.BacklogFrom, s.BacklogTo, s.CompletedRate, s.IntendedRate)
+	if s.WaitingLow > 0 {
+		out += fmt.Sprintf("; at least %d sends waited for a connection throughout the window's second half", s.WaitingLow)
+	}
 	if s.LatencyTo > 0 { // zero: nothing completed in any interval of the window
 		out += fmt.Sprintf(" (p50 %s in the first interval, %s in the last)", fmtDur(s.LatencyFrom), fmtDur(s.LatencyTo))
 	}

@@ -64,7 +64,7 @@ func TestTargetSaturationAgainstKnownCapacity(t *testing.T) {
 	}
 	s := above.Saturation
 	// 6 s at 200 req/s over capacity is 1200 requests of backlog
-	if s.InFlightTo-s.InFlightFrom < 600 || s.IntendedRate != above.RequestedRate || s.CompletedRate != above.AchievedRate {
+	if s.BacklogTo-s.BacklogFrom < 600 || s.IntendedRate != above.RequestedRate || s.CompletedRate != above.AchievedRate {
 		t.Errorf("above capacity: evidence %+v", s)
 	}
 	if above.CompletedAfterWindow < 600 || above.Completed != above.Sent {
@@ -81,6 +81,108 @@ func TestTargetSaturationAgainstKnownCapacity(t *testing.T) {
 	text := out.String()
 	if !strings.Contains(text, "TARGET SATURATED") || strings.Contains(text, "the generator did not keep to its schedule") {
 		t.Errorf("the table does not name the target as saturated, or blames the generator:\n%s", text)
+	}
+}
+
+// With the connections capped, as a study's fixed-rate experiment with `connections`
+// caps them, a target that cannot serve the rate holds every connection and the backlog
+// piles up in the generator's queue for one, not in flight. Counting only what was in
+// flight, a run at 1.4× the one-thread server's capacity over 8 connections was judged
+// "kept up" and the sends that waited blamed on the generator ("raise --max-inflight").
+func TestTargetSaturationWithCappedConnections(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector slows the generator below the rates measured here")
+	}
+	const service, capacity, conns = 2 * time.Millisecond, 500.0, 8
+	url := oneThreadServer(t, service)
+	below := run(t, Config{
+		Request:  Request{URL: url},
+		Open:     &OpenModel{Schedule: ScheduleSpec{Arrival: Constant, Rate: 0.6 * capacity}, Connections: conns, MaxInFlight: conns},
+		Duration: 5 * time.Second,
+		Warmup:   time.Second,
+	})
+	t.Logf("below capacity: achieved %.1f/s, late %d, %+v", below.AchievedRate, below.Health.Late, below.Saturation)
+	if below.Saturation == nil || below.TargetSaturated() || below.Saturation.WaitingLow > 0 {
+		t.Errorf("below capacity over %d connections: %+v, want judged, not saturated, nothing queued", conns, below.Saturation)
+	}
+	// the epoll loop and, with a Client given, the goroutine path keep their own queues
+	for _, path := range []struct {
+		name   string
+		client Client
+	}{{"epoll", nil}, {"goroutines", NewHTTP1Client(ClientOptions{})}} {
+		t.Run(path.name, func(t *testing.T) {
+			res := run(t, Config{
+				Request:  Request{URL: url},
+				Open:     &OpenModel{Schedule: ScheduleSpec{Arrival: Constant, Rate: 1.4 * capacity}, Connections: conns, MaxInFlight: conns},
+				Duration: 7 * time.Second,
+				Warmup:   time.Second,
+				Client:   path.client,
+			})
+			checkSaturatedOverCappedConnections(t, res, capacity, conns)
+		})
+	}
+}
+
+func checkSaturatedOverCappedConnections(t *testing.T, res *Result, capacity float64, conns int64) {
+	t.Helper()
+	t.Logf("achieved %.1f/s, late %d, peak in flight %d, %+v, warnings %q",
+		res.AchievedRate, res.Health.Late, res.Health.PeakInFlight, res.Saturation, res.Warnings)
+	if res.Health.PeakInFlight > conns {
+		t.Fatalf("peak in flight %d over the cap of %d connections", res.Health.PeakInFlight, conns)
+	}
+	if !res.TargetSaturated() {
+		t.Fatalf("not flagged as saturated: %+v", res.Saturation)
+	}
+	s := res.Saturation
+	// 6 s at 200 req/s over capacity is 1200 requests of backlog, nearly all waiting
+	if s.BacklogTo-s.BacklogFrom < 600 || s.WaitingLow < 300 {
+		t.Errorf("evidence %+v: want the backlog grown by the sends waiting for a connection", s)
+	}
+	if d := res.AchievedRate/capacity - 1; d < -0.05 || d > 0.05 {
+		t.Errorf("achieved %.1f/s, want the server's capacity %.0f/s within 5%%", res.AchievedRate, capacity)
+	}
+	if res.Health.Bottleneck {
+		t.Errorf("the generator is blamed: %q", res.Health.Why)
+	}
+	last := res.Intervals[len(res.Intervals)-1]
+	var csvOut strings.Builder
+	if err := WriteCSV(&csvOut, res); err != nil {
+		t.Fatal(err)
+	}
+	header := strings.SplitN(csvOut.String(), "\n", 2)[0]
+	if !strings.HasSuffix(header, ",in_flight,waiting") || last.InFlight > conns {
+		t.Errorf("CSV header %q, last interval in flight %d waiting %d", header, last.InFlight, last.Waiting)
+	}
+}
+
+// DetectSaturation's second rule, on intervals written out: a backlog that stopped
+// growing after the warm-up, with sends queued for a connection at every interval's
+// end through the window's second half, is a target that did not serve the rate over
+// its connections; the same backlog with nothing queued is a slow target keeping up,
+// and a queue at one interval's end only is a burst.
+func TestSaturationFromSendsWaitingThroughout(t *testing.T) {
+	res := func(waiting ...int64) *Result {
+		r := &Result{Warmup: time.Second, RequestedRate: 300, AchievedRate: 300}
+		r.Intervals = append(r.Intervals, Interval{Start: 0, Length: time.Second, Completed: 300, InFlight: 32, Waiting: waiting[0]})
+		for i, w := range waiting[1:] {
+			r.Intervals = append(r.Intervals, Interval{Start: time.Duration(i+1) * time.Second, Length: time.Second, Completed: 300, InFlight: 32, Waiting: w})
+		}
+		return r
+	}
+	for _, c := range []struct {
+		name    string
+		waiting []int64
+		want    bool
+	}{
+		{"queued throughout", []int64{600, 610, 590, 605, 600, 598, 602}, true},
+		{"nothing queued", []int64{0, 0, 0, 0, 0, 0, 0}, false},
+		{"a burst at one end", []int64{0, 0, 0, 0, 0, 40, 0}, false},
+		{"a few queued now and then", []int64{5, 3, 6, 2, 4, 7, 3}, false},
+	} {
+		s := DetectSaturation(res(c.waiting...), 7*time.Second)
+		if s == nil || s.Saturated != c.want {
+			t.Errorf("%s: %+v, want saturated %v", c.name, s, c.want)
+		}
 	}
 }
 

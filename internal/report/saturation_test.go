@@ -28,7 +28,7 @@ func TestSaturatedTrialInReport(t *testing.T) {
 	}
 	sat.ID, backed.ID = 9001, 9002
 	sat.Result.Flags = append(sat.Result.Flags, results.FlagTargetSaturated)
-	sat.Result.Saturation = &results.Saturation{Saturated: true, InFlightFrom: 4, InFlightTo: 666, IntendedRate: 600, CompletedRate: 420}
+	sat.Result.Saturation = &results.Saturation{Saturated: true, BacklogFrom: 4, BacklogTo: 666, IntendedRate: 600, CompletedRate: 420}
 	backed.Result.Flags = append(backed.Result.Flags, results.FlagTargetSaturated, results.FlagBackedOff)
 	backed.Result.Saturation = &results.Saturation{Saturated: true}
 	an := analysis.Analyze(run, analysis.Options{Seed: 42}, nil)

@@ -1299,9 +1299,9 @@ func saturationCheck(run *results.Run, mesh string) (CheckRow, bool) {
 		return CheckRow{}, false
 	}
 	row := CheckRow{Mesh: mesh, Check: "the system under test kept up with the load (no saturated trial)", Pass: len(saturated) == 0,
-		Detail: fmt.Sprintf("in flight at the target held steady in all %d open-loop trials", judged-backedOff)}
+		Detail: fmt.Sprintf("its backlog held steady, with no sends queued for a connection, in all %d open-loop trials", judged-backedOff)}
 	if len(saturated) > 0 {
-		row.Detail = strings.Join(saturated, "; ") + ". Their latency is that of a growing queue; verdicts at their points say saturated"
+		row.Detail = strings.Join(saturated, "; ") + ". Their latency is that of a queue; verdicts at their points say saturated"
 	}
 	if backedOff > 0 {
 		row.Detail += fmt.Sprintf(" (%d trials saturated at a rate the runner then lowered; they are kept but left out)", backedOff)

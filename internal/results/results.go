@@ -321,13 +321,16 @@ type WindowCount struct {
 }
 
 // Saturation is the evidence on whether the target kept up with an open-loop trial:
-// the requests in flight at the target at the window's start and end (and the fewest
-// in its second half), and the rate it completed against the rate intended.
+// the backlog (requests due and not answered, in flight at the target or waiting for
+// a connection) at the window's start and end (and the smallest in its second half),
+// the fewest sends waiting for a connection in its second half, and the rate it
+// completed against the rate intended (load.Saturation has the rules).
 type Saturation struct {
 	Saturated     bool    `json:"saturated"`
-	InFlightFrom  int64   `json:"in_flight_from"`
-	InFlightTo    int64   `json:"in_flight_to"`
-	InFlightLow   int64   `json:"in_flight_low"`
+	BacklogFrom   int64   `json:"backlog_from"`
+	BacklogTo     int64   `json:"backlog_to"`
+	BacklogLow    int64   `json:"backlog_low"`
+	WaitingLow    int64   `json:"waiting_low,omitempty"`
 	IntendedRate  float64 `json:"intended_rate"`
 	CompletedRate float64 `json:"completed_rate"`
 	// LatencyFromUS and LatencyToUS are the median latency of the window's first and
@@ -338,8 +341,11 @@ type Saturation struct {
 
 // String is the evidence in one line, for progress output and reports.
 func (s *Saturation) String() string {
-	out := fmt.Sprintf("in flight at the target %d → %d over the window, completed %.0f of %.0f req/s intended",
-		s.InFlightFrom, s.InFlightTo, s.CompletedRate, s.IntendedRate)
+	out := fmt.Sprintf("backlog (in flight or waiting for a connection) %d → %d over the window, completed %.0f of %.0f req/s intended",
+		s.BacklogFrom, s.BacklogTo, s.CompletedRate, s.IntendedRate)
+	if s.WaitingLow > 0 {
+		out += fmt.Sprintf(", ≥ %d sends waiting for a connection throughout its second half", s.WaitingLow)
+	}
 	if s.LatencyToUS > 0 { // zero: nothing completed in any interval of the window
 		out += fmt.Sprintf(", p50 %v → %v", Duration(s.LatencyFromUS).Round(10*time.Microsecond), Duration(s.LatencyToUS).Round(10*time.Microsecond))
 	}

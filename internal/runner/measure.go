@@ -278,7 +278,7 @@ func convertSaturation(s *load.Saturation) *results.Saturation {
 	if s == nil {
 		return nil
 	}
-	return &results.Saturation{Saturated: s.Saturated, InFlightFrom: s.InFlightFrom, InFlightTo: s.InFlightTo, InFlightLow: s.InFlightLow,
+	return &results.Saturation{Saturated: s.Saturated, BacklogFrom: s.BacklogFrom, BacklogTo: s.BacklogTo, BacklogLow: s.BacklogLow, WaitingLow: s.WaitingLow,
 		IntendedRate: s.IntendedRate, CompletedRate: s.CompletedRate,
 		LatencyFromUS: s.LatencyFrom.Microseconds(), LatencyToUS: s.LatencyTo.Microseconds()}
 }

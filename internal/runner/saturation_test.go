@@ -153,7 +153,7 @@ func TestSaturatedTargetFlaggedAndBackedOff(t *testing.T) {
 		if want := math.Round(rate * math.Pow(0.9, float64(min(i, 3)))); math.Abs(tr.Params.RequestedRate-want) > 2 {
 			t.Errorf("trial %d at 500%% ran at %.0f req/s, want %.0f (%d back-offs of 10%%)", i, tr.Params.RequestedRate, want, min(i, 3))
 		}
-		if !tr.Result.HasFlag(results.FlagTargetSaturated) || s == nil || s.InFlightTo <= s.InFlightFrom ||
+		if !tr.Result.HasFlag(results.FlagTargetSaturated) || s == nil || s.BacklogTo <= s.BacklogFrom ||
 			s.CompletedRate > 0.8*s.IntendedRate || served > ceiling {
 			t.Errorf("trial %d at 500%%: flags %v, evidence %v, served %.1f/s (at most %.0f)", i, tr.Result.Flags, s, served, ceiling)
 		}

@@ -156,4 +156,12 @@ ALTER TABLE trials ADD COLUMN failed_hdr TEXT NOT NULL DEFAULT '';
 ALTER TABLE trials ADD COLUMN in_window TEXT NOT NULL DEFAULT 'null';
 ALTER TABLE trials ADD COLUMN saturation TEXT NOT NULL DEFAULT 'null';
 `,
+	// 6: the saturation evidence counts the backlog, requests in flight or waiting
+	// for a connection, where it counted those in flight only; older rows' figures
+	// are in-flight counts, kept under the new names.
+	`
+UPDATE trials SET saturation = replace(replace(replace(saturation,
+	'"in_flight_from"', '"backlog_from"'), '"in_flight_to"', '"backlog_to"'), '"in_flight_low"', '"backlog_low"')
+	WHERE saturation != 'null';
+`,
 }

@@ -230,7 +230,7 @@ func TestSaturationAndFailuresRoundTrip(t *testing.T) {
 	tr.Result.AnsweredLatency, tr.Result.FailedLatency = answered, failed
 	tr.Result.ErrorsByKind = map[string]int64{"timeout": 7, "non2xx": 2}
 	tr.Result.Window = &results.WindowCount{Completed: 980, Succeeded: 971, After: 30}
-	tr.Result.Saturation = &results.Saturation{Saturated: true, InFlightFrom: 3, InFlightTo: 240, InFlightLow: 120,
+	tr.Result.Saturation = &results.Saturation{Saturated: true, BacklogFrom: 3, BacklogTo: 240, BacklogLow: 120,
 		IntendedRate: 200, CompletedRate: 196, LatencyFromUS: 2100, LatencyToUS: 1_200_000}
 	tr.Result.Flags = []string{results.FlagTargetSaturated}
 	if err := s.AddTrial(ctx, run.ID, tr); err != nil {
@@ -305,6 +305,51 @@ func TestTrialsOnlyGoIntoRunningRuns(t *testing.T) {
 	}
 	if err := s.FinishRun(ctx, r.ID, results.StatusRunning, ""); err == nil {
 		t.Error("FinishRun accepted status running")
+	}
+}
+
+// A trial stored by a version 5 release kept its saturation evidence as in-flight
+// counts under in_flight_* keys; after migrating, the same figures read back as the
+// backlog, which is what they were a lower bound of.
+func TestVersion5SaturationEvidenceMigrates(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "results.db")
+	all := migrations
+	migrations = all[:5]
+	s, err := Open(ctx, path)
+	if err != nil {
+		migrations = all
+		t.Fatal(err)
+	}
+	run := sampleRun()
+	tr := syntheticTrial(rand.New(rand.NewPCG(6, 6)), "sidecar", 0, 300, time.Date(2026, 11, 24, 4, 0, 0, 0, time.UTC))
+	err = s.CreateRun(ctx, run)
+	if err == nil {
+		err = s.AddTrial(ctx, run.ID, tr)
+	}
+	if err == nil {
+		// the columns are version 5's; the saturation JSON as a version 5 release wrote it
+		_, err = s.db.ExecContext(ctx, `UPDATE trials SET saturation = ?`,
+			`{"saturated":true,"in_flight_from":3,"in_flight_to":240,"in_flight_low":120,"intended_rate":200,"completed_rate":150,"latency_p50_from_us":2100,"latency_p50_to_us":900000}`)
+	}
+	s.Close()
+	migrations = all
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	got, err := s2.LoadRun(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &results.Saturation{Saturated: true, BacklogFrom: 3, BacklogTo: 240, BacklogLow: 120, IntendedRate: 200, CompletedRate: 150,
+		LatencyFromUS: 2100, LatencyToUS: 900000}
+	if len(got.Trials) != 1 || !reflect.DeepEqual(got.Trials[0].Result.Saturation, want) {
+		t.Fatalf("saturation after migration: %+v, want %+v", got.Trials[0].Result.Saturation, want)
 	}
 }
 
