@@ -742,6 +742,10 @@ func (e *engine) judge(res *Result) {
 //     that keeps up holds about rate × latency, which wanders but does not climb; one
 //     that cannot piles up the difference between the intended and its served rate,
 //     every second.
+//   - or the target failed at least saturationMinGrowth requests, and saturationShed of
+//     them, as an overloaded target fails them (overloadStatus, or timed out): one that
+//     sheds the excess, like Envoy past its circuit breakers' limits, serves the rate
+//     intended with a steady backlog, part of it answered with errors.
 //   - or at least saturationMinGrowth sends wait for a connection at every boundary:
 //     with the connections capped (MaxInFlight), a target that cannot serve the rate
 //     over them queues the rest at the generator. A backlog that built up in the
@@ -750,7 +754,22 @@ func (e *engine) judge(res *Result) {
 const (
 	saturationMinGrowth = 10
 	saturationGrowth    = 0.01
+	saturationShed      = 0.01
 )
+
+// overloadStatus are the statuses a server or proxy answers with when it has more than
+// it can take: too many requests, unavailable (Envoy's overflow), gateway timeout.
+var overloadStatus = []int{429, 503, 504}
+
+// shedRequests counts the requests of res that failed as an overloaded target fails
+// them: an overload status, or no answer before the timeout.
+func shedRequests(res *Result) int64 {
+	n := res.Errors.Timeout
+	for _, code := range overloadStatus {
+		n += res.StatusCodes[code]
+	}
+	return n
+}
 
 // DetectSaturation judges an open-model result from its intervals' backlogs over the
 // window from res.Warmup to sendEnd (the offset at which sending stopped): nil when
@@ -806,6 +825,8 @@ func DetectSaturation(res *Result, sendEnd time.Duration) *Saturation {
 	}
 	intended := res.RequestedRate * (last.at - start.at).Seconds()
 	grew := float64(s.BacklogLow-s.BacklogFrom) >= max(saturationMinGrowth, saturationGrowth*intended)
-	s.Saturated = grew || s.WaitingLow >= saturationMinGrowth
+	s.Shed, s.Completed = shedRequests(res), res.Completed
+	shed := float64(s.Shed) >= max(saturationMinGrowth, saturationShed*float64(s.Completed))
+	s.Saturated = grew || shed || s.WaitingLow >= saturationMinGrowth
 	return s
 }

@@ -23,14 +23,20 @@ import (
 //	MESHMARK_ONE_THREAD_SERVER=2ms ./load.test
 //
 // give the server of known capacity the saturation tests use, for trying `meshmark
-// load` against it by hand; it prints its address and serves until stdin closes.
+// load` against it by hand; it prints its address and serves until stdin closes. With
+// MESHMARK_ONE_THREAD_SERVER_SHED=N it answers 503 at once to a request that finds N
+// already queued, as Envoy does past its circuit breakers' limits.
 const oneThreadEnv = "MESHMARK_ONE_THREAD_SERVER"
 
 func TestMain(m *testing.M) {
 	if v := os.Getenv(oneThreadEnv); v != "" {
 		service, err := time.ParseDuration(v)
+		shed := 0
+		if err == nil && os.Getenv(oneThreadEnv+"_SHED") != "" {
+			shed, err = strconv.Atoi(os.Getenv(oneThreadEnv + "_SHED"))
+		}
 		if err == nil {
-			err = serveOneThread(os.Getenv(oneThreadEnv+"_ADDR"), service)
+			err = serveOneThread(os.Getenv(oneThreadEnv+"_ADDR"), service, shed)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "one-thread server:", err)
@@ -48,9 +54,10 @@ func TestMain(m *testing.M) {
 // req/s at 2 ms) whatever the load. Arrival is the kernel's receive time of the request
 // (SO_TIMESTAMPNS) and "done" is kept on that clock rather than read after the write, so
 // the time spent reading and writing, or preempted on a busy machine, does not lower
-// the capacity: a server that was held up catches up. It prints "listening ADDR" and
-// serves until its stdin closes.
-func serveOneThread(addr string, service time.Duration) error {
+// the capacity: a server that was held up catches up. With shed > 0, a request that
+// arrives to find shed requests queued ahead of it is answered 503 at once, taking no
+// service time. It prints "listening ADDR" and serves until its stdin closes.
+func serveOneThread(addr string, service time.Duration, shed int) error {
 	runtime.GOMAXPROCS(1)
 	runtime.LockOSThread()
 	if addr == "" {
@@ -87,6 +94,7 @@ func serveOneThread(addr string, service time.Duration) error {
 		}
 	}
 	response := []byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	overflow := []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 8\r\n\r\noverflow")
 	pending := map[int][]byte{}
 	buf, oob := make([]byte, 64<<10), make([]byte, 128)
 	events := make([]unix.EpollEvent, 256)
@@ -135,6 +143,10 @@ func serveOneThread(addr string, service time.Duration) error {
 				}
 				data = data[i+4:]
 				start := arrival(oob[:oobn])
+				if shed > 0 && lastEnd.Sub(start) >= time.Duration(shed)*service {
+					_, _ = unix.Write(fd, overflow)
+					continue
+				}
 				if start.Before(lastEnd) {
 					start = lastEnd
 				}
@@ -165,8 +177,14 @@ func arrival(oob []byte) time.Time {
 // base URL; it stops when the test ends.
 func oneThreadServer(t *testing.T, service time.Duration) string {
 	t.Helper()
+	return oneThreadServerShedding(t, service, 0)
+}
+
+// oneThreadServerShedding is oneThreadServer answering 503 past a queue of shed.
+func oneThreadServerShedding(t *testing.T, service time.Duration, shed int) string {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), oneThreadEnv+"="+service.String())
+	cmd.Env = append(os.Environ(), oneThreadEnv+"="+service.String(), fmt.Sprintf("%s_SHED=%d", oneThreadEnv, shed))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -175,6 +175,10 @@ type Saturation struct {
 	// of the window's second half: above zero, the target did not serve the rate over
 	// the connections it was allowed, however steady its backlog.
 	WaitingLow int64 `json:"waiting_low,omitempty"`
+	// Shed is how many of the Completed requests after warm-up failed as an
+	// overloaded target fails them (429, 503, 504, or timed out).
+	Shed      int64 `json:"shed,omitempty"`
+	Completed int64 `json:"completed"`
 	// IntendedRate is the requests per second intended in the window, CompletedRate
 	// those completed inside it (answered or failed, whatever their intended time).
 	IntendedRate  float64 `json:"intended_rate"`
@@ -200,6 +204,10 @@ func (s *Saturation) Evidence() string {
 		s.BacklogFrom, s.BacklogTo, s.CompletedRate, s.IntendedRate)
 	if s.WaitingLow > 0 {
 		out += fmt.Sprintf("; at least %d sends waited for a connection throughout the window's second half", s.WaitingLow)
+	}
+	if s.Shed > 0 {
+		out += fmt.Sprintf("; %d of its %d requests (%.1f%%) failed as an overloaded target fails them (429, 503, 504 or timed out)",
+			s.Shed, s.Completed, 100*float64(s.Shed)/float64(max(s.Completed, 1)))
 	}
 	if s.LatencyTo > 0 { // zero: nothing completed in any interval of the window
 		out += fmt.Sprintf(" (p50 %s in the first interval, %s in the last)", fmtDur(s.LatencyFrom), fmtDur(s.LatencyTo))

@@ -155,6 +155,46 @@ func checkSaturatedOverCappedConnections(t *testing.T, res *Result, capacity flo
 	}
 }
 
+// A target that sheds what it cannot take, answering 503 at once past a queue of 50
+// (as Envoy does past its circuit breakers), completes every request intended with a
+// backlog that stops growing after the warm-up. Judged by its backlog alone, a run at
+// 1.4× its capacity "kept up" with 30% of its requests failed; it saturated.
+func TestTargetSaturationWhenTheTargetSheds(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector slows the generator below the rates measured here")
+	}
+	const service, capacity, queue = 2 * time.Millisecond, 500.0, 50
+	url := oneThreadServerShedding(t, service, queue)
+	res := run(t, Config{
+		Request:  Request{URL: url},
+		Open:     &OpenModel{Schedule: ScheduleSpec{Arrival: Constant, Rate: 1.4 * capacity}},
+		Duration: 6 * time.Second,
+		Warmup:   time.Second,
+	})
+	t.Logf("achieved %.1f/s, succeeded %d of %d, codes %v, %+v", res.AchievedRate, res.Succeeded, res.Completed, res.StatusCodes, res.Saturation)
+	s := res.Saturation
+	if !res.TargetSaturated() || s.BacklogLow-s.BacklogFrom >= saturationMinGrowth {
+		t.Fatalf("%+v: want saturated with a backlog that did not grow", s)
+	}
+	// it answers 503 to what it cannot serve: about 200 of the 700 req/s
+	if share := float64(s.Shed) / float64(s.Completed); s.Shed != res.StatusCodes[503] || share < 0.2 || share > 0.4 {
+		t.Errorf("shed %d of %d (503s: %d), want about 2/7", s.Shed, s.Completed, res.StatusCodes[503])
+	}
+	if !strings.Contains(s.String(), "failed as an overloaded target fails them") {
+		t.Errorf("evidence %q does not name the failures", s)
+	}
+	// the same server below its capacity sheds nothing and is not flagged
+	below := run(t, Config{
+		Request:  Request{URL: url},
+		Open:     &OpenModel{Schedule: ScheduleSpec{Arrival: Constant, Rate: 0.6 * capacity}},
+		Duration: 4 * time.Second,
+		Warmup:   time.Second,
+	})
+	if below.TargetSaturated() || below.Saturation.Shed != 0 {
+		t.Errorf("below capacity: %+v, want kept up with nothing shed", below.Saturation)
+	}
+}
+
 // DetectSaturation's second rule, on intervals written out: a backlog that stopped
 // growing after the warm-up, with sends queued for a connection at every interval's
 // end through the window's second half, is a target that did not serve the rate over

@@ -323,14 +323,17 @@ type WindowCount struct {
 // Saturation is the evidence on whether the target kept up with an open-loop trial:
 // the backlog (requests due and not answered, in flight at the target or waiting for
 // a connection) at the window's start and end (and the smallest in its second half),
-// the fewest sends waiting for a connection in its second half, and the rate it
-// completed against the rate intended (load.Saturation has the rules).
+// the fewest sends waiting for a connection in its second half, the requests it failed
+// as an overloaded target fails them, and the rate it completed against the rate
+// intended (load.Saturation has the rules).
 type Saturation struct {
 	Saturated     bool    `json:"saturated"`
 	BacklogFrom   int64   `json:"backlog_from"`
 	BacklogTo     int64   `json:"backlog_to"`
 	BacklogLow    int64   `json:"backlog_low"`
 	WaitingLow    int64   `json:"waiting_low,omitempty"`
+	Shed          int64   `json:"shed,omitempty"`      // requests failed as an overloaded target fails them
+	Completed     int64   `json:"completed,omitempty"` // requests after warm-up, of which Shed
 	IntendedRate  float64 `json:"intended_rate"`
 	CompletedRate float64 `json:"completed_rate"`
 	// LatencyFromUS and LatencyToUS are the median latency of the window's first and
@@ -345,6 +348,9 @@ func (s *Saturation) String() string {
 		s.BacklogFrom, s.BacklogTo, s.CompletedRate, s.IntendedRate)
 	if s.WaitingLow > 0 {
 		out += fmt.Sprintf(", ≥ %d sends waiting for a connection throughout its second half", s.WaitingLow)
+	}
+	if s.Shed > 0 {
+		out += fmt.Sprintf(", %d of %d requests failed as an overloaded target fails them (429/503/504/timeout)", s.Shed, s.Completed)
 	}
 	if s.LatencyToUS > 0 { // zero: nothing completed in any interval of the window
 		out += fmt.Sprintf(", p50 %v → %v", Duration(s.LatencyFromUS).Round(10*time.Microsecond), Duration(s.LatencyToUS).Round(10*time.Microsecond))

@@ -279,6 +279,7 @@ func convertSaturation(s *load.Saturation) *results.Saturation {
 		return nil
 	}
 	return &results.Saturation{Saturated: s.Saturated, BacklogFrom: s.BacklogFrom, BacklogTo: s.BacklogTo, BacklogLow: s.BacklogLow, WaitingLow: s.WaitingLow,
+		Shed: s.Shed, Completed: s.Completed,
 		IntendedRate: s.IntendedRate, CompletedRate: s.CompletedRate,
 		LatencyFromUS: s.LatencyFrom.Microseconds(), LatencyToUS: s.LatencyTo.Microseconds()}
 }
