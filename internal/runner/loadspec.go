@@ -130,6 +130,30 @@ func firstConns(e *study.Experiment) int {
 	return 0
 }
 
+// judgedIntervals is how many intervals a short trial's window is cut into at the least,
+// so that the saturation rules (load.DetectSaturation), which read the backlog at every
+// interval's end, have a trend to read: with the engine's 1 s a trial of many short
+// paired blocks, as the demo runs, had one interval per block and was never judged.
+const judgedIntervals = 5
+
+// loadInterval is the load engine's interval for a window after a warm-up: 1 s, or a
+// judgedIntervals-th of a window shorter than judgedIntervals seconds (no less than
+// 100 ms), shortened so that the warm-up is a whole number of intervals. The rules
+// compare the backlog with what it was as the warm-up ended; an interval that closed
+// after it left them the run's start to compare with, when nothing was due yet, and
+// then the backlog of a target that keeps up counted as growth.
+func loadInterval(window, warmup time.Duration) time.Duration {
+	base := time.Second
+	if window > 0 && window < judgedIntervals*time.Second {
+		base = max(window/judgedIntervals, 100*time.Millisecond)
+	}
+	if warmup >= 100*time.Millisecond {
+		k := (warmup + base - 1) / base
+		base = warmup / k
+	}
+	return base
+}
+
 // loadSpec is the load of one run of the trial's experiment: its request in the
 // experiment's protocol to the platform's target, its model, its timing.
 func (r *runner) loadSpec(t *study.Trial, p platformLoad, lr loadRun) (load.Spec, error) {
@@ -137,6 +161,7 @@ func (r *runner) loadSpec(t *study.Trial, p platformLoad, lr loadRun) (load.Spec
 	cfg := load.Config{
 		Request:          load.Request{Method: "GET", URL: p.target(e, r.entryPath(r.study.Spec.Workload.Entrypoint))},
 		Duration:         lr.length + lr.warmup,
+		Interval:         loadInterval(lr.length, lr.warmup),
 		Count:            int64(e.Requests),
 		Warmup:           lr.warmup,
 		DisableKeepAlive: !e.KeepAlive,

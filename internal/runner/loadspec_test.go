@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/results"
@@ -155,8 +156,9 @@ func jsonOf(t *testing.T, s load.Spec) string {
 // testbed as on a cluster (TestOneTranslationForBothPlatforms, and loadgen's
 // TestInFlightCapThroughGenerators for the generator service). Against a service that
 // holds every request 20 ms, 200 req/s would keep about 4 in flight; capped at 2, the
-// stored trial shows at most 2 and sends that waited, while a fixed-rate experiment
-// that merely opens 2 connections up front goes past them.
+// stored trial shows at most 2 and sends that waited, flagged as the target's
+// saturation, while a fixed-rate experiment that merely opens 2 connections up front
+// goes past them.
 func TestConnectionsWithRateCapsInFlight(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
@@ -179,12 +181,20 @@ spec:
   repeats: 1
 `))
 	peak := map[string]results.GeneratorHealth{}
+	trial := map[string]results.Trial{}
 	for _, tr := range run.Trials {
-		peak[tr.Experiment] = tr.Result.Generator
+		peak[tr.Experiment], trial[tr.Experiment] = tr.Result.Generator, tr
 	}
-	t.Logf("capped: %+v; uncapped: %+v", peak["conns"], peak["latency"])
+	t.Logf("capped: %+v, flags %v, %s; uncapped: %+v", peak["conns"], trial["conns"].Result.Flags, trial["conns"].Result.Saturation, peak["latency"])
 	if g := peak["conns"]; g.PeakInFlight > 2 || g.PeakInFlight == 0 || g.LateSends == 0 {
 		t.Errorf("connections [2] at 200 req/s: peak %d in flight, %d late sends; want at most 2 in flight and late sends", g.PeakInFlight, g.LateSends)
+	}
+	// Two connections to a 20 ms service carry at most 100 req/s: the other 100 a second
+	// wait for one, which is the target's saturation at that concurrency, not the
+	// generator falling behind.
+	if c := trial["conns"].Result; !c.HasFlag(results.FlagTargetSaturated) || c.HasFlag(results.FlagGeneratorBehind) ||
+		c.Saturation == nil || c.Saturation.WaitingLow < 10 || c.Saturation.BacklogTo <= c.Saturation.BacklogFrom {
+		t.Errorf("connections [2] at 200 req/s: flags %v, evidence %s; want the target saturated by the sends waiting for a connection", c.Flags, c.Saturation)
 	}
 	if g := peak["latency"]; g.PeakInFlight <= 2 {
 		t.Errorf("fixed-rate with 2 connections at 200 req/s: peak %d in flight; want more than 2 against a 20 ms service, or the capped run proves nothing", g.PeakInFlight)
@@ -249,6 +259,33 @@ spec:
 				t.Errorf("repeat %d drew the users of another repeat (seed %d)", repeat, seed)
 			}
 			all[seed] = true
+		}
+	}
+}
+
+// The engine's interval cuts a short window into enough pieces for the saturation rules
+// to read a trend, and ends one exactly as the warm-up ends, which the rules compare the
+// backlog with.
+func TestLoadIntervalFitsWindowAndWarmup(t *testing.T) {
+	for _, c := range []struct {
+		window, warmup, want time.Duration
+	}{
+		{30 * time.Second, 10 * time.Second, time.Second},
+		{5 * time.Second, 0, time.Second},
+		{time.Second, 0, 200 * time.Millisecond},
+		{1200 * time.Millisecond, 200 * time.Millisecond, 200 * time.Millisecond},
+		{time.Second, 500 * time.Millisecond, 500 * time.Millisecond / 3},
+		{3 * time.Second, 500 * time.Millisecond, 500 * time.Millisecond},
+		{10 * time.Second, 1500 * time.Millisecond, 750 * time.Millisecond},
+		{300 * time.Millisecond, 0, 100 * time.Millisecond},
+		{time.Second, 50 * time.Millisecond, 200 * time.Millisecond}, // a warm-up too short to align with
+	} {
+		got := loadInterval(c.window, c.warmup)
+		if got != c.want {
+			t.Errorf("window %v, warm-up %v: interval %v, want %v", c.window, c.warmup, got, c.want)
+		}
+		if rem := c.warmup % got; c.warmup >= 100*time.Millisecond && rem > got/100 && got-rem > got/100 {
+			t.Errorf("window %v, warm-up %v: interval %v does not end at the warm-up's end", c.window, c.warmup, got)
 		}
 	}
 }
