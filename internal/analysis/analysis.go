@@ -12,6 +12,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -421,11 +422,18 @@ func Groups(run *results.Run) []*Group {
 	return out
 }
 
+// RateLabel is a requested rate as labels show it, to a tenth of a request a second: a
+// capacity search's probes are shares of a measured rate, and their float's shortest
+// form read "1413.6000000000001 rps".
+func RateLabel(rate float64) string {
+	return strconv.FormatFloat(math.Round(rate*10)/10, 'f', -1, 64) + " rps"
+}
+
 func paramLabel(t *results.Trial) string {
 	p := t.Params
 	switch {
 	case p.RequestedRate > 0:
-		return fmt.Sprintf("%s %g rps", t.Experiment, p.RequestedRate)
+		return t.Experiment + " " + RateLabel(p.RequestedRate)
 	case p.Users > 0:
 		return fmt.Sprintf("%s %d users", t.Experiment, p.Users)
 	case p.Connections > 0:

@@ -863,7 +863,7 @@ func columnLabel(g *analysis.Group) string {
 	p := g.Params
 	switch {
 	case p.RequestedRate > 0:
-		return strconv.FormatFloat(p.RequestedRate, 'g', -1, 64) + " rps"
+		return analysis.RateLabel(p.RequestedRate)
 	case p.Users > 0:
 		return strconv.Itoa(p.Users) + " users"
 	case p.Connections > 0:
