@@ -734,23 +734,22 @@ func (e *engine) judge(res *Result) {
 	}
 }
 
-// Saturation rules, over the window's second half (the second half, not just its end, so
-// that one stall just before the end is not a trend):
-//   - the backlog (requests due and not answered, in flight or waiting for a connection)
-//     stays above what it was at the window's start by at least saturationMinGrowth
-//     requests and saturationGrowth of the requests intended in the window. A target
-//     that keeps up holds about rate × latency, which wanders but does not climb; one
-//     that cannot piles up the difference between the intended and its served rate,
-//     every second.
-//   - or the target failed at least saturationMinGrowth requests, and saturationShed of
-//     them, as an overloaded target fails them (overloadStatus, or timed out): one that
-//     sheds the excess, like Envoy past its circuit breakers' limits, serves the rate
-//     intended with a steady backlog, part of it answered with errors.
-//   - or at least saturationMinGrowth sends wait for a connection at every boundary:
-//     with the connections capped (MaxInFlight), a target that cannot serve the rate
-//     over them queues the rest at the generator. A backlog that built up in the
-//     warm-up and then holds, as when the target sheds part of it by failing requests,
-//     shows there and not as growth.
+// Saturation rules; a target is saturated when any holds:
+//   - over the window's second half (the second half, not just its end, so that one
+//     stall just before the end is not a trend), the backlog (requests due and not
+//     answered, in flight or waiting for a connection) stays above what it was at the
+//     window's start by at least saturationMinGrowth requests and saturationGrowth of
+//     the requests intended in the window. A target that keeps up holds about rate ×
+//     latency, which wanders but does not climb; one that cannot piles up the
+//     difference between the intended and its served rate, every second.
+//   - at least saturationMinGrowth sends wait for a connection at every boundary of the
+//     window's second half: with the connections capped (MaxInFlight), a target that
+//     cannot serve the rate over them queues the rest at the generator, and a queue
+//     that built up in the warm-up and then holds shows here and not as growth.
+//   - it failed at least saturationMinGrowth of the requests after the warm-up, and
+//     saturationShed of them, as an overloaded target fails them (overloadStatus, or
+//     timed out): one that sheds the excess, like Envoy past its circuit breakers'
+//     limits, serves the rate intended with a steady backlog, part of it failed.
 const (
 	saturationMinGrowth = 10
 	saturationGrowth    = 0.01
