@@ -29,15 +29,14 @@ type engine struct {
 	sched  Schedule
 
 	inflight, peak atomic.Int64
-	// due counts the open model's sends whose intended time has come, settled the
-	// requests that ended (recorded or aborted): with dropped and inflight they give
-	// the sends waiting for a connection (waiting).
-	due, settled    atomic.Int64
-	claimed         atomic.Int64
-	sent            atomic.Int64
-	scheduled       atomic.Int64 // intended sends after warmup, open model
-	lastIntended    atomic.Int64 // ns offset
-	late, dropped   atomic.Int64
+	claimed        atomic.Int64
+	sent           atomic.Int64
+	scheduled      atomic.Int64 // intended sends after warmup, open model
+	lastIntended   atomic.Int64 // ns offset
+	late, dropped  atomic.Int64
+	// dequeued counts the late sends that left the queue for a connection, sent or
+	// dropped: late less dequeued are waiting. Only a send that queues touches either.
+	dequeued        atomic.Int64
 	aborted, dialed atomic.Int64
 	hard            context.Context // cancelled when in-flight requests must be abandoned
 	// spin is the time the open loop spent waiting for send times without parking;
@@ -179,13 +178,8 @@ func (e *engine) send(s Session, p *Prepared, intended time.Time) {
 	e.finish(&t, &out, err)
 }
 
-// waiting is how many due sends of the open model wait for a connection. Its counters
-// are read one after another while requests move on, so it can be off by the few that
-// moved meanwhile; never below zero.
-func (e *engine) waiting() int64 {
-	ended := e.settled.Load() + e.dropped.Load()
-	return max(0, e.due.Load()-ended-e.inflight.Load())
-}
+// waiting is how many due sends of the open model wait for a connection.
+func (e *engine) waiting() int64 { return e.late.Load() - e.dequeued.Load() }
 
 // begin stamps the actual send and counts the request in flight.
 func (e *engine) begin(intended time.Time) timing { return e.beginAt(intended, time.Now()) }
@@ -214,7 +208,6 @@ func (e *engine) finish(t *timing, out *Outcome, err error) {
 func (e *engine) finishAt(t *timing, out *Outcome, err error, done time.Time) {
 	t.done = done
 	e.inflight.Add(-1)
-	e.settled.Add(1)
 	if out.Dialed {
 		e.dialed.Add(1)
 	}
@@ -306,7 +299,6 @@ func (e *engine) runOpen(ctx context.Context, p *Prepared) {
 			break
 		}
 		e.lastIntended.Store(int64(off))
-		e.due.Add(1)
 		intended := e.start.Add(off)
 		woke := false
 		pool.mu.Lock()
@@ -438,6 +430,7 @@ func (e *engine) drainPending(pool *openPool, w *openWorker, p *Prepared) {
 		}
 		off := pool.pending[0]
 		pool.pending = pool.pending[1:]
+		e.dequeued.Add(1)
 		pool.mu.Unlock()
 		e.send(w.s, p, e.start.Add(time.Duration(off)))
 		pool.inFlight.Done()

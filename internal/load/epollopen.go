@@ -205,7 +205,6 @@ func timerFired(events []unix.EpollEvent) bool {
 func (o *openLoop) fire(off time.Duration) {
 	e := o.e
 	e.lastIntended.Store(int64(off))
-	e.due.Add(1)
 	if e.hard.Err() != nil {
 		e.dropped.Add(1)
 		return
@@ -278,12 +277,12 @@ func (o *openLoop) popPending() (time.Duration, bool) {
 		return 0, false
 	}
 	if o.e.hard.Err() != nil {
-		o.e.dropped.Add(int64(len(o.pending) - o.head))
-		o.pending, o.head = o.pending[:0], 0
+		o.dropPending()
 		return 0, false
 	}
 	off := o.pending[o.head]
 	o.head++
+	o.e.dequeued.Add(1)
 	if o.head == len(o.pending) {
 		o.pending, o.head = o.pending[:0], 0
 	}
@@ -312,7 +311,15 @@ func (o *openLoop) abort(err error) {
 		}
 		o.disconnect(c)
 	}
-	o.e.dropped.Add(int64(len(o.pending) - o.head))
+	o.dropPending()
+}
+
+// dropPending drops every send waiting for a connection.
+func (o *openLoop) dropPending() {
+	n := int64(len(o.pending) - o.head)
+	o.e.dropped.Add(n)
+	o.e.dequeued.Add(n)
+	o.pending, o.head = o.pending[:0], 0
 }
 
 // handle reads the connections that events report ready.
