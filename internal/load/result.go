@@ -172,8 +172,8 @@ type Saturation struct {
 	BacklogTo   int64 `json:"backlog_to"`
 	BacklogLow  int64 `json:"backlog_low"`
 	// WaitingLow is the fewest sends waiting for a connection at any interval boundary
-	// of the window's second half: above zero, the target did not serve the rate over
-	// the connections it was allowed, however steady its backlog.
+	// of the window's second half: at saturationMinGrowth or more, the target did not
+	// serve the rate over the connections it was allowed, however steady its backlog.
 	WaitingLow int64 `json:"waiting_low,omitempty"`
 	// Shed is how many of the Completed requests after warm-up failed as an
 	// overloaded target fails them (429, 503, 504, or timed out).
