@@ -7,8 +7,9 @@ import (
 
 // Sensitivity is the smallest relative difference between two meshes that a run's
 // comparisons could tell apart, for one metric: the median, over its comparisons, of
-// half the width of the Δ% interval (a difference smaller than that is inside the
-// interval of no difference), with the repeats per mesh those comparisons had.
+// half the width of the interval of the ratio of the two meshes' values, in % (see
+// halfWidthOfRatio; a difference smaller than that is inside the interval of no
+// difference), with the repeats per mesh those comparisons had.
 type Sensitivity struct {
 	Metric      Metric  `json:"metric"`
 	Pct         float64 `json:"pct"`
@@ -53,7 +54,7 @@ func SensitivityOf(cs []Comparison) []Sensitivity {
 			a = &acc{}
 			by[c.Metric][c.Unit] = a
 		}
-		a.half = append(a.half, (c.Pct.Hi-c.Pct.Lo)/2)
+		a.half = append(a.half, halfWidthOfRatio(c.Pct))
 		a.repeats = append(a.repeats, min(c.Repeats, c.BaseRepeats))
 		a.unpaired = a.unpaired || !c.Paired
 	}
@@ -74,6 +75,24 @@ func SensitivityOf(cs []Comparison) []Sensitivity {
 			Comparisons: len(a.half), Unit: unit, Paired: !a.unpaired})
 	}
 	return out
+}
+
+// halfWidthOfRatio is a Δ% interval's half-width measured on the ratio of the two
+// values, 100·(exp(h)−1) for h half the width of its log: how precisely the run knows
+// by what factor the two differ. Half the width in % of the reference, which it
+// equals for two meshes close to each other, grows with the difference: a sidecar
+// that multiplies the baseline's p50 by 3.6, known to ±3 %, is +262 % [+253, +274],
+// ±10.5 % of the baseline's p50, and read the other way round (the baseline against
+// the sidecar) the same trials give −72.4 % [−73.3, −71.7], ±0.8 %. That is the size
+// of the difference, not the run's resolution; the ratio's half-width is the same
+// both ways round. An interval that reaches −100 % (a linear one, of values that
+// can be zero) has no ratio to take: its half-width in % is kept.
+func halfWidthOfRatio(pct Estimate) float64 {
+	lo, hi := 1+pct.Lo/100, 1+pct.Hi/100
+	if !(lo > 0) || !(hi > 0) {
+		return (pct.Hi - pct.Lo) / 2
+	}
+	return 100 * math.Expm1((math.Log(hi)-math.Log(lo))/2)
 }
 
 // At estimates the sensitivity with another number of repeats per mesh, the repeats'

@@ -87,12 +87,17 @@ func TestSensitivityOf(t *testing.T) {
 		{Metric: P50, Pct: Estimate{Lo: -800, Hi: 800}, Unit: "repeats", Repeats: 5, BaseRepeats: 2},
 	}
 	got := SensitivityOf(cs)
-	if len(got) != 2 || got[0].Metric != P50 || got[0].Pct != 5 || got[0].Comparisons != 3 || got[0].Unit != "repeats" || got[0].Repeats != 5 {
+	// The median comparison is the one of [-4, +6] %: ratios 0.96 to 1.06, whose
+	// logs are 0.0991 apart, half of it 0.0496, exp of that 1.0508.
+	if len(got) != 2 || got[0].Metric != P50 || math.Abs(got[0].Pct-5.08) > 0.005 || got[0].Comparisons != 3 || got[0].Unit != "repeats" || got[0].Repeats != 5 {
 		t.Fatalf("SensitivityOf: %+v", got)
 	}
-	if got[1].Metric != P99 || got[1].Unit != "intervals" || got[1].Pct != 20 {
+	// [-20, +20] %: ratios 0.8 to 1.2, log(1.5)/2 apart, so ±22.5 % on the ratio.
+	if got[1].Metric != P99 || got[1].Unit != "intervals" || math.Abs(got[1].Pct-22.47) > 0.005 {
 		t.Errorf("a metric with interval comparisons only: %+v", got[1])
 	}
+	// Rescale so that the arithmetic below reads in round numbers.
+	got[0].Pct = 5
 	// ±5% at 5 unpaired repeats: t(0.975; 8) = 2.306 and c4(8) = 0.9693 (tables), so
 	// 5 = 2.306·0.9693·σ/√5 and σ = 5.002; at 20 repeats t(0.975; 38) = 2.024 and
 	// c4(38) = 0.9934: 2.024·0.9934·σ/√20 = 2.249.
@@ -110,5 +115,28 @@ func TestSensitivityOf(t *testing.T) {
 	}
 	if !math.IsNaN(got[0].At(1)) {
 		t.Error("At(1) is a number: one repeat has no spread")
+	}
+}
+
+// The sensitivity is a property of the trials compared, not of which mesh is called
+// the reference: a mesh at 3.6 times the baseline's p50, known to ±3 %, is ±3 % read
+// from either side, where half the Δ% interval's width was ±10.5 % one way round and
+// ±0.8 % the other (the demo's sidecar against its baseline, 2026-11-28).
+func TestSensitivityIsTheSameBothWaysRound(t *testing.T) {
+	ratio := func(lo, hi float64) Comparison {
+		return Comparison{Metric: P50, Pct: Estimate{Lo: 100 * (lo - 1), Hi: 100 * (hi - 1)}, Unit: "repeats", Repeats: 50, BaseRepeats: 50, Paired: true}
+	}
+	meshOverBase := SensitivityOf([]Comparison{ratio(3.53, 3.74)})
+	baseOverMesh := SensitivityOf([]Comparison{ratio(1/3.74, 1/3.53)})
+	if len(meshOverBase) != 1 || len(baseOverMesh) != 1 {
+		t.Fatalf("SensitivityOf: %+v and %+v", meshOverBase, baseOverMesh)
+	}
+	a, b := meshOverBase[0].Pct, baseOverMesh[0].Pct
+	if math.Abs(a-b) > 1e-9 || math.Abs(a-2.93) > 0.01 {
+		t.Errorf("sensitivity %.3f%% one way round and %.3f%% the other, want both 2.93%%", a, b)
+	}
+	// A linear interval that reaches -100 % has no ratio: its half-width in % stands.
+	if s := SensitivityOf([]Comparison{{Metric: P50, Pct: Estimate{Lo: -120, Hi: 80}, Unit: "repeats", Repeats: 5, BaseRepeats: 5}}); len(s) != 1 || s[0].Pct != 100 {
+		t.Errorf("interval reaching -100%%: %+v", s)
 	}
 }

@@ -310,6 +310,6 @@ func SensitivityLine(ss []Sensitivity) string {
 	if len(parts) == 0 {
 		return "no latency comparison"
 	}
-	return fmt.Sprintf("%s (the smallest difference the comparisons could tell apart: half their interval's width, median over %d comparisons, %d %s)",
+	return fmt.Sprintf("%s (the smallest relative difference the comparisons could tell apart: half the width of their interval on the ratio of the two meshes' values, median over %d comparisons, %d %s)",
 		strings.Join(parts, ", "), n, repeats, unit)
 }
