@@ -763,6 +763,16 @@ func shedRequests(res *Result) int64 {
 	return n
 }
 
+// firstLatency is the median latency of the first interval in which anything completed.
+func firstLatency(ivs []Interval) time.Duration {
+	for _, iv := range ivs {
+		if iv.Completed > 0 {
+			return iv.LatencyP50
+		}
+	}
+	return 0
+}
+
 // DetectSaturation judges an open-model result from its intervals' backlogs over the
 // window from res.Warmup to sendEnd (the offset at which sending stopped): nil when
 // fewer than two intervals fall in it.
@@ -786,6 +796,20 @@ func DetectSaturation(res *Result, sendEnd time.Duration) *Saturation {
 			start = b
 		case end <= to+tol:
 			bs = append(bs, b)
+		}
+	}
+	// A target that keeps up holds rate × latency, a backlog that builds up over its
+	// first latency. A start earlier than that (the run's, without a warm-up) would
+	// count that build-up as growth: a server answering in 240 ms at 150 req/s, with
+	// room for any number of requests, was called saturated, "from 0 to 36". The
+	// start is then the first boundary after one latency (that of the first requests
+	// answered, which met no queue), if two boundaries are left to judge.
+	if first := firstLatency(res.Intervals); start.at < first {
+		for i, b := range bs {
+			if b.at >= first && len(bs)-i-1 >= 2 {
+				start, bs = b, bs[i+1:]
+				break
+			}
 		}
 	}
 	if len(bs) < 2 {

@@ -273,3 +273,35 @@ func TestTransportFailuresInLatencyAtTimeToFailure(t *testing.T) {
 		t.Errorf("the table does not show the failures apart:\n%s", text)
 	}
 }
+
+// Without a warm-up the backlog starts from nothing, and a target that keeps up builds
+// its steady rate × latency over the first latency: that is not growth. A server with
+// room for every request, answering in 200 ms, at 100 req/s holds about 20; `meshmark
+// load` (no warm-up by default) called a 240 ms server at 150 req/s saturated, "from 0
+// to 36". The one-thread server above its capacity must still be flagged from a cold
+// start.
+func TestNoWarmupSlowTargetKeepingUpIsNotSaturated(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector slows the generator below the rates measured here")
+	}
+	slow := run(t, Config{
+		Request:  Request{URL: startDelayServer(t, 200*time.Millisecond)},
+		Open:     &OpenModel{Schedule: ScheduleSpec{Arrival: Constant, Rate: 100}},
+		Duration: 4 * time.Second,
+	})
+	t.Logf("slow target keeping up: achieved %.1f/s, %+v", slow.AchievedRate, slow.Saturation)
+	if s := slow.Saturation; s == nil || s.Saturated || s.BacklogFrom < 10 {
+		t.Errorf("a 200 ms target at 100 req/s with no warm-up: %+v, want judged from its steady backlog (about 20) and not saturated", s)
+	}
+
+	const service, capacity = 2 * time.Millisecond, 500.0
+	over := run(t, Config{
+		Request:  Request{URL: oneThreadServer(t, service)},
+		Open:     &OpenModel{Schedule: ScheduleSpec{Arrival: Constant, Rate: 1.4 * capacity}},
+		Duration: 4 * time.Second,
+	})
+	t.Logf("over capacity from a cold start: achieved %.1f/s, %+v", over.AchievedRate, over.Saturation)
+	if !over.TargetSaturated() {
+		t.Errorf("the one-thread server at 1.4× its capacity with no warm-up: %+v, want saturated", over.Saturation)
+	}
+}
