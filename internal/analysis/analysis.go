@@ -541,7 +541,7 @@ func Analyze(run *results.Run, opts Options, slo *SLO) *Report {
 		}
 		floors := NoiseFloor(run, rep.Groups, pt, opts)
 		for _, g := range rep.Groups {
-			if g.Experiment != pt.Experiment || g.Step != pt.Step || g.Mesh == rep.Baseline {
+			if g.Experiment != pt.Experiment || g.Step != pt.Step || g.Mesh == rep.Baseline || !sameLoad(base, g) {
 				continue
 			}
 			for _, c := range compareGroups(base, g, opts, floors) {
@@ -564,6 +564,22 @@ func Analyze(run *results.Run, opts Options, slo *SLO) *Report {
 	rep.Resources = Resources(rep.Groups)
 	rep.Network = Network(rep.Groups)
 	return rep
+}
+
+// sameLoad says whether every trial of the groups ran at one load: the same rate,
+// connections and users. A capacity search probes each mesh at rates of its own under
+// one step index (the baseline at 1348 req/s where a sidecar mesh was at 190); their
+// latencies there differ by the load as much as by the mesh, and comparing them gave
+// intervals such as +27 ms [−10 ms, +1.96e+12 s]. Their place is the capacity
+// analysis, which reads each mesh's probes on their own.
+func sameLoad(groups ...*Group) bool {
+	for _, g := range groups {
+		p, q := g.Params, groups[0].Params
+		if g.MixedParams || p.RequestedRate != q.RequestedRate || p.Connections != q.Connections || p.Users != q.Users {
+			return false
+		}
+	}
+	return true
 }
 
 func points(groups []*Group) []Point {
@@ -804,7 +820,7 @@ func Winners(run *results.Run, groups []*Group, opts Options) []Winner {
 				at = append(at, g)
 			}
 		}
-		if len(at) < 2 {
+		if len(at) < 2 || !sameLoad(at...) {
 			continue
 		}
 		floors := NoiseFloor(run, groups, pt, opts)

@@ -559,3 +559,47 @@ func TestTooFewRequestsForAPercentile(t *testing.T) {
 		}
 	}
 }
+
+// A capacity search probes each mesh at rates of its own under one step index: the
+// groups at such a step ran at different loads, and comparing them (or naming a
+// winner there) compares loads, not meshes. The demo's `show --all` printed
+// intervals such as +27 ms [−10 ms, +1.96e+12 s] for them. Points where every mesh ran
+// the same load are compared as before.
+func TestNoComparisonAcrossDifferentLoads(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	run := &results.Run{ID: "probes", Meshes: []results.Mesh{{Label: "none", Profile: "none"}, {Label: "sidecar", Profile: "envoy-sidecar"}}}
+	id := int64(0)
+	add := func(mesh string, repeat int, exp string, p results.TrialParams, shift int64) {
+		tr := synthTrial(rng, mesh, repeat, 2000, shift, exp, p)
+		id++
+		tr.ID = id
+		run.Trials = append(run.Trials, tr)
+	}
+	for r := 0; r < 3; r++ {
+		add("none", r, "search", results.TrialParams{RequestedRate: 1000, Step: 0}, 0)
+		add("sidecar", r, "search", results.TrialParams{RequestedRate: 200, Step: 0}, 3000)
+		// a step whose repeats probed different rates, the same for both meshes
+		add("none", r, "search", results.TrialParams{RequestedRate: float64(100 * (r + 1)), Step: 1}, 0)
+		add("sidecar", r, "search", results.TrialParams{RequestedRate: float64(100 * (r + 1)), Step: 1}, 3000)
+		add("none", r, "fixed", results.TrialParams{RequestedRate: 150}, 0)
+		add("sidecar", r, "fixed", results.TrialParams{RequestedRate: 150}, 3000)
+	}
+	rep := Analyze(run, Options{Seed: 1, Metrics: []Metric{P50}}, nil)
+	var fixed int
+	for _, c := range rep.Comparisons {
+		if c.Point.Experiment == "search" {
+			t.Errorf("compared at %s step %d, where the meshes ran different loads: %+v", c.Point.Experiment, c.Point.Step, c)
+		}
+		if c.Point.Experiment == "fixed" {
+			fixed++
+		}
+	}
+	for _, w := range rep.Winners {
+		if w.Point.Experiment == "search" {
+			t.Errorf("a winner at %s step %d: %+v", w.Point.Experiment, w.Point.Step, w)
+		}
+	}
+	if fixed != 1 || len(rep.Winners) != 1 {
+		t.Errorf("at the fixed rate: %d comparisons and %d winners, want 1 and 1", fixed, len(rep.Winners))
+	}
+}
