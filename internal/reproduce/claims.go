@@ -295,7 +295,8 @@ var analysisMetric = map[published.Metric]analysis.Metric{
 }
 
 // compare compares B against A on a metric: through the analysis's comparisons for
-// the metrics it compares, through a bootstrap of the trials' values for the others.
+// the metrics it compares, through a t interval over the trials' values for the
+// others (compareTrials).
 func (c *builder) compare(m published.Metric, ka, kb analysis.Key) outcome {
 	ga, gb := c.rep.Group(ka), c.rep.Group(kb)
 	for _, x := range []struct {
