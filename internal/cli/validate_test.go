@@ -29,7 +29,7 @@ func TestValidateCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("valid studies rejected: %v", err)
 	}
-	if !strings.Contains(out, "examples/demo.yaml: ok (3 meshes, 2 experiments, 156 trials)") ||
+	if !strings.Contains(out, "examples/demo.yaml: ok (3 meshes, 2 experiments, 132 trials)") ||
 		!strings.Contains(out, "builtin:demo: ok") {
 		t.Errorf("output:\n%s", out)
 	}
