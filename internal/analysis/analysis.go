@@ -463,8 +463,7 @@ func fillGroup(g *Group) {
 			g.Saturated++
 		}
 		g.Failures += t.Result.Failures()
-		p, q := t.Params, g.Params
-		if p.RequestedRate != q.RequestedRate || p.Connections != q.Connections || p.Users != q.Users {
+		if !sameLoadParams(t.Params, g.Params) {
 			g.MixedParams = true
 		}
 	}
@@ -574,12 +573,16 @@ func Analyze(run *results.Run, opts Options, slo *SLO) *Report {
 // analysis, which reads each mesh's probes on their own.
 func sameLoad(groups ...*Group) bool {
 	for _, g := range groups {
-		p, q := g.Params, groups[0].Params
-		if g.MixedParams || p.RequestedRate != q.RequestedRate || p.Connections != q.Connections || p.Users != q.Users {
+		if g.MixedParams || !sameLoadParams(g.Params, groups[0].Params) {
 			return false
 		}
 	}
 	return true
+}
+
+// sameLoadParams says whether two trials ran at one load: rate, connections and users.
+func sameLoadParams(p, q results.TrialParams) bool {
+	return p.RequestedRate == q.RequestedRate && p.Connections == q.Connections && p.Users == q.Users
 }
 
 func points(groups []*Group) []Point {
