@@ -96,18 +96,20 @@ func (p *progress) clock() string {
 	return fmt.Sprintf("%02d:%02d", int(d.Minutes()), int(d.Seconds())%60)
 }
 
-// eta scales the planned time by how the run has gone so far (bring-ups and searches
-// are not in the plan's arithmetic).
+// eta scales the load time left in the plan by the run's pace so far: wall time per
+// second of planned load, which also pays for bring-ups, checks and searches that the
+// plan's arithmetic leaves out. Early on, that pace is a second of bring-up over a
+// fraction of a second of load, and taken alone it promised hours for a ten-minute run;
+// so the pace starts from the plan's own (one) as if a tenth of the plan had run at it,
+// and the run's measured pace takes over as its load time grows.
 func (p *progress) eta(inTrial time.Duration) string {
 	done := p.spent + min(inTrial, p.current)
-	if done <= 0 || p.planned <= 0 {
+	if done < 0 || p.planned <= 0 {
 		return "?"
 	}
-	elapsed := time.Since(p.start)
-	left := time.Duration(float64(elapsed) / float64(done) * float64(p.planned-done))
-	if left < 0 {
-		left = 0
-	}
+	prior := float64(p.planned) / 10
+	pace := (float64(time.Since(p.start)) + prior) / (float64(done) + prior)
+	left := time.Duration(pace * float64(max(p.planned-done, 0)))
 	return strings.TrimSuffix(left.Round(time.Second).String(), "0s")
 }
 
