@@ -324,60 +324,6 @@ func (r *runner) kubeSpread(m *study.Mesh) ([]string, error) {
 	return args, nil
 }
 
-// executeKubernetes walks the plan on the cluster: a mesh's namespace stays up across
-// its consecutive trials unless the plan asks for a fresh bring-up, and every namespace
-// is removed at the end, after an error or an interrupt too (unless the study keeps
-// them).
-func (r *runner) executeKubernetes(ctx context.Context, c *kube.Cluster) error {
-	// The namespaces carry the stored run's id, so that the id `meshmark ls` and the
-	// report show is the one `meshmark clean --kubernetes RUN` takes.
-	run := r.run.ID
-	var cur *kubeDeployment
-	defer func() {
-		r.tearDownKube(c, cur)
-		r.uninstallNetwork(c)
-	}()
-	var precisionStart time.Time
-	// The plan may grow while it runs: a precision target adds rounds at its end.
-	for i := 0; i < len(r.plan); i++ {
-		t := &r.plan[i]
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if t.BringUp || cur == nil || cur.mesh.Name != t.Mesh.Name {
-			r.tearDownKube(c, cur)
-			cur = nil
-			r.progress.phase(fmt.Sprintf("bring-up %s (repeat %d) on %s", t.Mesh.Name, t.Repeat+1, c.Server))
-			d, err := r.bringUpKube(ctx, c, run, t.Mesh, true)
-			cur = d
-			if err != nil {
-				return err
-			}
-			r.progress.note(fmt.Sprintf("%s up in %s: namespace %s, %d load generators (%s)", t.Mesh.Name, d.took.Round(100*time.Millisecond),
-				d.app.Namespace, len(d.forwards.Generators), describeGenerators(d.forwards.Generators)))
-		}
-		if err := r.runKubeExperiment(ctx, cur, t); err != nil {
-			var be *backoffError
-			if !errors.As(err, &be) {
-				return err
-			}
-			// As locally: the experiment again, every mesh and repeat, at the lower rate.
-			if err := r.flagBackedOff(ctx, be.exp); err != nil {
-				return err
-			}
-			r.plan = r.study.Remeasure(r.plan, i, be.exp)
-		}
-		if i == len(r.plan)-1 && r.study.Spec.Precision != nil {
-			if precisionStart.IsZero() {
-				precisionStart = time.Now()
-			}
-			r.plan = append(r.plan, r.precisionRound(precisionStart)...)
-		}
-	}
-	r.progress.done()
-	return nil
-}
-
 // bringUpKube installs the mesh, deploys its workload and generators, waits until
 // every pod is ready, checks that the mesh enrolled every pod, and, with connect,
 // connects to each generator through its port-forward and proves with a burst of load

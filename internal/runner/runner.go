@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -94,7 +93,7 @@ func Run(ctx context.Context, st *study.Study, opts Options) (*results.Run, erro
 	if err := r.prepare(); err != nil {
 		return nil, err
 	}
-	execute := r.execute
+	var execute func(ctx context.Context) error
 	if st.Spec.Substrate.Kubernetes != nil {
 		if err := r.checkKubernetes(true); err != nil {
 			return nil, err
@@ -117,10 +116,13 @@ func Run(ctx context.Context, st *study.Study, opts Options) (*results.Run, erro
 		} else {
 			r.progress.note(describeCluster(r.cluster))
 		}
-		execute = func(ctx context.Context) error { return r.executeKubernetes(ctx, c) }
+		execute = func(ctx context.Context) error { return runPlan(ctx, r, &clusterPlatform{r: r, c: c}) }
 	} else if err := r.preflight(ctx); err != nil {
 		return nil, err
 	} else {
+		execute = func(ctx context.Context) error {
+			return runPlan(ctx, r, &testbedPlatform{r: r, checked: map[string]bool{}})
+		}
 		r.saveCPUs()
 		defer func() { _ = r.unpin() }()
 		r.cpuIdle, r.cpuIdlePoll = cpuIdleFor(st.Spec.Substrate.Local.CPUIdle)
@@ -214,95 +216,6 @@ func (r *runner) createRun(ctx context.Context) error {
 		return err
 	}
 	r.run = run
-	return nil
-}
-
-// execute walks the plan; a mesh stays up across consecutive trials unless the plan asks
-// for a fresh bring-up. One mesh is up at a time, or with keepMeshesUp every mesh
-// brought up so far, each in its own testbed, until the run ends.
-func (r *runner) execute(ctx context.Context) error {
-	up := map[string]*deployment{}
-	down := func(d *deployment) {
-		if d != nil {
-			r.tearDown(d)
-			delete(up, d.mesh.Name)
-		}
-	}
-	defer func() {
-		for _, name := range slices.Sorted(maps.Keys(up)) {
-			down(up[name])
-		}
-	}()
-	checked := map[string]bool{}
-	var precisionStart time.Time
-	// The plan may grow while it runs: a precision target adds rounds at its end.
-	for i := 0; i < len(r.plan); i++ {
-		t := &r.plan[i]
-		for attempt := 0; ; attempt++ {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			cur := up[t.Mesh.Name]
-			if attempt > 0 || t.BringUp || cur == nil {
-				down(cur)
-				if !r.study.Spec.KeepMeshesUp {
-					for _, other := range up {
-						down(other) // the previous trial's mesh: one is up at a time
-					}
-				}
-				r.progress.phase(fmt.Sprintf("bring-up %s (repeat %d)", t.Mesh.Name, t.Repeat+1))
-				d, err := r.bringUp(ctx, t.Mesh)
-				if err != nil {
-					return err
-				}
-				cur, up[t.Mesh.Name] = d, d
-				r.progress.note(fmt.Sprintf("%s up in %s (%s): %d pods, enrollment %s", t.Mesh.Name, d.took.Round(time.Millisecond),
-					strings.Join(d.phases, ", "), len(d.app.Pods()), d.enrollment.Summary()))
-				if err := r.recordEnrollment(ctx, d, !checked[t.Mesh.Name]); err != nil {
-					return err
-				}
-				checked[t.Mesh.Name] = true
-				if !d.enrollment.Pass {
-					return fmt.Errorf("mesh %s is not set up as claimed, refusing to measure it: %s", t.Mesh.Name, d.enrollment.Summary())
-				}
-			}
-			first := len(r.run.Trials)
-			err := r.runExperiment(ctx, cur, t)
-			var be *backoffError
-			if errors.As(err, &be) {
-				if err := r.flagBackedOff(ctx, be.exp); err != nil {
-					return err
-				}
-				r.plan = r.study.Remeasure(r.plan, i, be.exp)
-				break
-			}
-			var fe *faultError
-			if !errors.As(err, &fe) {
-				if err != nil {
-					return err
-				}
-				break
-			}
-			if err := r.supersede(ctx, first); err != nil {
-				return err
-			}
-			for _, f := range fe.faults {
-				r.progress.note(fmt.Sprintf("fault: %s during %s on %s; log %s", f, fe.label, fe.mesh, f.LogPath))
-			}
-			if attempt >= maxFaultRetries {
-				return fmt.Errorf("%w; it was measured %d times on fresh bring-ups and faulted each time, so the run stops: the deployment does not stay up under this load (the fault trials are stored)", err, attempt+1)
-			}
-			r.progress.note(fmt.Sprintf("the fault trial is kept but left out of the results; bringing %s up again to measure %s (repeat %d) once more",
-				t.Mesh.Name, t.Experiment.Name, t.Repeat+1))
-		}
-		if i == len(r.plan)-1 && r.study.Spec.Precision != nil {
-			if precisionStart.IsZero() {
-				precisionStart = time.Now()
-			}
-			r.plan = append(r.plan, r.precisionRound(precisionStart)...)
-		}
-	}
-	r.progress.done()
 	return nil
 }
 

@@ -1,0 +1,181 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meshmark/meshmark/internal/study"
+	"github.com/meshmark/meshmark/internal/substrate/kube"
+)
+
+// platform is where a run brings its meshes up and measures them: the local testbed
+// (testbedPlatform) or a Kubernetes cluster (clusterPlatform). runPlan walks the plan
+// over either, so bring-ups, back-offs, fault re-measures and precision rounds are
+// decided in one place for both. D is the platform's deployment of one mesh.
+type platform[D comparable] interface {
+	// bringUp deploys trial t's mesh and workload and proves the mesh enrolled them,
+	// saying so on the progress display. When it fails it returns what it created, if
+	// anything, for tearDown.
+	bringUp(ctx context.Context, t *study.Trial) (D, error)
+	// measure runs trial t on d, storing each load run as it ends.
+	measure(ctx context.Context, d D, t *study.Trial) error
+	tearDown(d D)
+	// finish releases what outlives the deployments, once the last is torn down.
+	finish()
+}
+
+// runPlan walks the plan on p. A mesh stays up across consecutive trials unless the plan
+// asks for a fresh bring-up; one mesh is up at a time, or with keepMeshesUp every mesh
+// brought up so far, until the run ends. Everything brought up is torn down at the end,
+// after an error or an interrupt too.
+func runPlan[D comparable](ctx context.Context, r *runner, p platform[D]) error {
+	var none D
+	up := map[string]D{}
+	down := func(name string) {
+		if d, ok := up[name]; ok {
+			p.tearDown(d)
+			delete(up, name)
+		}
+	}
+	defer func() {
+		for _, name := range slices.Sorted(maps.Keys(up)) {
+			down(name)
+		}
+		p.finish()
+	}()
+	var precisionStart time.Time
+	// The plan may grow while it runs: a precision target adds rounds at its end, a
+	// back-off the trials to measure again.
+	for i := 0; i < len(r.plan); i++ {
+		t := &r.plan[i]
+		for attempt := 0; ; attempt++ {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			cur, isUp := up[t.Mesh.Name]
+			if attempt > 0 || t.BringUp || !isUp {
+				down(t.Mesh.Name)
+				if !r.study.Spec.KeepMeshesUp {
+					for _, name := range slices.Sorted(maps.Keys(up)) {
+						down(name) // the previous trial's mesh: one is up at a time
+					}
+				}
+				d, err := p.bringUp(ctx, t)
+				if d != none {
+					up[t.Mesh.Name] = d
+				}
+				if err != nil {
+					return err
+				}
+				cur = d
+			}
+			first := len(r.run.Trials)
+			err := p.measure(ctx, cur, t)
+			var be *backoffError
+			if errors.As(err, &be) {
+				// The experiment again, every mesh and repeat, at the lower rate.
+				if err := r.flagBackedOff(ctx, be.exp); err != nil {
+					return err
+				}
+				r.plan = r.study.Remeasure(r.plan, i, be.exp)
+				break
+			}
+			var fe *faultError
+			if !errors.As(err, &fe) {
+				if err != nil {
+					return err
+				}
+				break
+			}
+			if err := r.supersede(ctx, first); err != nil {
+				return err
+			}
+			for _, f := range fe.faults {
+				r.progress.note(fmt.Sprintf("fault: %s during %s on %s; log %s", f, fe.label, fe.mesh, f.LogPath))
+			}
+			if attempt >= maxFaultRetries {
+				return fmt.Errorf("%w; it was measured %d times on fresh bring-ups and faulted each time, so the run stops: the deployment does not stay up under this load (the fault trials are stored)", err, attempt+1)
+			}
+			r.progress.note(fmt.Sprintf("the fault trial is kept but left out of the results; bringing %s up again to measure %s (repeat %d) once more",
+				t.Mesh.Name, t.Experiment.Name, t.Repeat+1))
+		}
+		if i == len(r.plan)-1 && r.study.Spec.Precision != nil {
+			if precisionStart.IsZero() {
+				precisionStart = time.Now()
+			}
+			r.plan = append(r.plan, r.precisionRound(precisionStart)...)
+		}
+	}
+	r.progress.done()
+	return nil
+}
+
+// testbedPlatform is the local substrate: each deployment is a testbed of network
+// namespaces with real proxies.
+type testbedPlatform struct {
+	r *runner
+	// checked holds the meshes whose equivalence check is stored: a mesh brought up
+	// again is checked again, but stored once.
+	checked map[string]bool
+}
+
+func (p *testbedPlatform) bringUp(ctx context.Context, t *study.Trial) (*deployment, error) {
+	r := p.r
+	r.progress.phase(fmt.Sprintf("bring-up %s (repeat %d)", t.Mesh.Name, t.Repeat+1))
+	d, err := r.bringUp(ctx, t.Mesh)
+	if err != nil {
+		return nil, err
+	}
+	r.progress.note(fmt.Sprintf("%s up in %s (%s): %d pods, enrollment %s", t.Mesh.Name, d.took.Round(time.Millisecond),
+		strings.Join(d.phases, ", "), len(d.app.Pods()), d.enrollment.Summary()))
+	if err := r.recordEnrollment(ctx, d, !p.checked[t.Mesh.Name]); err != nil {
+		return d, err
+	}
+	p.checked[t.Mesh.Name] = true
+	if !d.enrollment.Pass {
+		return d, fmt.Errorf("mesh %s is not set up as claimed, refusing to measure it: %s", t.Mesh.Name, d.enrollment.Summary())
+	}
+	return d, nil
+}
+
+func (p *testbedPlatform) measure(ctx context.Context, d *deployment, t *study.Trial) error {
+	return p.r.runExperiment(ctx, d, t)
+}
+
+func (p *testbedPlatform) tearDown(d *deployment) { p.r.tearDown(d) }
+
+func (p *testbedPlatform) finish() {}
+
+// clusterPlatform is a Kubernetes cluster: each deployment is a mesh installed from its
+// charts and the workload in a namespace named after the run.
+type clusterPlatform struct {
+	r *runner
+	c *kube.Cluster
+}
+
+func (p *clusterPlatform) bringUp(ctx context.Context, t *study.Trial) (*kubeDeployment, error) {
+	r := p.r
+	r.progress.phase(fmt.Sprintf("bring-up %s (repeat %d) on %s", t.Mesh.Name, t.Repeat+1, p.c.Server))
+	// The namespaces carry the stored run's id, so that the id `meshmark ls` and the
+	// report show is the one `meshmark clean --kubernetes RUN` takes.
+	d, err := r.bringUpKube(ctx, p.c, r.run.ID, t.Mesh, true)
+	if err != nil {
+		return d, err
+	}
+	r.progress.note(fmt.Sprintf("%s up in %s: namespace %s, %d load generators (%s)", t.Mesh.Name, d.took.Round(100*time.Millisecond),
+		d.app.Namespace, len(d.forwards.Generators), describeGenerators(d.forwards.Generators)))
+	return d, nil
+}
+
+func (p *clusterPlatform) measure(ctx context.Context, d *kubeDeployment, t *study.Trial) error {
+	return p.r.runKubeExperiment(ctx, d, t)
+}
+
+func (p *clusterPlatform) tearDown(d *kubeDeployment) { p.r.tearDownKube(p.c, d) }
+
+func (p *clusterPlatform) finish() { p.r.uninstallNetwork(p.c) }
