@@ -450,8 +450,8 @@ func TestStepRates(t *testing.T) {
 		t.Fatal(err)
 	}
 	rates := s.Experiment("latency-steps").StepRates()
-	if len(rates) != 5 || rates[0] != 100 || rates[4] != 500 {
-		t.Errorf("steps 100..500 by 100: %v", rates)
+	if len(rates) != 5 || rates[0] != 50 || rates[4] != 250 {
+		t.Errorf("steps 50..250 by 50: %v", rates)
 	}
 }
 
