@@ -1,7 +1,9 @@
 // Package runner executes a study: for every planned trial it brings up the
 // application under the trial's mesh on the substrate, proves the mesh is enrolled,
 // drives the load, samples resources and proxy statistics, and stores the trial as soon
-// as it finishes, so that an interrupted run keeps everything it measured.
+// as it finishes, so that an interrupted run keeps everything it measured. One walk
+// over the plan (runPlan) serves both platforms, the local testbed and a Kubernetes
+// cluster; each brings meshes up, measures a trial and tears down in its own way.
 package runner
 
 import (
