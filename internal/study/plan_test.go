@@ -204,7 +204,8 @@ func TestPlanSecurityOncePerMeshAndLast(t *testing.T) {
 	t.Log(signature(trials))
 }
 
-// With keepMeshesUp each mesh is brought up once, by its first trial, and interleaved
+// With keepMeshesUp each mesh is brought up once per stage, by its first trial of the
+// stage (the stage before searched its capacity, past its knee), and interleaved
 // trials switch between meshes that stay up; a fresh bring-up per repeat then comes
 // when the same mesh's repeat changes, and a security trial still sends its mesh's next
 // trial to a new bring-up. The extra rounds of a precision target bring nothing up.
@@ -214,13 +215,14 @@ func TestPlanKeepMeshesUp(t *testing.T) {
 	trials := s.Plan()
 	seen := map[string]bool{}
 	for _, tr := range trials {
-		if first := !seen[tr.Mesh.Name]; tr.BringUp != first {
-			t.Errorf("%s %s repeat %d: bring-up %v, want %v (first trial of the mesh)", tr.Mesh.Name, tr.Experiment.Name, tr.Repeat, tr.BringUp, first)
+		key := fmt.Sprintf("%s in stage %d", tr.Mesh.Name, tr.Stage)
+		if first := !seen[key]; tr.BringUp != first {
+			t.Errorf("%s %s repeat %d: bring-up %v, want %v (first trial of the mesh in the stage)", key, tr.Experiment.Name, tr.Repeat, tr.BringUp, first)
 		}
-		seen[tr.Mesh.Name] = true
+		seen[key] = true
 	}
-	if len(seen) != len(s.Spec.Meshes) {
-		t.Errorf("meshes %v", seen)
+	if len(seen) != 2*len(s.Spec.Meshes) {
+		t.Errorf("meshes and stages %v, want every mesh in both stages", seen)
 	}
 	extra := s.ExtraRound(3, trials)
 	if len(extra) == 0 {
@@ -269,7 +271,7 @@ func countBringUps(plan []Trial) int {
 
 // Remeasure runs an experiment's trials so far again after the one that called for it:
 // the same meshes and repeats in the same order, numbered on, with a bring-up wherever
-// the mesh changes, and the rest of the plan after them.
+// the mesh or the stage changes, and the rest of the plan after them.
 func TestRemeasure(t *testing.T) {
 	s := planStudy(t, "interleaved", 3, 7)
 	plan := s.Plan()
@@ -303,7 +305,7 @@ func TestRemeasure(t *testing.T) {
 		t.Errorf("the plan around the inserted trials changed")
 	}
 	for i, tr := range out {
-		bringUp := i == 0 || out[i-1].Mesh != tr.Mesh
+		bringUp := i == 0 || out[i-1].Mesh != tr.Mesh || out[i-1].Stage != tr.Stage
 		if tr.Seq != i || tr.BringUp != bringUp {
 			t.Errorf("trial %d: seq %d, bring-up %v; want %d, %v", i, tr.Seq, tr.BringUp, i, bringUp)
 		}

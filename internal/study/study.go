@@ -97,9 +97,9 @@ type Spec struct {
 	// that the same study always runs in the same order.
 	Seed                  uint64 `yaml:"seed"`
 	FreshBringUpPerRepeat bool   `yaml:"freshBringUpPerRepeat"`
-	// KeepMeshesUp brings every mesh up once and keeps them all up together until the
-	// run ends (each in its own testbed), so that interleaved trials switch meshes
-	// without a bring-up between them. Local substrate only.
+	// KeepMeshesUp brings every mesh up once per stage and keeps them all up together
+	// until the stage ends (each in its own testbed), so that interleaved trials switch
+	// meshes without a bring-up between them. Local substrate only.
 	KeepMeshesUp bool     `yaml:"keepMeshesUp"`
 	Warmup       Duration `yaml:"warmup"`
 	SLO          *SLO     `yaml:"slo,omitempty"`
