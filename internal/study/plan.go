@@ -20,9 +20,9 @@ type Trial struct {
 	// BringUp is true when the runner must (re)create the workload and mesh before
 	// this trial: the mesh differs from the previous trial's, the study asks for a
 	// fresh bring-up per repeat and the repeat changed, the previous trial was a
-	// security one (its probes change policies and interception), or the previous
-	// trial was of an earlier stage (a capacity search, which drove the deployment to
-	// saturation). With KeepMeshesUp the previous trial is the same mesh's, which stayed
+	// security one (its probes change policies and interception), or, on the local
+	// substrate, the previous trial was of an earlier stage (a capacity search, which
+	// drove the deployment past its knee). With KeepMeshesUp the previous trial is the same mesh's, which stayed
 	// up meanwhile.
 	BringUp bool
 }
@@ -30,13 +30,15 @@ type Trial struct {
 // needsBringUp says whether t needs its mesh (re)created, after prev: the trial before
 // it in the run, or with KeepMeshesUp the last trial of the same mesh (nil if none).
 //
-// A new stage starts on fresh deployments because the stage before it searched each
-// mesh's capacity, past its knee: on the demo's deployments kept up from the search,
-// the latency blocks' p99 varied so much from block to block that its interval was
-// ±35–48 %, against ±8 % on deployments that had not been through it (docs/study.md).
+// On the local substrate a new stage starts on fresh deployments, because the stage
+// before it searched each mesh's capacity, past its knee: on the demo's deployments
+// kept up from the search, the latency blocks' p99 varied so much from block to block
+// that its interval was ±35–48 %, against ±8 % on deployments that had not been
+// through it (docs/study.md). On a cluster a bring-up is a Helm install, and a mesh
+// stays installed across the stage as before.
 func (spec *Spec) needsBringUp(prev *Trial, t *Trial) bool {
 	return prev == nil || prev.Mesh != t.Mesh || (spec.FreshBringUpPerRepeat && prev.Repeat != t.Repeat) ||
-		prev.Experiment.Kind == KindSecurity || prev.Stage != t.Stage
+		prev.Experiment.Kind == KindSecurity || (prev.Stage != t.Stage && spec.Substrate.Kubernetes == nil)
 }
 
 // previousFor is the trial needsBringUp compares t with, among the trials before it.

@@ -353,3 +353,33 @@ func TestPlanExperimentRepeats(t *testing.T) {
 		t.Errorf("repeats: 0 gave %v, want an error naming spec.experiments[1].repeats", err)
 	}
 }
+
+// A mesh's first trial of a new stage runs on a fresh deployment on the local
+// substrate (the stage before drove it past its knee in a capacity search); on a
+// cluster, where a bring-up is a Helm install, the mesh stays installed.
+func TestNewStageBringsUpAfreshLocally(t *testing.T) {
+	s := planStudy(t, "interleaved", 3, 7)
+	plan := s.Plan()
+	var prev, next *Trial
+	for i := range plan {
+		if plan[i].Stage == 1 {
+			next = &plan[i]
+			break
+		}
+	}
+	for i := range plan {
+		if plan[i].Stage == 0 && plan[i].Mesh == next.Mesh {
+			prev = &plan[i]
+		}
+	}
+	if prev == nil || next == nil {
+		t.Fatal("the plan has no mesh in both stages")
+	}
+	if !s.Spec.needsBringUp(prev, next) {
+		t.Errorf("local: %s's first trial of stage 1 runs on its stage-0 deployment", next.Mesh.Name)
+	}
+	s.Spec.Substrate.Kubernetes = &KubernetesSubstrate{}
+	if s.Spec.needsBringUp(prev, next) {
+		t.Errorf("cluster: %s is installed again for stage 1", next.Mesh.Name)
+	}
+}
