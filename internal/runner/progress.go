@@ -103,10 +103,10 @@ func (p *progress) clock() string {
 // so the pace starts from the plan's own (one) as if a tenth of the plan had run at it,
 // and the run's measured pace takes over as its load time grows.
 func (p *progress) eta(inTrial time.Duration) string {
-	done := p.spent + min(inTrial, p.current)
-	if done < 0 || p.planned <= 0 {
+	if p.planned <= 0 {
 		return "?"
 	}
+	done := p.spent + min(inTrial, p.current)
 	prior := float64(p.planned) / 10
 	pace := (float64(time.Since(p.start)) + prior) / (float64(done) + prior)
 	left := time.Duration(pace * float64(max(p.planned-done, 0)))

@@ -22,8 +22,8 @@ type Trial struct {
 	// fresh bring-up per repeat and the repeat changed, the previous trial was a
 	// security one (its probes change policies and interception), or, on the local
 	// substrate, the previous trial was of an earlier stage (a capacity search, which
-	// drove the deployment past its knee). With KeepMeshesUp the previous trial is the same mesh's, which stayed
-	// up meanwhile.
+	// drove the deployment past its knee). With KeepMeshesUp the previous trial is the
+	// same mesh's, which stayed up meanwhile.
 	BringUp bool
 }
 

@@ -367,13 +367,16 @@ func TestNewStageBringsUpAfreshLocally(t *testing.T) {
 			break
 		}
 	}
+	if next == nil {
+		t.Fatal("the plan has no second stage")
+	}
 	for i := range plan {
 		if plan[i].Stage == 0 && plan[i].Mesh == next.Mesh {
 			prev = &plan[i]
 		}
 	}
-	if prev == nil || next == nil {
-		t.Fatal("the plan has no mesh in both stages")
+	if prev == nil {
+		t.Fatalf("%s has no trial in the first stage", next.Mesh.Name)
 	}
 	if !s.Spec.needsBringUp(prev, next) {
 		t.Errorf("local: %s's first trial of stage 1 runs on its stage-0 deployment", next.Mesh.Name)
