@@ -6,16 +6,19 @@
 package mesh
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/meshmark/meshmark/internal/image"
+	"github.com/meshmark/meshmark/internal/mesh/meshkube"
+	"github.com/meshmark/meshmark/internal/published"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
 )
@@ -80,6 +83,9 @@ type Registration struct {
 	// the SMP export; empty when the enum has no such mesh, and the export then writes
 	// the profile's own name.
 	SMPType string
+	// Stands are the published studies' meshes the profile can stand for (see
+	// internal/published), with how faithfully.
+	Stands []published.Stand
 	// OnCluster is how the mesh shows on a Kubernetes cluster whatever its options,
 	// which meshmark reads for every registered mesh at once (see KnownClusterMarks).
 	OnCluster meshkube.ClusterMarks
@@ -232,6 +238,36 @@ func Lookup(name string) (Registration, bool) {
 	defer registryMu.RUnlock()
 	r, ok := registry[name]
 	return r, ok
+}
+
+// StandsOf returns the published meshes a profile can stand for; none for a profile
+// not registered.
+func StandsOf(profile string) []published.Stand {
+	r, _ := Lookup(profile)
+	return r.Stands
+}
+
+// StandingFor says, for a message, which profiles can stand for a study's mesh:
+// "envoy-sidecar with mtls on".
+func StandingFor(r *published.Role) string {
+	var out []string
+	for _, name := range Names() {
+		reg, _ := Lookup(name)
+		for _, st := range reg.Stands {
+			if st.For != r.Name {
+				continue
+			}
+			what := name
+			if c := cmp.Or(st.MTLS, r.MTLS); c != "" {
+				what += " with mtls " + c
+			}
+			out = append(out, what)
+		}
+	}
+	if len(out) == 0 {
+		return "no profile stands for " + r.Title
+	}
+	return strings.Join(out, " or ")
 }
 
 // New builds the named profile from raw study-file options (see ParseOptionsFor).

@@ -1,10 +1,10 @@
 // Package published holds the five published service-mesh evaluations meshmark
 // reproduces (S1–S5, described in the project's design notes, STUDIES.md): what each
-// compared, which of meshmark's mesh profiles stands for each of its meshes and how
-// faithfully, and the figures it published, encoded as claims a run can be checked
-// against. It is data only and imports nothing of meshmark, so that the study file's
-// parser can check spec.reproduces against it and the reproduce package can evaluate
-// the claims against an analysed run.
+// compared and the figures it published, encoded as claims a run can be checked
+// against. Which meshmark profile stands for which published mesh, and how faithfully,
+// each profile says of itself when it registers (a Stand); Assign matches the two. It
+// is data only and imports nothing of meshmark, so that the mesh registry, the study
+// file's parser and the reproduce package can all use it.
 package published
 
 import (
@@ -43,38 +43,43 @@ func (s *Study) Role(name string) *Role {
 	return nil
 }
 
-// Role is one mesh of a study (or its no-mesh baseline) and the meshmark profiles
-// that can stand for it.
+// Role is one mesh of a study, or its no-mesh baseline.
 type Role struct {
-	// Name is how claims refer to it: "baseline", "istio", "linkerd", ...
+	// Name is how claims refer to it, and the published mesh a profile's Stand names:
+	// "baseline", "istio", "linkerd", ...
 	Name string
 	// Title is the study's own name for it: "Istio (sidecar)".
 	Title string
 	// Baseline says the role is the study's no-mesh configuration: the run's baseline
 	// stands for it, whatever its profile.
 	Baseline bool
-	// Stands are the profiles that can stand for it, checked in order.
-	Stands []Stand
+	// MTLS is the study's own condition on the mesh's mtls option, as Stand.MTLS: S1
+	// tells its two Envoy sidecars apart by it.
+	MTLS string
 }
 
-// Stand is a meshmark profile standing for a study's mesh.
+// Stand is a meshmark profile's claim to stand for a published mesh; each profile
+// registers its own.
 type Stand struct {
-	Profile string
+	// For is the published mesh, as the studies' roles name it: "istio", "cilium".
+	For string
 	// MTLS restricts the stand to meshes whose mtls option is off ("off") or anything
 	// else ("on"); "" accepts any.
 	MTLS string
 	// Unlike, when set, says how this stand differs from the study's mesh so much that
 	// no claim involving it can be tested: the claim is marked not comparable with this
-	// reason (the run's figures are still shown beside the published ones).
+	// reason (the run's figures are still shown beside the published ones). A stand
+	// without it is preferred.
 	Unlike string
 }
 
-// Matches reports whether a mesh of this profile and these options can take the stand.
-func (s Stand) Matches(profile string, options map[string]string) bool {
-	if profile != s.Profile {
-		return false
-	}
-	switch s.MTLS {
+// Takes reports whether a mesh with these options, by this stand, can take role r.
+func (s Stand) Takes(r *Role, options map[string]string) bool {
+	return s.For == r.Name && mtlsAccepts(s.MTLS, options) && mtlsAccepts(r.MTLS, options)
+}
+
+func mtlsAccepts(condition string, options map[string]string) bool {
+	switch condition {
 	case "off":
 		return MTLSOff(options["mtls"])
 	case "on":
@@ -210,8 +215,8 @@ func Lookup(id string) *Study {
 // Roles common to several studies.
 var (
 	baselineRole = Role{Name: "baseline", Title: "no mesh", Baseline: true}
-	istioRole    = Role{Name: "istio", Title: "Istio", Stands: []Stand{{Profile: "envoy-sidecar"}}}
-	linkerdRole  = Role{Name: "linkerd", Title: "Linkerd", Stands: []Stand{{Profile: "linkerd"}}}
+	istioRole    = Role{Name: "istio", Title: "Istio"}
+	linkerdRole  = Role{Name: "linkerd", Title: "Linkerd"}
 )
 
 func s1() *Study {
@@ -219,9 +224,8 @@ func s1() *Study {
 	return &Study{
 		ID: "S1", Title: "Istio vs AWS App Mesh for a production platform", Source: "KTH-style thesis, 2022",
 		Roles: []Role{
-			{Name: "istio", Title: "Istio", Stands: []Stand{{Profile: "envoy-sidecar", MTLS: "on"}}},
-			{Name: "appmesh", Title: "AWS App Mesh", Stands: []Stand{{Profile: "envoy-sidecar", MTLS: "off",
-				Unlike: "AWS App Mesh is not available (it runs only on AWS, and is retired): appmesh-like is the same Envoy sidecar as istio-like without mTLS, so the two differ by mTLS, not by mesh"}}},
+			{Name: "istio", Title: "Istio", MTLS: "on"},
+			{Name: "appmesh", Title: "AWS App Mesh", MTLS: "off"},
 		},
 		Claims: []Claim{
 			{ID: "S1/capacity/appmesh~istio", Kind: Ratio, Metric: Throughput, At: capacity, A: "istio", B: "appmesh", Lo: 925.0 / 1000, Hi: 1005.0 / 1000,
@@ -258,7 +262,7 @@ func s3() *Study {
 	similar := Band{Why: "the study's own bound: throughput differed by at most 3%"}
 	return &Study{
 		ID: "S3", Title: "Monitoring Istio and its overhead", Source: "university project report, 2022",
-		Roles: []Role{{Name: "baseline", Title: "Istio off", Baseline: true}, {Name: "istio", Title: "Istio", Stands: []Stand{{Profile: "envoy-sidecar"}}}},
+		Roles: []Role{{Name: "baseline", Title: "Istio off", Baseline: true}, istioRole},
 		Claims: []Claim{
 			{ID: "S3/throughput/istio~off/ingress", Kind: Ratio, Metric: Throughput, At: Point{Kind: "users", Path: "ingress", Published: "Locust users through the ingress gateway"},
 				A: "baseline", B: "istio", Lo: 0.97, Hi: 1.03, Band: similar, Figure: "throughput differed ≤ 3% between configurations"},
@@ -276,7 +280,7 @@ func s4() *Study {
 	memUnlike := "their totals are of 4 workers, each with its own web, emoji, voting and Vegeta pods, and Istio's istiod; a ratio of totals scales with how many pods and nodes run, which differs here"
 	return &Study{
 		ID: "S4", Title: "Performance and security of Istio, Linkerd, Traefik Mesh on Rancher", Source: "NTNU thesis, 2021",
-		Roles: []Role{istioRole, linkerdRole, {Name: "traefik", Title: "Traefik Mesh", Stands: []Stand{{Profile: "traefik-mesh"}}}},
+		Roles: []Role{istioRole, linkerdRole, {Name: "traefik", Title: "Traefik Mesh"}},
 		Claims: []Claim{
 			{ID: "S4/p95-middle/traefik<linkerd", Kind: Order, Metric: P95, At: middle, A: "traefik", B: "linkerd",
 				Figure: "P95 at 1000 rps: Traefik ~0.63 ms, Linkerd ~0.87 ms"},
@@ -309,8 +313,7 @@ func s5() *Study {
 	return &Study{
 		ID: "S5", Title: "Linkerd vs Istio vs Cilium", Source: "consultancy blog and public repo, 2024",
 		Roles: []Role{baselineRole, linkerdRole, istioRole,
-			{Name: "cilium", Title: "Cilium", Stands: []Stand{{Profile: "cilium"},
-				{Profile: "cilium-envoy", Unlike: "our Cilium here is Cilium's per-node Envoy steered by iptables, without Cilium's eBPF datapath or its WireGuard encryption"}}}},
+			{Name: "cilium", Title: "Cilium"}},
 		Claims: []Claim{
 			slower("S5/internal/linkerd÷baseline", "linkerd", internal, 1.05, 1.10, "Linkerd 5–10% slower than the baseline"),
 			slower("S5/internal/istio÷baseline", "istio", internal, 1.25, 1.35, "Istio 25–35% slower than the baseline"),
@@ -326,10 +329,11 @@ func s5() *Study {
 	}
 }
 
-// Mesh is a mesh of a study file or a run, as Assign sees it.
+// Mesh is a mesh of a study file or a run, as Assign sees it: its profile's stands
+// (from the mesh registry) and its options.
 type Mesh struct {
 	Label   string
-	Profile string
+	Stands  []Stand
 	Options map[string]string
 }
 
@@ -344,12 +348,14 @@ type Assignment struct {
 }
 
 // Assign gives each of the study's roles the first mesh, in the given order, that can
-// stand for it, each mesh standing for one role at most; the baseline role goes to the
-// baseline mesh. Meshes that take no role were not in the study.
+// stand for it, one whose stand is faithful (no Unlike) before one that is not, each
+// mesh standing for one role at most; the baseline role goes to the baseline mesh.
+// Meshes that take no role were not in the study.
 func (s *Study) Assign(meshes []Mesh, baseline string) []Assignment {
 	taken := map[string]bool{}
 	var out []Assignment
-	for _, r := range s.Roles {
+	for i := range s.Roles {
+		r := &s.Roles[i]
 		a := Assignment{Role: r.Name, Title: r.Title}
 		if r.Baseline {
 			for _, m := range meshes {
@@ -361,33 +367,22 @@ func (s *Study) Assign(meshes []Mesh, baseline string) []Assignment {
 			out = append(out, a)
 			continue
 		}
-	stands:
-		for _, st := range r.Stands {
+	passes:
+		for _, faithful := range []bool{true, false} {
 			for _, m := range meshes {
-				if m.Label != baseline && !taken[m.Label] && st.Matches(m.Profile, m.Options) {
-					a.Mesh, a.Unlike = m.Label, st.Unlike
-					taken[m.Label] = true
-					break stands
+				if m.Label == baseline || taken[m.Label] {
+					continue
+				}
+				for _, st := range m.Stands {
+					if (st.Unlike == "") == faithful && st.Takes(r, m.Options) {
+						a.Mesh, a.Unlike = m.Label, st.Unlike
+						taken[m.Label] = true
+						break passes
+					}
 				}
 			}
 		}
 		out = append(out, a)
 	}
 	return out
-}
-
-// Profiles lists the profiles that can stand for a role, for messages.
-func (r *Role) Profiles() string {
-	var ps []string
-	for _, st := range r.Stands {
-		p := st.Profile
-		switch st.MTLS {
-		case "off":
-			p += " with mtls off"
-		case "on":
-			p += " with mtls on"
-		}
-		ps = append(ps, p)
-	}
-	return strings.Join(ps, " or ")
 }

@@ -55,28 +55,36 @@ func TestLookupAndIDs(t *testing.T) {
 	}
 }
 
-// TestAssign gives roles by profile and mTLS, each mesh once, the baseline to the
-// baseline: S1's two Envoy sidecars split by mTLS, S5's Cilium stand-in carries why
-// it is not comparable, a mesh the study did not have takes no role.
+// TestAssign gives roles by stand and mTLS, each mesh once, the baseline to the
+// baseline: S1's two Envoy sidecars split by mTLS, a faithful stand preferred to one
+// that is unlike the study's mesh (and the reason carried), a mesh the study did not
+// have takes no role. The stands are the test's own; the profiles' real ones are
+// checked where they are all linked in (mesh/meshes).
 func TestAssign(t *testing.T) {
+	sidecar := []Stand{{For: "istio"}, {For: "appmesh", MTLS: "off", Unlike: "not App Mesh"}}
 	s1 := Lookup("S1").Assign([]Mesh{
-		{Label: "baseline", Profile: "none"},
-		{Label: "appmesh-like", Profile: "envoy-sidecar", Options: map[string]string{"mtls": "disabled"}},
-		{Label: "istio-like", Profile: "envoy-sidecar", Options: map[string]string{"mtls": "strict"}},
+		{Label: "baseline"},
+		{Label: "appmesh-like", Stands: sidecar, Options: map[string]string{"mtls": "disabled"}},
+		{Label: "istio-like", Stands: sidecar, Options: map[string]string{"mtls": "strict"}},
 	}, "baseline")
-	if s1[0].Mesh != "istio-like" || s1[1].Mesh != "appmesh-like" || s1[1].Unlike == "" || s1[0].Unlike != "" {
+	if s1[0].Mesh != "istio-like" || s1[1].Mesh != "appmesh-like" || s1[1].Unlike != "not App Mesh" || s1[0].Unlike != "" {
 		t.Errorf("S1: %+v", s1)
 	}
+	nodeProxy := []Stand{{For: "cilium", Unlike: "no eBPF"}}
 	s5 := Lookup("S5").Assign([]Mesh{
-		{Label: "base", Profile: "none"}, {Label: "cilium-like", Profile: "cilium-envoy"}, {Label: "ambient", Profile: "istio-ambient"},
-		{Label: "istio-like", Profile: "envoy-sidecar"},
+		{Label: "base"}, {Label: "cilium-like", Stands: nodeProxy}, {Label: "ambient"},
+		{Label: "istio-like", Stands: sidecar}, {Label: "real-cilium", Stands: []Stand{{For: "cilium"}}},
 	}, "base")
 	got := map[string]Assignment{}
 	for _, a := range s5 {
 		got[a.Role] = a
 	}
 	if got["baseline"].Mesh != "base" || got["linkerd"].Mesh != "" || got["istio"].Mesh != "istio-like" ||
-		got["cilium"].Mesh != "cilium-like" || !strings.Contains(got["cilium"].Unlike, "eBPF") {
-		t.Errorf("S5: %+v", s5)
+		got["cilium"].Mesh != "real-cilium" || got["cilium"].Unlike != "" {
+		t.Errorf("S5 with a faithful Cilium: %+v", s5)
+	}
+	s5 = Lookup("S5").Assign([]Mesh{{Label: "base"}, {Label: "cilium-like", Stands: nodeProxy}}, "base")
+	if s5[3].Role != "cilium" || s5[3].Mesh != "cilium-like" || s5[3].Unlike != "no eBPF" {
+		t.Errorf("S5 with the node proxy alone: %+v", s5)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/meshmark/meshmark/internal/analysis"
+	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/published"
 	"github.com/meshmark/meshmark/internal/results"
 )
@@ -181,7 +182,7 @@ func BuildFor(p *published.Study, run *results.Run, rep *analysis.Report) *Repro
 	r := &Reproduction{Study: p.ID, Title: p.Title, Citation: p.Citation()}
 	var meshes []published.Mesh
 	for _, m := range run.Meshes {
-		meshes = append(meshes, published.Mesh{Label: m.Label, Profile: m.Profile, Options: m.Options})
+		meshes = append(meshes, published.Mesh{Label: m.Label, Stands: mesh.StandsOf(m.Profile), Options: m.Options})
 	}
 	assigned := map[string]bool{}
 	for _, a := range p.Assign(meshes, rep.Baseline) {

@@ -12,15 +12,16 @@ import (
 	"time"
 
 	"github.com/meshmark/meshmark/internal/analysis"
+	_ "github.com/meshmark/meshmark/internal/mesh/meshes" // the profiles register which published meshes they stand for
 	"github.com/meshmark/meshmark/internal/published"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/store"
 )
 
-// mesh is a synthetic mesh: its latency is log-normal around a known median (so that
+// synthMesh is a synthetic mesh: its latency is log-normal around a known median (so that
 // the ratio of two meshes' means and of their percentiles is the ratio of their
 // medians), and its own components hold known memory.
-type mesh struct {
+type synthMesh struct {
 	label, profile string
 	options        map[string]string
 	medianUs       float64
@@ -43,7 +44,7 @@ type experiment struct {
 // every experiment on every mesh, stores it in a fresh SQLite store and loads it back, as `meshmark show` reads
 // it. Closed-loop and user experiments serve a fixed 400 requests per second, so that
 // every mesh's throughput is the same; open-loop ones serve their rate.
-func synthRun(t *testing.T, studyFile string, meshes []mesh, exps []experiment) *results.Run {
+func synthRun(t *testing.T, studyFile string, meshes []synthMesh, exps []experiment) *results.Run {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(3, 5))
 	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -192,7 +193,7 @@ func TestS2MeanLatencyClaims(t *testing.T) {
 		istio float64
 		ratio Mark
 	}{{7200, Agrees}, {1500, Disagrees}} {
-		run := synthRun(t, fmt.Sprintf(studyOf, "S2"), []mesh{
+		run := synthRun(t, fmt.Sprintf(studyOf, "S2"), []synthMesh{
 			{label: "baseline", profile: "none", medianUs: 1000},
 			{label: "istio-like", profile: "envoy-sidecar", options: map[string]string{"mtls": "strict"}, medianUs: c.istio},
 			{label: "linkerd", profile: "linkerd", medianUs: 1200},
@@ -230,7 +231,7 @@ func TestS5StandInAndMissingRole(t *testing.T) {
 		{name: "external", kind: results.KindConnections, path: "ingress", conns: []int{32, 64}},
 		{name: "internal-keepalive", kind: results.KindConnections, path: "internal", keepAlive: true, conns: []int{64}},
 	}
-	run := synthRun(t, fmt.Sprintf(studyOf, "S5"), []mesh{
+	run := synthRun(t, fmt.Sprintf(studyOf, "S5"), []synthMesh{
 		{label: "baseline", profile: "none", medianUs: 1000},
 		{label: "istio-like", profile: "envoy-sidecar", options: map[string]string{"mtls": "strict"}, medianUs: 1300},
 		{label: "cilium-like", profile: "cilium-envoy", medianUs: 1250},
@@ -261,7 +262,7 @@ func TestS3ThroughputAcrossPaths(t *testing.T) {
 	users := func(name, path string, n ...int) experiment {
 		return experiment{name: name, kind: results.KindUsers, path: path, keepAlive: true, users: n}
 	}
-	run := synthRun(t, fmt.Sprintf(studyOf, "S3"), []mesh{
+	run := synthRun(t, fmt.Sprintf(studyOf, "S3"), []synthMesh{
 		{label: "mesh-off", profile: "none", medianUs: 2000},
 		{label: "istio-like", profile: "envoy-sidecar", options: map[string]string{"mtls": "disabled"}, medianUs: 2600},
 	}, []experiment{users("users-100-ingress", "ingress", 100), users("users-100-direct", "internal", 100), users("users-400-ingress", "ingress", 400)})
@@ -283,7 +284,7 @@ func TestS3ThroughputAcrossPaths(t *testing.T) {
 // S4's memory: Traefik < Linkerd < Istio in the mesh's own memory, from the soak;
 // the ratio of totals is not comparable, but shown.
 func TestS4MemoryFromSoak(t *testing.T) {
-	run := synthRun(t, fmt.Sprintf(studyOf, "S4"), []mesh{
+	run := synthRun(t, fmt.Sprintf(studyOf, "S4"), []synthMesh{
 		{label: "baseline", profile: "none", medianUs: 500},
 		{label: "istio-like", profile: "envoy-sidecar", medianUs: 900, proxies: 3, proxyMiB: 60},
 		{label: "linkerd", profile: "linkerd", medianUs: 700, proxies: 3, proxyMiB: 20},
@@ -334,7 +335,7 @@ func TestS4MemoryFromSoak(t *testing.T) {
 // S1's App Mesh is not available: every claim is not comparable, but the tables and
 // the verdict table are the run's, with the better mesh judged by its intervals.
 func TestS1NotComparableButTabled(t *testing.T) {
-	run := synthRun(t, fmt.Sprintf(studyOf, "S1"), []mesh{
+	run := synthRun(t, fmt.Sprintf(studyOf, "S1"), []synthMesh{
 		{label: "baseline", profile: "none", medianUs: 1000},
 		{label: "istio-like", profile: "envoy-sidecar", options: map[string]string{"mtls": "strict"}, medianUs: 2000},
 		{label: "appmesh-like", profile: "envoy-sidecar", options: map[string]string{"mtls": "disabled"}, medianUs: 1500},
@@ -428,7 +429,7 @@ func TestDeclared(t *testing.T) {
 // A latency claim at a point where the load generator fell behind is not resolved,
 // however clear the numbers: they are not the mesh's latency.
 func TestGeneratorBehindIsNotResolved(t *testing.T) {
-	run := synthRun(t, fmt.Sprintf(studyOf, "S2"), []mesh{
+	run := synthRun(t, fmt.Sprintf(studyOf, "S2"), []synthMesh{
 		{label: "baseline", profile: "none", medianUs: 1000},
 		{label: "istio-like", profile: "envoy-sidecar", medianUs: 7200},
 		{label: "linkerd", profile: "linkerd", medianUs: 1200},
@@ -461,7 +462,7 @@ func TestPctTextWithoutInterval(t *testing.T) {
 
 // Many short latency blocks are summarised in S1's table, not listed one by one.
 func TestS1ManyBlocksSummarised(t *testing.T) {
-	run := synthRun(t, fmt.Sprintf(studyOf, "S1"), []mesh{
+	run := synthRun(t, fmt.Sprintf(studyOf, "S1"), []synthMesh{
 		{label: "baseline", profile: "none", medianUs: 1000},
 		{label: "istio-like", profile: "envoy-sidecar", options: map[string]string{"mtls": "strict"}, medianUs: 2000},
 	}, []experiment{{name: "capacity", kind: results.KindCapacity, conns: []int{32}, repeats: 2}, {name: "latency", kind: results.KindFixedRate, rates: []float64{300}, repeats: 12}})

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/published"
 )
 
@@ -30,7 +31,7 @@ func (c *checker) reproduces() {
 		for k, v := range m.Options {
 			opts[k] = fmt.Sprint(v)
 		}
-		meshes = append(meshes, published.Mesh{Label: m.Name, Profile: m.Profile, Options: opts})
+		meshes = append(meshes, published.Mesh{Label: m.Name, Stands: mesh.StandsOf(m.Profile), Options: opts})
 	}
 	for _, a := range p.Assign(meshes, spec.Baseline) {
 		if a.Mesh != "" {
@@ -39,7 +40,7 @@ func (c *checker) reproduces() {
 		r := p.Role(a.Role)
 		what := "no mesh is the baseline"
 		if !r.Baseline {
-			what = "no mesh here can stand for it (" + r.Profiles() + ")"
+			what = "no mesh here can stand for it (" + mesh.StandingFor(r) + ")"
 		}
 		c.s.Warnings = append(c.s.Warnings, fmt.Sprintf("spec.reproduces: %s compared %s, but %s: its figures about %s will be marked not measured",
 			p.ID, r.Title, what, r.Title))

@@ -52,6 +52,7 @@ import (
 	"errors"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/published"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
 )
@@ -87,6 +88,7 @@ func init() {
 		Name:    Name,
 		Summary: "Cilium on Kubernetes only: its Helm chart as the cluster's CNI (eBPF datapath, per-node Envoy), WireGuard encryption by default",
 		New:     New,
+		Stands:  []published.Stand{{For: "cilium"}},
 		Own: map[string]string{
 			EncryptionOption: EncryptionWireGuard + " (default: WireGuard between nodes) | " + EncryptionIPsec +
 				" (needs the Secret kube-system/" + ipsecSecret + " Cilium's IPsec guide creates) | " + EncryptionNone,

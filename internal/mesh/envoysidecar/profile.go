@@ -26,6 +26,7 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/pki"
 	"github.com/meshmark/meshmark/internal/prereq"
+	"github.com/meshmark/meshmark/internal/published"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/telemetry"
 	"github.com/meshmark/meshmark/internal/topology"
@@ -50,8 +51,10 @@ func init() {
 		Own: istiohelm.WithOptions(map[string]string{
 			PlaintextServicesOption: "services exempted from mTLS, as a PeerAuthentication with mode DISABLE on their workloads and a DestinationRule with tls mode DISABLE for their host (default: none)",
 		}),
-		Needs:     []string{"envoy"},
-		SMPType:   istiohelm.SMPType,
+		Needs:   []string{"envoy"},
+		SMPType: istiohelm.SMPType,
+		Stands: []published.Stand{{For: "istio"}, {For: "appmesh", MTLS: "off",
+			Unlike: "AWS App Mesh is not available (it runs only on AWS, and is retired): appmesh-like is the same Envoy sidecar as istio-like without mTLS, so the two differ by mTLS, not by mesh"}},
 		OnCluster: istiohelm.OnCluster(IstioSidecar),
 	})
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/pki"
 	"github.com/meshmark/meshmark/internal/prereq"
+	"github.com/meshmark/meshmark/internal/published"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
 )
@@ -85,6 +86,7 @@ func init() {
 		Needs:       []string{"linkerd2-proxy"},
 		LocalImages: LocalImages,
 		SMPType:     "linkerd",
+		Stands:      []published.Stand{{For: "linkerd"}},
 		OnCluster: meshkube.ClusterMarks{
 			Sidecar: Sidecar,
 			Outside: meshkube.OptOut{

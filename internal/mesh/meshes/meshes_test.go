@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/published"
 )
 
 // namedElsewhere are the string literals outside internal/mesh that may still spell a
@@ -22,11 +23,13 @@ var namedElsewhere = map[string]string{
 	// prereq is below the registry (mesh profiles import it); these are its own words.
 	"internal/prereq/prereq.go: linkerd":     "`meshmark setup --for linkerd`: the need that builds Linkerd's images from its source for a local cluster",
 	"internal/prereq/prereq.go: istio-proxy": "the directory of istio-proxy's Envoy bootstrap among the tools setup installs",
+	// published names the meshes the studies measured; two share a profile's name.
+	"internal/published/published.go: linkerd": "Linkerd as S2, S4 and S5 measured it: a study's role, which the linkerd profile's Stand names",
+	"internal/published/published.go: cilium":  "Cilium as S5 measured it: a study's role, which the cilium and cilium-envoy profiles' Stands name",
 }
 
-// TestNoMeshNamedOutsideItsPackage: no Go source of meshmark outside internal/mesh (and
-// internal/published, which is data about published studies and names the meshes they
-// measured) spells a registered profile's name or a mesh's sidecar container as a
+// TestNoMeshNamedOutsideItsPackage: no Go source of meshmark outside internal/mesh
+// spells a registered profile's name or a mesh's sidecar container as a
 // string literal, so that adding or changing a mesh touches its own package only. The
 // baseline's name, "none", is a common word (a mount's type, an empty answer): it is
 // looked for only where a Profile is compared with it, and the packages that mean the
@@ -61,7 +64,7 @@ func TestNoMeshNamedOutsideItsPackage(t *testing.T) {
 			rel, _ := filepath.Rel(root, path)
 			rel = filepath.ToSlash(rel)
 			if d.IsDir() {
-				if rel == "internal/mesh" || rel == "internal/published" || d.Name() == "testdata" {
+				if rel == "internal/mesh" || d.Name() == "testdata" {
 					return filepath.SkipDir
 				}
 				return nil
@@ -158,5 +161,39 @@ func TestSubstratesImportNoMeshProfile(t *testing.T) {
 	}
 	if files < 20 {
 		t.Fatalf("only %d files under internal/substrate read", files)
+	}
+}
+
+// TestProfilesStandForThePublishedMeshes: each published study's roles are taken by the
+// profiles' own registered stands: S1's Istio and App Mesh by the Envoy sidecar with
+// mTLS on and off, S4's three meshes, S5's Cilium by the node proxy with the reason it is
+// not Cilium; and a role no profile here stands for is named in the message.
+func TestProfilesStandForThePublishedMeshes(t *testing.T) {
+	meshOf := func(label, profile string, options map[string]string) published.Mesh {
+		return published.Mesh{Label: label, Stands: mesh.StandsOf(profile), Options: options}
+	}
+	roles := func(id string, meshes ...published.Mesh) map[string]published.Assignment {
+		out := map[string]published.Assignment{}
+		for _, a := range published.Lookup(id).Assign(meshes, "base") {
+			out[a.Role] = a
+		}
+		return out
+	}
+	base := meshOf("base", "none", nil)
+	s1 := roles("S1", base, meshOf("appmesh-like", "envoy-sidecar", map[string]string{"mtls": "off"}),
+		meshOf("istio-like", "envoy-sidecar", map[string]string{"mtls": "strict"}))
+	if s1["istio"].Mesh != "istio-like" || s1["appmesh"].Mesh != "appmesh-like" || !strings.Contains(s1["appmesh"].Unlike, "App Mesh") {
+		t.Errorf("S1: %+v", s1)
+	}
+	s4 := roles("S4", base, meshOf("t", "traefik-mesh", nil), meshOf("l", "linkerd", nil), meshOf("i", "envoy-sidecar", nil))
+	if s4["istio"].Mesh != "i" || s4["linkerd"].Mesh != "l" || s4["traefik"].Mesh != "t" {
+		t.Errorf("S4: %+v", s4)
+	}
+	s5 := roles("S5", base, meshOf("c", "cilium-envoy", nil), meshOf("a", "istio-ambient", nil))
+	if s5["cilium"].Mesh != "c" || !strings.Contains(s5["cilium"].Unlike, "eBPF") || s5["istio"].Mesh != "" {
+		t.Errorf("S5: %+v", s5)
+	}
+	if got := mesh.StandingFor(published.Lookup("S1").Role("istio")); got != "envoy-sidecar with mtls on" {
+		t.Errorf("who can stand for S1's Istio: %q", got)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/envoysidecar"
 	"github.com/meshmark/meshmark/internal/prereq"
+	"github.com/meshmark/meshmark/internal/published"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
 )
@@ -54,6 +55,8 @@ func init() {
 			"trust_domain": "no workload identities: " + noWireGuard,
 		},
 		Needs: []string{"envoy"},
+		Stands: []published.Stand{{For: "cilium",
+			Unlike: "our Cilium here is Cilium's per-node Envoy steered by iptables, without Cilium's eBPF datapath or its WireGuard encryption"}},
 	})
 }
 

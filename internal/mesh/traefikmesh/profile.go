@@ -20,6 +20,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/prereq"
+	"github.com/meshmark/meshmark/internal/published"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
 )
@@ -42,7 +43,8 @@ func init() {
 			"circuit_breakers": "Traefik Mesh sets no connection limits by default; not modelled",
 			"telemetry":        "Traefik Mesh always exports Prometheus metrics, and the enrollment check reads them",
 		},
-		Needs: []string{"traefik"},
+		Needs:  []string{"traefik"},
+		Stands: []published.Stand{{For: "traefik"}},
 		// Traefik Mesh was Maesh before its rename; the spec's enum keeps that name.
 		SMPType: "maesh",
 	})
