@@ -111,6 +111,12 @@ func TestAAInconclusiveAndSidecarWorse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The versions of what every local run used are its provenance.
+	for _, c := range []string{"envoy", "iptables", "ip"} {
+		if stored.Provenance.Components[c] == "" {
+			t.Errorf("provenance components %v: no version of %s", stored.Provenance.Components, c)
+		}
+	}
 	rep := analysis.Analyze(stored, analysis.Options{Seed: 1}, nil)
 	verdict := func(mesh string, m analysis.Metric) analysis.Comparison {
 		for _, c := range rep.Comparisons {
