@@ -65,7 +65,7 @@ func DeployKubernetes(ctx context.Context, st *study.Study, opts DeployOptions) 
 		return nil, err
 	}
 	run := testbed.NewRunID()
-	for _, m := range st.Spec.Meshes {
+	for i, m := range st.Spec.Meshes {
 		d, err := r.bringUpKube(ctx, c, run, &m, false)
 		if err == nil {
 			pods := d.app.Pods()
@@ -80,8 +80,9 @@ func DeployKubernetes(ctx context.Context, st *study.Study, opts DeployOptions) 
 			r.progress.note(fmt.Sprintf("%s kept; remove it with `meshmark clean --kubernetes --all %s`", m.Name, run))
 			continue
 		}
-		// Teardown must run even when the wait was interrupted.
-		r.tearDownKube(c, d)
+		// Teardown must run even when the wait was interrupted. cleanup: false keeps the
+		// last mesh, as a run keeps the one up at its end.
+		r.tearDownKube(c, d, err != nil || i == len(st.Spec.Meshes)-1)
 		if err != nil {
 			r.uninstallNetwork(c)
 			return deps, err

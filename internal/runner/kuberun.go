@@ -785,8 +785,10 @@ func describeCharts(charts []meshkube.HelmChart) string {
 }
 
 // tearDownKube closes the generators' connections and forwards, removes the mesh's
-// namespace and uninstalls the mesh, whatever state the run is in.
-func (r *runner) tearDownKube(c *kube.Cluster, d *kubeDeployment) {
+// namespace and uninstalls the mesh, whatever state the run is in. With cleanup: false
+// it keeps them when final, that is when the run ends with d up; before another
+// bring-up it removes them all the same, since the next install would meet them.
+func (r *runner) tearDownKube(c *kube.Cluster, d *kubeDeployment, final bool) {
 	if d == nil {
 		return
 	}
@@ -796,7 +798,7 @@ func (r *runner) tearDownKube(c *kube.Cluster, d *kubeDeployment) {
 	if d.forwards != nil {
 		d.forwards.Close()
 	}
-	if !r.study.Spec.Substrate.Kubernetes.Cleanup {
+	if final && !r.study.Spec.Substrate.Kubernetes.Cleanup {
 		run := "RUN"
 		if r.run != nil {
 			run = r.run.ID

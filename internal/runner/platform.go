@@ -24,7 +24,11 @@ type platform[D comparable] interface {
 	bringUp(ctx context.Context, t *study.Trial) (D, error)
 	// measure runs trial t on d, storing each load run as it ends.
 	measure(ctx context.Context, d D, t *study.Trial) error
-	tearDown(d D)
+	// tearDown removes d. final says the run is ending with d up (after an error or an
+	// interrupt too) rather than making way for another bring-up: what a study asks to
+	// keep (cleanup: false on a cluster) is kept then only, since a second bring-up of
+	// the mesh, or of another that shares its control plane, would meet it.
+	tearDown(d D, final bool)
 	// finish releases what outlives the deployments, once the last is torn down.
 	finish()
 }
@@ -36,15 +40,15 @@ type platform[D comparable] interface {
 func runPlan[D comparable](ctx context.Context, r *runner, p platform[D]) error {
 	var none D
 	up := map[string]D{}
-	down := func(name string) {
+	down := func(name string, final bool) {
 		if d, ok := up[name]; ok {
-			p.tearDown(d)
+			p.tearDown(d, final)
 			delete(up, name)
 		}
 	}
 	defer func() {
 		for _, name := range slices.Sorted(maps.Keys(up)) {
-			down(name)
+			down(name, true)
 		}
 		p.finish()
 	}()
@@ -59,10 +63,10 @@ func runPlan[D comparable](ctx context.Context, r *runner, p platform[D]) error 
 			}
 			cur, isUp := up[t.Mesh.Name]
 			if attempt > 0 || t.BringUp || !isUp {
-				down(t.Mesh.Name)
+				down(t.Mesh.Name, false)
 				if !r.study.Spec.KeepMeshesUp {
 					for _, name := range slices.Sorted(maps.Keys(up)) {
-						down(name) // the previous trial's mesh: one is up at a time
+						down(name, false) // the previous trial's mesh: one is up at a time
 					}
 				}
 				d, err := p.bringUp(ctx, t)
@@ -147,7 +151,7 @@ func (p *testbedPlatform) measure(ctx context.Context, d *deployment, t *study.T
 	return p.r.runExperiment(ctx, d, t)
 }
 
-func (p *testbedPlatform) tearDown(d *deployment) { p.r.tearDown(d) }
+func (p *testbedPlatform) tearDown(d *deployment, _ bool) { p.r.tearDown(d) }
 
 func (p *testbedPlatform) finish() {}
 
@@ -176,6 +180,8 @@ func (p *clusterPlatform) measure(ctx context.Context, d *kubeDeployment, t *stu
 	return p.r.runKubeExperiment(ctx, d, t)
 }
 
-func (p *clusterPlatform) tearDown(d *kubeDeployment) { p.r.tearDownKube(p.c, d) }
+func (p *clusterPlatform) tearDown(d *kubeDeployment, final bool) {
+	p.r.tearDownKube(p.c, d, final)
+}
 
 func (p *clusterPlatform) finish() { p.r.uninstallNetwork(p.c) }

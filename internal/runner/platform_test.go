@@ -40,8 +40,14 @@ func (p *recordingPlatform) measure(_ context.Context, d *recorded, t *study.Tri
 	return nil
 }
 
-func (p *recordingPlatform) tearDown(d *recorded) { p.events = append(p.events, "down "+d.name) }
-func (p *recordingPlatform) finish()              { p.events = append(p.events, "finish") }
+func (p *recordingPlatform) tearDown(d *recorded, final bool) {
+	if final {
+		p.events = append(p.events, "down "+d.name+" (final)")
+	} else {
+		p.events = append(p.events, "down "+d.name)
+	}
+}
+func (p *recordingPlatform) finish() { p.events = append(p.events, "finish") }
 
 func planRunner(t *testing.T, keepUp string) *runner {
 	t.Helper()
@@ -73,9 +79,34 @@ func TestRunPlanBringsOneMeshUpAtATime(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"up a#1", "measure a r0 on a#1", "measure a r1 on a#1", "down a#1",
-		"up b#2", "measure b r0 on b#2", "measure b r1 on b#2", "down b#2", "finish"}
+		"up b#2", "measure b r0 on b#2", "measure b r1 on b#2", "down b#2 (final)", "finish"}
 	if !slices.Equal(p.events, want) {
 		t.Errorf("walk:\n  %s\nwant\n  %s", strings.Join(p.events, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// Interleaved repeats bring each mesh up again: every teardown that makes way for a
+// bring-up is not final (a cluster run with cleanup: false removes it all the same, or
+// the next install would meet it), and only the deployment up when the run ends is.
+func TestRunPlanKeepsOnlyWhatIsUpAtTheEnd(t *testing.T) {
+	r, p := planRunner(t, ""), &recordingPlatform{}
+	r.study.Spec.Order = "interleaved"
+	r.plan = r.study.Plan()
+	if err := runPlan(context.Background(), r, p); err != nil {
+		t.Fatal(err)
+	}
+	ups := map[string]int{}
+	for i, e := range p.events {
+		if mesh, ok := strings.CutPrefix(e, "up "); ok {
+			ups[mesh[:1]]++
+		}
+		final := strings.HasSuffix(e, "(final)")
+		if last := i == len(p.events)-2; strings.HasPrefix(e, "down ") && final != last {
+			t.Errorf("event %d %q: only the teardown at the run's end is final", i, e)
+		}
+	}
+	if ups["a"] < 1 || ups["b"] < 1 || ups["a"]+ups["b"] < 3 || p.events[len(p.events)-1] != "finish" {
+		t.Errorf("walk brought up %v; want a mesh brought up twice (its repeats interleaved with the other's):\n  %s", ups, strings.Join(p.events, "\n  "))
 	}
 }
 
@@ -87,7 +118,7 @@ func TestRunPlanKeepsMeshesUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"up a#1", "measure a r0 on a#1", "measure a r1 on a#1",
-		"up b#2", "measure b r0 on b#2", "measure b r1 on b#2", "down a#1", "down b#2", "finish"}
+		"up b#2", "measure b r0 on b#2", "measure b r1 on b#2", "down a#1 (final)", "down b#2 (final)", "finish"}
 	if !slices.Equal(p.events, want) {
 		t.Errorf("walk:\n  %s\nwant\n  %s", strings.Join(p.events, "\n  "), strings.Join(want, "\n  "))
 	}
@@ -101,7 +132,7 @@ func TestRunPlanTearsDownAFailedBringUp(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "never became ready") {
 		t.Fatalf("run: %v, want the bring-up's error", err)
 	}
-	want := []string{"up a#1", "measure a r0 on a#1", "measure a r1 on a#1", "up b#2", "down a#1", "down b#2", "finish"}
+	want := []string{"up a#1", "measure a r0 on a#1", "measure a r1 on a#1", "up b#2", "down a#1 (final)", "down b#2 (final)", "finish"}
 	if !slices.Equal(p.events, want) {
 		t.Errorf("walk:\n  %s\nwant\n  %s", strings.Join(p.events, "\n  "), strings.Join(want, "\n  "))
 	}
