@@ -140,3 +140,24 @@ func TestKubeVersionWeightsMustFollowReplicas(t *testing.T) {
 		}
 	}
 }
+
+// The baseline on a cluster is checked as the local one is: it passes with no pod in a
+// mesh, and a pod an injector gave a mesh's sidecar (a namespace injected by default,
+// an injector left by an earlier install) fails it, naming the pod and the sidecar.
+func TestKubeBaselineRefusesAnInjectedPod(t *testing.T) {
+	pods := func(injected string) []kube.PodSidecar {
+		return []kube.PodSidecar{
+			{Pod: "front-1", App: "front", Sidecar: injected == "front-1"},
+			{Pod: "loadgen-1", App: "loadgen", Sidecar: injected == "loadgen-1"},
+		}
+	}
+	enr := judgeBaseline("baseline", map[string][]kube.PodSidecar{"istio-proxy": pods(""), "linkerd-proxy": pods("")})
+	if !enr.Pass || len(enr.Pods) != 2 || enr.Pods[0].Meshed || enr.MTLS != mesh.MTLSOff {
+		t.Errorf("no pod injected: %+v; want a pass listing both pods, none meshed", enr)
+	}
+	enr = judgeBaseline("baseline", map[string][]kube.PodSidecar{"istio-proxy": pods("front-1"), "linkerd-proxy": pods("")})
+	if enr.Pass || len(enr.Pods) != 2 || !enr.Pods[0].Meshed || enr.Pods[1].Meshed ||
+		len(enr.Failures) != 1 || enr.Failures[0] != "pod front-1 carries the sidecar istio-proxy: a mesh's injector took it in" {
+		t.Errorf("front-1 injected: %+v; want a failure naming it and istio-proxy", enr)
+	}
+}

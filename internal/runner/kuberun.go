@@ -450,6 +450,19 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 		if !enr.Pass {
 			return d, fmt.Errorf("mesh %s is not set up as claimed, refusing to measure it: %s", m.Name, strings.Join(enr.Failures, "; "))
 		}
+	} else {
+		enr, err := baselineEnrollment(ctx, c, d.app, m)
+		if err != nil {
+			return d, fmt.Errorf("mesh %s: %w", m.Name, err)
+		}
+		if err := r.storeEnrollment(ctx, m.Name, enr); err != nil {
+			return d, err
+		}
+		if !enr.Pass {
+			return d, fmt.Errorf("mesh %s is not the baseline it claims, refusing to measure it: %s", m.Name, strings.Join(enr.Failures, "; "))
+		}
+		r.progress.note(fmt.Sprintf("%s: no pod is in a mesh (%d pods; none carries a sidecar of %s)", m.Name, len(enr.Pods),
+			strings.Join(mesh.KnownClusterMarks().Sidecars, ", ")))
 	}
 	if connect && d.pool == nil {
 		if err := r.connectGenerators(ctx, c, d); err != nil {
@@ -534,6 +547,49 @@ func kubeEnrollment(ctx context.Context, c *kube.Cluster, app *kube.App, m *stud
 		enr.Pods = append(enr.Pods, pe)
 	}
 	return enr, nil
+}
+
+// baselineEnrollment is the no-mesh configuration's check, as the local baseline's
+// is: no pod of the app carries any known mesh's sidecar. A cluster whose mesh injects
+// every namespace, or an injector left by an earlier install, would otherwise have the
+// baseline measured through proxies.
+func baselineEnrollment(ctx context.Context, c *kube.Cluster, app *kube.App, m *study.Mesh) (mesh.Enrollment, error) {
+	bySidecar := map[string][]kube.PodSidecar{}
+	for _, sidecar := range mesh.KnownClusterMarks().Sidecars {
+		pods, err := c.Sidecars(ctx, app, sidecar)
+		if err != nil {
+			return mesh.Enrollment{Mesh: m.Name}, err
+		}
+		bySidecar[sidecar] = pods
+	}
+	return judgeBaseline(m.Name, bySidecar), nil
+}
+
+// judgeBaseline judges the app's pods, as listed for each known sidecar: the baseline
+// passes when none carries one.
+func judgeBaseline(name string, bySidecar map[string][]kube.PodSidecar) mesh.Enrollment {
+	enr := mesh.Enrollment{Mesh: name, MTLS: mesh.MTLSOff, Pass: true, CheckedAt: time.Now()}
+	carried := map[string][]string{}
+	for _, sidecar := range slices.Sorted(maps.Keys(bySidecar)) {
+		for _, p := range bySidecar[sidecar] {
+			if p.Sidecar {
+				carried[p.Pod] = append(carried[p.Pod], sidecar)
+			}
+		}
+		if enr.Pods == nil {
+			for _, p := range bySidecar[sidecar] {
+				enr.Pods = append(enr.Pods, mesh.PodEnrollment{Pod: p.Pod, Service: p.App})
+			}
+		}
+	}
+	for i := range enr.Pods {
+		if cs := carried[enr.Pods[i].Pod]; len(cs) > 0 {
+			enr.Pods[i].Meshed, enr.Pods[i].Sidecar = true, true
+			enr.Pass = false
+			enr.Failures = append(enr.Failures, fmt.Sprintf("pod %s carries the sidecar %s: a mesh's injector took it in", enr.Pods[i].Pod, strings.Join(cs, " and ")))
+		}
+	}
+	return enr
 }
 
 // plaintextRefusalPromised says whether the mesh, as the study configures it, refuses
