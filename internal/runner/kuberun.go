@@ -569,17 +569,19 @@ func baselineEnrollment(ctx context.Context, c *kube.Cluster, app *kube.App, m *
 // passes when none carries one.
 func judgeBaseline(name string, bySidecar map[string][]kube.PodSidecar) mesh.Enrollment {
 	enr := mesh.Enrollment{Mesh: name, MTLS: mesh.MTLSOff, Pass: true, CheckedAt: time.Now()}
+	sidecars := slices.Sorted(maps.Keys(bySidecar))
 	carried := map[string][]string{}
-	for _, sidecar := range slices.Sorted(maps.Keys(bySidecar)) {
+	for _, sidecar := range sidecars {
 		for _, p := range bySidecar[sidecar] {
 			if p.Sidecar {
 				carried[p.Pod] = append(carried[p.Pod], sidecar)
 			}
 		}
-		if enr.Pods == nil {
-			for _, p := range bySidecar[sidecar] {
-				enr.Pods = append(enr.Pods, mesh.PodEnrollment{Pod: p.Pod, Service: p.App})
-			}
+	}
+	if len(sidecars) > 0 {
+		// Every list holds the same pods.
+		for _, p := range bySidecar[sidecars[0]] {
+			enr.Pods = append(enr.Pods, mesh.PodEnrollment{Pod: p.Pod, Service: p.App})
 		}
 	}
 	for i := range enr.Pods {
