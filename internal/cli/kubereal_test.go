@@ -492,9 +492,11 @@ func checkNothingLeft(t *testing.T, l *kubetest.Local, meshNamespace string) {
 
 // TestRunWithClusterDNSDownFailsOnRealNodes: with the cluster's DNS not answering (its
 // CoreDNS scaled to none, as a user's broken cluster was seen), the generator pod cannot
-// resolve the entry service, so no request of the trial succeeds: the run fails saying
-// so, with the lookups counted as failures, and is stored failed, not complete with 0%
-// errors. Nothing of it is left, and CoreDNS is brought back for the next test.
+// resolve the entry service, so none of the requests it sends before the first trial,
+// to see that the entry answers it, is answered: the run fails before any trial saying
+// so, with the failed lookups counted, and is stored failed, not complete with 0%
+// errors. Nothing of it is left, and CoreDNS is brought back for the next test. (A trial
+// in which no request succeeded fails the run too: TestRunOnClusterWithNoSuccessFails.)
 func TestRunWithClusterDNSDownFailsOnRealNodes(t *testing.T) {
 	l := kubetest.SharedLocal(t)
 	client := l.ClientOf(t)
@@ -538,12 +540,12 @@ func TestRunWithClusterDNSDownFailsOnRealNodes(t *testing.T) {
 	start := time.Now()
 	_, errOut, err := execCLI("run", "--db", db, "--no-report", path)
 	t.Logf("run failed after %s: %v", time.Since(start).Round(time.Second), err)
-	if err == nil || !strings.Contains(err.Error(), "latency 20 req/s on baseline, repeat 1, through 1 load generators: no request succeeded") ||
-		!regexp.MustCompile(`lookup [1-9]`).MatchString(err.Error()) {
-		t.Fatalf("run with the cluster's DNS down: %v; want it to fail, no request having succeeded, its lookups failed\n%s", err, errOut)
+	if err == nil || !strings.Contains(err.Error(), "mesh baseline: the entry service did not answer the load generators within 30s: 0 of ") ||
+		!regexp.MustCompile(`[1-9][0-9]* failed lookups`).MatchString(err.Error()) {
+		t.Fatalf("run with the cluster's DNS down: %v; want it to fail before any trial, no request having been answered, its lookups failed\n%s", err, errOut)
 	}
 	run := lastRun(t, db)
-	if run.Status != results.StatusFailed || !strings.Contains(run.StatusReason, "no request succeeded") || len(run.Trials) != 0 {
+	if run.Status != results.StatusFailed || !strings.Contains(run.StatusReason, "did not answer the load generators") || len(run.Trials) != 0 {
 		t.Errorf("stored run: status %s (%s), %d trials; want failed, saying why, no trial", run.Status, run.StatusReason, len(run.Trials))
 	}
 	checkNothingLeft(t, l, "")
@@ -595,6 +597,99 @@ func TestDeployOnRealNodesWaitsAndLeavesNothing(t *testing.T) {
 	out, _, err = execCLI("clean", "--kubernetes", "--kubeconfig", l.Kubeconfig, "--all", run[1])
 	if err != nil || strings.Count(out, ": removed") != 2 {
 		t.Errorf("clean --all: %v\n%s", err, out)
+	}
+	checkNothingLeft(t, l, "")
+}
+
+// TestBypassedSidecarStopsTheRunOnRealNodes: Istio's injector puts istio-proxy in every
+// pod, but is told, with Istio's own setting (global.proxy.excludeInboundPorts, given
+// through the study's helm_values), to leave the app's port 9080 out of each pod's
+// inbound redirection: the static check sees every pod enrolled, yet every request
+// reaches the app around its sidecar. mTLS is off so that the callers' sidecars send
+// plaintext the app can read (under auto mTLS they would send TLS to a port the app
+// serves in plaintext, and the burst would fail on errors instead). The probe burst
+// must catch it: each sidecar counted nothing for its own service, the run stops before
+// any trial, naming the pods, and is stored failed with the check; nothing is left.
+func TestBypassedSidecarStopsTheRunOnRealNodes(t *testing.T) {
+	l := kubetest.SharedLocal(t)
+	images, _, err := mesh.LocalImages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.LoadImages(t, images...)
+
+	path := realNodesStudy(t, l, "real-nodes-bypass",
+		`    - {name: bypassed, profile: envoy-sidecar, options: {mtls: off, helm_values: {istiod: {global: {proxy: {excludeInboundPorts: "9080"}}}}}}`,
+		"      generators: 1\n", "    - {name: latency, kind: fixed-rate, rate: 20, duration: 2s, warmup: 500ms}\n")
+	db := filepath.Join(t.TempDir(), "results.db")
+	_, errOut, err := execCLI("run", "--db", db, "--no-report", path)
+	t.Logf("run: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "refusing to measure it") || !strings.Contains(err.Error(), "its traffic bypassed the proxy") {
+		t.Fatalf("run of a mesh its requests bypass: %v; want it refused, the traffic having bypassed the proxies\n%s", err, errOut)
+	}
+	run := lastRun(t, db)
+	if run.Status != results.StatusFailed || len(run.Trials) != 0 || len(run.Meshes) != 1 {
+		t.Fatalf("stored run: status %s (%s), %d trials; want failed before any trial", run.Status, run.StatusReason, len(run.Trials))
+	}
+	var enr mesh.Enrollment
+	if err := json.Unmarshal(run.Meshes[0].Enrollment, &enr); err != nil {
+		t.Fatalf("enrollment %s: %v", run.Meshes[0].Enrollment, err)
+	}
+	if enr.Pass || enr.Traffic == nil || enr.Traffic.Proven || enr.Traffic.Succeeded == 0 || enr.Traffic.Succeeded != enr.Traffic.Sent {
+		t.Errorf("enrollment pass %v, traffic %+v: want the burst answered in full, around the proxies, and the check failed", enr.Pass, enr.Traffic)
+	}
+	// Every service pod carries its sidecar, and each is named for counting nothing.
+	bypassed := map[string]bool{}
+	for _, f := range enr.Failures {
+		if m := regexp.MustCompile(`^pod (\S+): its istio-proxy counted no inbound request for (\w+) during `).FindStringSubmatch(f); m != nil && strings.HasSuffix(f, "its traffic bypassed the proxy") {
+			bypassed[m[2]] = true
+		}
+	}
+	for _, svc := range []string{"productpage", "details", "reviews", "ratings"} {
+		if !bypassed[svc] {
+			t.Errorf("no failure names %s's pods as bypassed: %q", svc, enr.Failures)
+		}
+	}
+	sidecars := 0
+	for _, p := range enr.Pods {
+		if p.Sidecar {
+			sidecars++
+		}
+	}
+	if sidecars < 6 {
+		t.Errorf("%d pods with their sidecar read; want bookinfo's six at least: the injection happened, the redirection did not", sidecars)
+	}
+	checkNothingLeft(t, l, "istio-system")
+}
+
+// TestPrecisionOnRealNodesAddsRounds: a precision target on Kubernetes adds rounds of
+// the last stage through the real generator pods, as on the local substrate, until the
+// budget would be exceeded, and says so. Two configurations of no mesh, so that the
+// target (a p50 difference of 0.001%) cannot be met and only the budget ends it.
+func TestPrecisionOnRealNodesAddsRounds(t *testing.T) {
+	l := kubetest.SharedLocal(t)
+	path := realNodesStudy(t, l, "real-nodes-precision", "    - {name: base-a, profile: none}\n    - {name: base-b, profile: none}",
+		"      generators: 1\n",
+		"    - {name: latency, kind: fixed-rate, rate: 50, duration: 1s, warmup: 200ms, repeats: 2}\n  precision: {p50: 0.001%, budget: 40s}\n")
+	if _, errOut, err := execCLI("validate", path); err != nil {
+		t.Fatalf("validate refuses precision on Kubernetes: %v\n%s", err, errOut)
+	}
+	run, errOut := runOnCluster(t, path)
+	repeats := map[string]int{}
+	for _, tr := range run.Trials {
+		repeats[tr.Mesh] = max(repeats[tr.Mesh], tr.Repeat+1)
+		if tr.Result.Requests < 45 || tr.Result.Requests > 55 || tr.Result.Errors != 0 {
+			t.Errorf("%s repeat %d: %d requests, %d errors; want 50 (50/s for 1 s), none failed", tr.Mesh, tr.Repeat+1, tr.Result.Requests, tr.Result.Errors)
+		}
+	}
+	t.Logf("repeats per mesh %v", repeats)
+	if repeats["base-a"] < 3 || repeats["base-a"] != repeats["base-b"] {
+		t.Errorf("repeats per mesh %v: want more than the 2 planned, the same for both\n%s", repeats, errOut)
+	}
+	for _, want := range []string{"precision not met at 2 repeats", "adding repeats 3–", "would not fit the 40s budget"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("progress lacks %q:\n%s", want, errOut)
+		}
 	}
 	checkNothingLeft(t, l, "")
 }

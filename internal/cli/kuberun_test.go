@@ -2,9 +2,8 @@ package cli
 
 // `meshmark run` and `deploy` on a Kubernetes cluster of paper nodes (package kubetest:
 // kube-apiserver and kwok), for what the real two-node cluster (kubereal_test.go) cannot
-// show on demand: generators whose every request fails, precision rounds whose budget
-// runs out, users' tasks counted by path, and an ambient install whose node agent
-// cannot run. The run, its namespaces, its load-generator pods and the port-forwards
+// show on demand: generators whose every request fails, users' tasks counted by path,
+// and an ambient install whose node agent cannot run. The run, its namespaces, its load-generator pods and the port-forwards
 // the API server makes to them are real; kwok runs the pods only on paper, so a real
 // `meshmark generator` process stands behind each generator pod (kwok's kubelet
 // endpoint dials it for the port-forward) and an HTTP server of the test stands in for
@@ -211,37 +210,45 @@ func TestUsersOnKubernetesRunTheirTasksByWeight(t *testing.T) {
 	}
 }
 
-// TestPrecisionOnKubernetesAddsRounds: a precision target on Kubernetes adds rounds of
-// the last stage through the generator pods, as on the local substrate, until the
-// budget would be exceeded, and says so.
-func TestPrecisionOnKubernetesAddsRounds(t *testing.T) {
+// TestRunWaitsUntilTheEntryAnswersEveryGenerator: a Service whose ready endpoints each
+// node's kube-proxy has not programmed yet swallows the connections opened meanwhile
+// (seen on the real cluster: one trial after a bring-up measured p50 29 s, every
+// request answered late). Here the stand-in entry closes every connection for its first
+// 1.5 s, as that window does, which a kwok cluster, without kube-proxy, cannot show on
+// demand. The run must wait, saying so, until every generator is answered, and only then
+// measure: the trial has every request answered, none failed, none late.
+func TestRunWaitsUntilTheEntryAnswersEveryGenerator(t *testing.T) {
 	c := startTestCluster(t)
-	entry := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) }))
+	var first atomic.Int64
+	entry := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		first.CompareAndSwap(0, time.Now().UnixNano())
+		if time.Since(time.Unix(0, first.Load())) < 1500*time.Millisecond {
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				_ = conn.Close()
+			}
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
 	defer entry.Close()
 	standInGenerators(t, c, "front", entry.Listener.Addr().String())
-	path := kubeStudy(t, c, "    - {name: base-a, profile: none}\n    - {name: base-b, profile: none}")
+	path := kubeStudy(t, c, "    - {name: baseline, profile: none}")
 	rewriteStudy(t, path, "    - {name: latency, kind: fixed-rate, rate: 100, duration: 30s}",
-		"    - {name: latency, kind: fixed-rate, rate: 100, duration: 1s, warmup: 200ms}\n  repeats: 2\n  precision: {p50: 0.001%, budget: 90s}")
-	if _, errOut, err := execCLI("validate", path); err != nil {
-		t.Fatalf("validate refuses precision on Kubernetes: %v\n%s", err, errOut)
-	}
+		"    - {name: latency, kind: fixed-rate, rate: 100, duration: 1s, warmup: 200ms}")
 	run, errOut := runOnCluster(t, path)
-	repeats := map[string]int{}
-	for _, tr := range run.Trials {
-		repeats[tr.Mesh] = max(repeats[tr.Mesh], tr.Repeat+1)
-	}
-	t.Logf("repeats per mesh %v", repeats)
-	for _, line := range strings.Split(errOut, "\n") {
-		if strings.Contains(line, "precision") {
-			t.Log(line)
+	for _, want := range []string{"baseline: waiting for the entry service to answer every load generator (0 of 5 requests answered: 5 reset",
+		"baseline: the entry service answered every load generator after "} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("progress does not say %q:\n%s", want, errOut)
 		}
 	}
-	if repeats["base-a"] < 3 || repeats["base-a"] != repeats["base-b"] {
-		t.Errorf("repeats per mesh %v: want more than the 2 planned, the same for both\n%s", repeats, errOut)
+	if len(run.Trials) == 0 {
+		t.Fatalf("no trial stored\n%s", errOut)
 	}
-	for _, want := range []string{"precision not met at 2 repeats", "adding repeats 3–", "would not fit the 1m30s budget"} {
-		if !strings.Contains(errOut, want) {
-			t.Errorf("progress lacks %q:\n%s", want, errOut)
+	for _, tr := range run.Trials {
+		res := tr.Result
+		if res.Requests < 95 || res.Requests > 105 || res.Errors != 0 || res.Latency.ValueAtQuantile(100) > int64(time.Second/time.Microsecond) {
+			t.Errorf("repeat %d: %d requests, %d errors, slowest %dµs; want 100, none failed, none late", tr.Repeat+1, res.Requests, res.Errors, res.Latency.ValueAtQuantile(100))
 		}
 	}
 }

@@ -439,6 +439,11 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 					enr.Traffic = &mesh.TrafficProof{Notes: []string{"no probe burst was sent: the load generators could not be reached: " + err.Error()}}
 					return d, errors.Join(fmt.Errorf("mesh %s: %w", m.Name, err), r.storeEnrollment(context.WithoutCancel(ctx), m.Name, enr))
 				}
+				if err := r.awaitEntry(ctx, d); err != nil {
+					enr.Traffic = &mesh.TrafficProof{Notes: []string{"no probe burst was sent: " + err.Error()}}
+					enr.Fail("that every pod's proxy carried traffic is unproven: %v", err)
+					return d, errors.Join(fmt.Errorf("mesh %s: %w", m.Name, err), r.storeEnrollment(context.WithoutCancel(ctx), m.Name, enr))
+				}
 				if err := r.proveTraffic(ctx, d, plan, &enr); err != nil {
 					return d, fmt.Errorf("mesh %s: %w", m.Name, err)
 				}
@@ -466,6 +471,9 @@ func (r *runner) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m
 	}
 	if connect && d.pool == nil {
 		if err := r.connectGenerators(ctx, c, d); err != nil {
+			return d, fmt.Errorf("mesh %s: %w", m.Name, err)
+		}
+		if err := r.awaitEntry(ctx, d); err != nil {
 			return d, fmt.Errorf("mesh %s: %w", m.Name, err)
 		}
 	}
