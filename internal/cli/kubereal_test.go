@@ -7,17 +7,23 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // TestStudyOnRealNodes runs one study end to end on a real two-node cluster
@@ -692,4 +698,97 @@ func TestPrecisionOnRealNodesAddsRounds(t *testing.T) {
 		}
 	}
 	checkNothingLeft(t, l, "")
+}
+
+// TestPlaintextLeakStopsTheRunOnRealNodes: Istio's sidecar under strict mTLS, as the
+// study configures it, but with a PeerAuthentication in the app's namespace, made by
+// the test as soon as the namespace appears, that leaves details PERMISSIVE: a real
+// misconfiguration under which one service serves anyone in plaintext. The plaintext
+// probe pods, outside the mesh, must be served by details alone, and the run stops
+// before any trial naming details and what it answered, the check stored failed, while
+// the other services refused and the positive control answered. Nothing is left.
+func TestPlaintextLeakStopsTheRunOnRealNodes(t *testing.T) {
+	l := kubetest.SharedLocal(t)
+	images, _, err := mesh.LocalImages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.LoadImages(t, images...)
+	rc, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := l.ClientOf(t)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	leaked := make(chan string, 1)
+	go func() {
+		// The app's namespace is created after the mesh's charts, so Istio's CRDs are
+		// there by then.
+		for ctx.Err() == nil {
+			nss, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: kube.ManagedByLabel})
+			if err == nil {
+				for _, ns := range nss.Items {
+					if !strings.HasPrefix(ns.Name, "mmreal-") || !strings.HasSuffix(ns.Name, "-leaky") {
+						continue
+					}
+					pa := &unstructured.Unstructured{Object: map[string]any{
+						"apiVersion": "security.istio.io/v1", "kind": "PeerAuthentication",
+						"metadata": map[string]any{"name": "details-permissive", "namespace": ns.Name},
+						"spec":     map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": "details"}}, "mtls": map[string]any{"mode": "PERMISSIVE"}},
+					}}
+					gvr := schema.GroupVersionResource{Group: "security.istio.io", Version: "v1", Resource: "peerauthentications"}
+					if _, err := dyn.Resource(gvr).Namespace(ns.Name).Create(ctx, pa, metav1.CreateOptions{}); err != nil {
+						leaked <- "creating the PeerAuthentication: " + err.Error()
+					} else {
+						leaked <- ns.Name
+					}
+					return
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+
+	path := realNodesStudy(t, l, "real-nodes-leak", `    - {name: leaky, profile: envoy-sidecar, options: {mtls: strict}}`,
+		"      generators: 1\n", "    - {name: latency, kind: fixed-rate, rate: 20, duration: 2s, warmup: 500ms}\n")
+	db := filepath.Join(t.TempDir(), "results.db")
+	_, errOut, err := execCLI("run", "--db", db, "--no-report", path)
+	stop()
+	select {
+	case ns := <-leaked:
+		t.Logf("PeerAuthentication details-permissive made in %s", ns)
+	default:
+		t.Fatalf("the app's namespace never appeared\n%s", errOut)
+	}
+	t.Logf("run: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "mesh leaky is not set up as claimed, refusing to measure it: service details served a plaintext request from outside the mesh (details.") {
+		t.Fatalf("run of a mesh one of whose services serves plaintext: %v; want it refused, naming details\n%s", err, errOut)
+	}
+	run := lastRun(t, db)
+	if run.Status != results.StatusFailed || len(run.Trials) != 0 || len(run.Meshes) != 1 {
+		t.Fatalf("stored run: status %s (%s), %d trials; want failed before any trial", run.Status, run.StatusReason, len(run.Trials))
+	}
+	var enr mesh.Enrollment
+	if err := json.Unmarshal(run.Meshes[0].Enrollment, &enr); err != nil {
+		t.Fatalf("enrollment %s: %v", run.Meshes[0].Enrollment, err)
+	}
+	if enr.Pass || enr.PlaintextRefused == nil || *enr.PlaintextRefused || len(enr.Failures) != 1 {
+		t.Errorf("enrollment pass %v, plaintext refused %v, failures %q: want the one failure, for details", enr.Pass, enr.PlaintextRefused, enr.Failures)
+	}
+	served := map[string]bool{}
+	for _, p := range enr.Plaintext {
+		served[p.Service] = served[p.Service] || !p.Refused
+	}
+	if len(served) != 4 || !served["details"] || served["productpage"] || served["reviews"] || served["ratings"] {
+		t.Errorf("plaintext served by %v; want details alone of bookinfo's four: %+v", served, enr.Plaintext)
+	}
+	if len(enr.PlaintextControl) == 0 || slices.ContainsFunc(enr.PlaintextControl, func(c meshprobe.PlaintextProbe) bool { return c.Refused }) {
+		t.Errorf("positive control %+v; want it answered", enr.PlaintextControl)
+	}
+	checkNothingLeft(t, l, "istio-system")
 }
