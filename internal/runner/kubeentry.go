@@ -12,18 +12,18 @@ import (
 // Before anything is measured on a cluster, every load generator must have been
 // answered by the entry service. Ready pods behind ready endpoints are not yet a path:
 // each node's kube-proxy programs a Service's new endpoints a moment later, and a
-// connection opened before that is not rescued when the rules arrive (its first packet's
-// conntrack entry keeps its retransmissions off them), so it waits out the SYN's
-// retransmissions. On the real test cluster the first trial after a bring-up lost 1 s,
-// and once 29 s, so: a trial of 1 s at 50 req/s measured p50 29.4 s with every request
-// answered, and nothing but the generator's lag said anything was wrong.
+// connection opened meanwhile can hang: on the real test cluster, dials from the
+// worker node to a new Service's address timed out for up to 2.8 s after the endpoints
+// were ready, and before this wait the first trial after a bring-up lost 1 s, and once
+// 29 s (a trial of 1 s at 50 req/s measured p50 29.4 s, every request answered late,
+// and nothing but the generator's lag said anything was wrong).
 const (
 	// entryProbePerGenerator is how many requests each generator sends per attempt,
 	// each on a connection of its own, spread over entryProbeLength.
 	entryProbePerGenerator = 5
 	entryProbeLength       = 500 * time.Millisecond
-	// entryProbeTimeout bounds each request: an answer that takes longer is a
-	// connection stuck as above, not a slow app.
+	// entryProbeTimeout bounds each request: a dial that takes longer is stuck as
+	// above, and the next attempt dials anew.
 	entryProbeTimeout = 2 * time.Second
 	// entryAnswerLimit is how long the generators may wait for their first answers:
 	// ample for kube-proxy's next sync (it waits at least 1 s between them).
@@ -34,8 +34,9 @@ const (
 // each on a new connection and each within entryProbeTimeout, until an attempt has all
 // of them answered: then the trials' own connections, opened afterwards, find the
 // Service programmed on every node. An answer of any status counts: what is awaited is
-// the path; whether the app serves is for the trials (and the burst) to judge. It says on the progress display when it had to wait, and gives up after
-// entryAnswerLimit saying how the last attempt failed.
+// the path; whether the app serves is for the trials (and the burst) to judge. It says
+// on the progress display when it had to wait, and gives up after entryAnswerLimit
+// saying how the last attempt failed.
 func (r *runner) awaitEntry(ctx context.Context, d *kubeDeployment) error {
 	n := max(len(d.forwards.Generators), 1)
 	e := &study.Experiment{Name: "entry-probe", Kind: study.KindFixedRate}
