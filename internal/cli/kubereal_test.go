@@ -617,29 +617,14 @@ func TestDeployOnRealNodesWaitsAndLeavesNothing(t *testing.T) {
 // must catch it: each sidecar counted nothing for its own service, the run stops before
 // any trial, naming the pods, and is stored failed with the check; nothing is left.
 func TestBypassedSidecarStopsTheRunOnRealNodes(t *testing.T) {
-	l := kubetest.SharedLocal(t)
-	images, _, err := mesh.LocalImages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.LoadImages(t, images...)
+	l := sharedLocalWithMeshImages(t)
 
 	path := realNodesStudy(t, l, "real-nodes-bypass",
 		`    - {name: bypassed, profile: envoy-sidecar, options: {mtls: off, helm_values: {istiod: {global: {proxy: {excludeInboundPorts: "9080"}}}}}}`,
 		"      generators: 1\n", "    - {name: latency, kind: fixed-rate, rate: 20, duration: 2s, warmup: 500ms}\n")
-	db := filepath.Join(t.TempDir(), "results.db")
-	_, errOut, err := execCLI("run", "--db", db, "--no-report", path)
-	t.Logf("run: %v", err)
-	if err == nil || !strings.Contains(err.Error(), "refusing to measure it") || !strings.Contains(err.Error(), "its traffic bypassed the proxy") {
+	errOut, enr, err := runRefusedAtEnrollment(t, path)
+	if !strings.Contains(err.Error(), "refusing to measure it") || !strings.Contains(err.Error(), "its traffic bypassed the proxy") {
 		t.Fatalf("run of a mesh its requests bypass: %v; want it refused, the traffic having bypassed the proxies\n%s", err, errOut)
-	}
-	run := lastRun(t, db)
-	if run.Status != results.StatusFailed || len(run.Trials) != 0 || len(run.Meshes) != 1 {
-		t.Fatalf("stored run: status %s (%s), %d trials; want failed before any trial", run.Status, run.StatusReason, len(run.Trials))
-	}
-	var enr mesh.Enrollment
-	if err := json.Unmarshal(run.Meshes[0].Enrollment, &enr); err != nil {
-		t.Fatalf("enrollment %s: %v", run.Meshes[0].Enrollment, err)
 	}
 	if enr.Pass || enr.Traffic == nil || enr.Traffic.Proven || enr.Traffic.Succeeded == 0 || enr.Traffic.Succeeded != enr.Traffic.Sent {
 		t.Errorf("enrollment pass %v, traffic %+v: want the burst answered in full, around the proxies, and the check failed", enr.Pass, enr.Traffic)
@@ -708,12 +693,7 @@ func TestPrecisionOnRealNodesAddsRounds(t *testing.T) {
 // before any trial naming details and what it answered, the check stored failed, while
 // the other services refused and the positive control answered. Nothing is left.
 func TestPlaintextLeakStopsTheRunOnRealNodes(t *testing.T) {
-	l := kubetest.SharedLocal(t)
-	images, _, err := mesh.LocalImages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.LoadImages(t, images...)
+	l := sharedLocalWithMeshImages(t)
 	rc, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -756,8 +736,7 @@ func TestPlaintextLeakStopsTheRunOnRealNodes(t *testing.T) {
 
 	path := realNodesStudy(t, l, "real-nodes-leak", `    - {name: leaky, profile: envoy-sidecar, options: {mtls: strict}}`,
 		"      generators: 1\n", "    - {name: latency, kind: fixed-rate, rate: 20, duration: 2s, warmup: 500ms}\n")
-	db := filepath.Join(t.TempDir(), "results.db")
-	_, errOut, err := execCLI("run", "--db", db, "--no-report", path)
+	errOut, enr, err := runRefusedAtEnrollment(t, path)
 	stop()
 	select {
 	case ns := <-leaked:
@@ -765,17 +744,8 @@ func TestPlaintextLeakStopsTheRunOnRealNodes(t *testing.T) {
 	default:
 		t.Fatalf("the app's namespace never appeared\n%s", errOut)
 	}
-	t.Logf("run: %v", err)
-	if err == nil || !strings.Contains(err.Error(), "mesh leaky is not set up as claimed, refusing to measure it: service details served a plaintext request from outside the mesh (details.") {
+	if !strings.Contains(err.Error(), "mesh leaky is not set up as claimed, refusing to measure it: service details served a plaintext request from outside the mesh (details.") {
 		t.Fatalf("run of a mesh one of whose services serves plaintext: %v; want it refused, naming details\n%s", err, errOut)
-	}
-	run := lastRun(t, db)
-	if run.Status != results.StatusFailed || len(run.Trials) != 0 || len(run.Meshes) != 1 {
-		t.Fatalf("stored run: status %s (%s), %d trials; want failed before any trial", run.Status, run.StatusReason, len(run.Trials))
-	}
-	var enr mesh.Enrollment
-	if err := json.Unmarshal(run.Meshes[0].Enrollment, &enr); err != nil {
-		t.Fatalf("enrollment %s: %v", run.Meshes[0].Enrollment, err)
 	}
 	if enr.Pass || enr.PlaintextRefused == nil || *enr.PlaintextRefused || len(enr.Failures) != 1 {
 		t.Errorf("enrollment pass %v, plaintext refused %v, failures %q: want the one failure, for details", enr.Pass, enr.PlaintextRefused, enr.Failures)
@@ -791,4 +761,39 @@ func TestPlaintextLeakStopsTheRunOnRealNodes(t *testing.T) {
 		t.Errorf("positive control %+v; want it answered", enr.PlaintextControl)
 	}
 	checkNothingLeft(t, l, "istio-system")
+}
+
+// sharedLocalWithMeshImages is the shared real cluster with the meshes' images loaded
+// into its nodes.
+func sharedLocalWithMeshImages(t *testing.T) *kubetest.Local {
+	t.Helper()
+	l := kubetest.SharedLocal(t)
+	images, _, err := mesh.LocalImages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.LoadImages(t, images...)
+	return l
+}
+
+// runRefusedAtEnrollment runs the study at path, of one mesh, which must fail before any
+// trial, and returns the progress, the enrollment check stored with the failed run, and
+// why it failed.
+func runRefusedAtEnrollment(t *testing.T, path string) (string, mesh.Enrollment, error) {
+	t.Helper()
+	db := filepath.Join(t.TempDir(), "results.db")
+	_, errOut, err := execCLI("run", "--db", db, "--no-report", path)
+	t.Logf("run: %v", err)
+	if err == nil {
+		t.Fatalf("the run was not refused\n%s", errOut)
+	}
+	run := lastRun(t, db)
+	if run.Status != results.StatusFailed || len(run.Trials) != 0 || len(run.Meshes) != 1 {
+		t.Fatalf("stored run: status %s (%s), %d trials; want failed before any trial", run.Status, run.StatusReason, len(run.Trials))
+	}
+	var enr mesh.Enrollment
+	if err := json.Unmarshal(run.Meshes[0].Enrollment, &enr); err != nil {
+		t.Fatalf("enrollment %s: %v", run.Meshes[0].Enrollment, err)
+	}
+	return errOut, enr, err
 }

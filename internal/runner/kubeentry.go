@@ -9,14 +9,21 @@ import (
 	"github.com/meshmark/meshmark/internal/study"
 )
 
-// Before anything is measured on a cluster, every load generator must have been
-// answered by the entry service. Ready pods behind ready endpoints are not yet a path:
-// each node's kube-proxy programs a Service's new endpoints a moment later, and a
-// connection opened meanwhile can hang: on the real test cluster, dials from the
-// worker node to a new Service's address timed out for up to 2.8 s after the endpoints
-// were ready, and before this wait the first trial after a bring-up lost 1 s, and once
-// 29 s (a trial of 1 s at 50 req/s measured p50 29.4 s, every request answered late,
-// and nothing but the generator's lag said anything was wrong).
+// Before the first trial on a cluster where no probe burst went first (no mesh, or
+// none whose proxies count), every load generator must have been answered by the entry
+// service. Ready pods behind ready endpoints are not yet a path: each node's kube-proxy
+// programs a Service's new endpoints a moment later, and a connection opened meanwhile
+// can hang. On the real test cluster, dials from the worker node to a new Service's
+// address timed out for up to 2.8 s after the endpoints were ready, and before this
+// wait the first trial after a bring-up lost 1 s, and once 29 s (a trial of 1 s at 50
+// req/s measured p50 29.4 s, every request answered late, and nothing but the
+// generator's lag said anything was wrong).
+//
+// Where a mesh's burst goes first, it is that traffic, unmeasured, and this wait must
+// not go before it: it would open the app's pooled connections first, and the burst's
+// proof reads the connections and TLS handshakes that proxies count as they open
+// (ztunnel, istio-proxy's inbound listener). On the real cluster the Istio sidecar then
+// showed no mTLS on the wire, and ztunnel no connection into details.
 const (
 	// entryProbePerGenerator is how many requests each generator sends per attempt,
 	// each on a connection of its own, spread over entryProbeLength.

@@ -449,6 +449,15 @@ func judgeTraffic(enr *mesh.Enrollment, endpoints []meshkube.ProxyEndpoint, out 
 			}
 			for _, s := range slices.Sorted(maps.Keys(services)) {
 				counted, ps := d.Inbound[s], services[s]
+				// A proxy that counts connections opened sees none where the callers
+				// kept theirs from traffic before the burst (seen when the wait for the
+				// entry service went first: productpage's to its callees); the bytes it
+				// received into the service, where it counts them as they flow, show
+				// the burst crossed it.
+				carried, bytes := counted > 0, ""
+				if n, ok := d.InboundBytes[s]; ok && d.Unit == meshkube.UnitConnections {
+					carried, bytes = carried || n > 0, fmt.Sprintf(", %d bytes", n)
+				}
 				var podNames []string
 				want := 0.0
 				for _, p := range ps {
@@ -457,22 +466,26 @@ func judgeTraffic(enr *mesh.Enrollment, endpoints []meshkube.ProxyEndpoint, out 
 				}
 				for _, p := range ps {
 					pe := row(p.Pod)
-					pe.Notes = append(pe.Notes, fmt.Sprintf("burst: %s on node %s counted %d inbound %s for %s (its %d pods of %s there: about %.0f requests expected)",
-						name, d.Pod, counted, d.Unit, s, len(ps), s, want))
+					pe.Notes = append(pe.Notes, fmt.Sprintf("burst: %s on node %s counted %d inbound %s%s for %s (its %d pods of %s there: about %.0f requests expected)",
+						name, d.Pod, counted, d.Unit, bytes, s, len(ps), s, want))
 					wireEvidence(enr, pe, d, s, name+" on node "+d.Pod, out.describe())
 				}
 				cs := compService{d.Component, s}
 				if d.Unit == meshkube.UnitConnections && nodesOf(out.plan.pods, s) > 1 {
-					if counted > 0 {
+					if carried {
 						l4Counted[cs] = true
 					} else {
 						l4Zero[cs] = append(l4Zero[cs], d.Pod)
 					}
 					continue
 				}
-				if counted == 0 {
+				if !carried {
+					unit := one(d.Unit)
+					if bytes != "" {
+						unit += " and no byte"
+					}
 					enr.Fail("node %s: its %s counted no inbound %s for %s during %s, though pods %s of %s are on it (about %.0f requests for them): their traffic bypassed the proxy",
-						d.Pod, name, one(d.Unit), s, out.describe(), strings.Join(podNames, ", "), s, want)
+						d.Pod, name, unit, s, out.describe(), strings.Join(podNames, ", "), s, want)
 				}
 			}
 		case appProxy:

@@ -154,6 +154,10 @@ func TestJudgeTrafficHoldsEveryProxy(t *testing.T) {
 	node := func(comp, name, unit string, in map[string]uint64) mesh.ProxyDelta {
 		return mesh.ProxyDelta{Component: comp, Pod: name, Unit: unit, Inbound: in}
 	}
+	bytesIn := func(d mesh.ProxyDelta, in map[string]uint64) mesh.ProxyDelta {
+		d.InboundBytes = in
+		return d
+	}
 	allCount := []mesh.ProxyDelta{sidecar("front-v1-0", "front", 201), sidecar("back-v1-0", "back", 100), sidecar("back-v1-1", "back", 101), sidecar("meshmark-loadgen-0", "", 0)}
 	// wire splits a proxy's inbound count by what its counters say of mTLS.
 	wire := func(d mesh.ProxyDelta, unit string, mtls, plain map[string]uint64) mesh.ProxyDelta {
@@ -233,6 +237,19 @@ func TestJudgeTrafficHoldsEveryProxy(t *testing.T) {
 			deltas: []mesh.ProxyDelta{node("ztunnel", "n1", meshkube.UnitConnections, map[string]uint64{"front": 2, "back": 0}), node("ztunnel", "n2", meshkube.UnitConnections, map[string]uint64{"front": 0, "back": 0}),
 				node("ztunnel", "n3", meshkube.UnitConnections, map[string]uint64{"front": 0, "back": 0})},
 			fails: []string{"node n3: its ztunnel counted no inbound connection for back during a 3s probe burst of 201 requests, though pods back-v1-0, back-v1-1 of back are on it (about 201 requests for them): their traffic bypassed the proxy"}, held: 2},
+		// The callers kept their connections from before the burst (the wait for the
+		// entry service opened front's to back): no connection opened, the bytes show
+		// the burst crossed the ztunnel.
+		{name: "a ztunnel that counted bytes over kept connections", endpoints: ztunnel, res: ok, onNode: map[string]string{"back": "n3"},
+			deltas: []mesh.ProxyDelta{bytesIn(node("ztunnel", "n1", meshkube.UnitConnections, map[string]uint64{"front": 2, "back": 0}), map[string]uint64{"front": 30000, "back": 0}),
+				bytesIn(node("ztunnel", "n2", meshkube.UnitConnections, map[string]uint64{"front": 0, "back": 0}), map[string]uint64{"front": 0, "back": 0}),
+				bytesIn(node("ztunnel", "n3", meshkube.UnitConnections, map[string]uint64{"front": 0, "back": 0}), map[string]uint64{"front": 0, "back": 24120})},
+			proven: true, held: 2},
+		{name: "a ztunnel that counted neither connections nor bytes", endpoints: ztunnel, res: ok, onNode: map[string]string{"back": "n3"},
+			deltas: []mesh.ProxyDelta{bytesIn(node("ztunnel", "n1", meshkube.UnitConnections, map[string]uint64{"front": 2, "back": 0}), map[string]uint64{"front": 30000, "back": 0}),
+				bytesIn(node("ztunnel", "n2", meshkube.UnitConnections, map[string]uint64{"front": 0, "back": 0}), map[string]uint64{"front": 0, "back": 0}),
+				bytesIn(node("ztunnel", "n3", meshkube.UnitConnections, map[string]uint64{"front": 0, "back": 0}), map[string]uint64{"front": 0, "back": 0})},
+			fails: []string{"node n3: its ztunnel counted no inbound connection and no byte for back during a 3s probe burst of 201 requests"}, held: 2},
 		{name: "a waypoint that fronts every service", endpoints: waypoint, res: ok,
 			deltas: []mesh.ProxyDelta{node("ztunnel", "n1", meshkube.UnitConnections, map[string]uint64{"front": 2, "back": 2}), node("ztunnel", "n2", meshkube.UnitConnections, map[string]uint64{}),
 				node("waypoint", "waypoint-abc", meshkube.UnitRequests, map[string]uint64{"front": 201, "back": 201})},
