@@ -43,6 +43,9 @@ type engine struct {
 	// only that loop's goroutine writes it, before Run reads it.
 	spin       time.Duration
 	spinWindow time.Duration
+	// dialWait and dialLongest are the open loop's dials that reached into the
+	// measured window (see noteDial); only that loop's goroutine writes them.
+	dialWait, dialLongest time.Duration
 }
 
 // Run drives one load run and returns what it measured. The result is returned even when
@@ -645,11 +648,54 @@ func (e *engine) result(ivs []Interval, user, sys time.Duration) *Result {
 	h.SendLag = Histogram{t.sendLag}
 	h.CPUUser, h.CPUSystem = user, sys
 	h.SpinWait, h.SpinWindow = min(e.spin, user+sys), e.spinWindow
+	h.DialWait, h.DialLongest = e.dialWait, e.dialLongest
 	if t.completed > 0 {
 		h.CPUPerRequest = (user + sys - h.SpinWait) / time.Duration(t.completed)
 	}
+	judgeConnectStall(res)
 	e.judge(res)
 	return res
+}
+
+// noteDial counts a dial the open loop made, and so every send due meanwhile waited
+// for: the part of it inside the measured window, and its length if it reached into it.
+func (e *engine) noteDial(start, end time.Time) {
+	from := start
+	if from.Before(e.rec.warmupEnd) {
+		from = e.rec.warmupEnd
+	}
+	if !end.After(from) {
+		return
+	}
+	e.dialWait += end.Sub(from)
+	e.dialLongest = max(e.dialLongest, end.Sub(start))
+}
+
+// connectStallMin is the shortest dial taken for the target's doing. A connect
+// completes in the kernel of the side that accepts it, so on a working path it takes
+// well under a millisecond; one that takes a tenth of a second met a lost SYN (a full
+// accept queue, a Service whose rules are not there yet), which the client retries
+// after a second. The margin keeps a generator's own scheduling delays out of it.
+const connectStallMin = 100 * time.Millisecond
+
+// judgeConnectStall names the target when the open loop's send lag began with its
+// dials waiting for the target to accept connections: the loop sends nothing while it
+// dials, so such a stall, and the backlog it leaves to work off, would otherwise read
+// as a generator that did not keep to its schedule. The sends' lag is counted in their
+// latency, from their intended times, as any wait at the target is; the trial is the
+// target's stall, not its latency at the rate. (A generator short of CPU is still
+// named by its own check.)
+func judgeConnectStall(res *Result) {
+	h := &res.Health
+	if h.SendLag.Quantile(99) <= lagLimit || h.DialLongest < connectStallMin || h.DialWait == 0 {
+		return
+	}
+	if res.Saturation == nil {
+		res.Saturation = &Saturation{IntendedRate: res.RequestedRate, CompletedRate: res.AchievedRate, Completed: res.Completed}
+	}
+	s := res.Saturation
+	s.ConnectStall, s.ConnectLongest = h.DialWait, h.DialLongest
+	s.Saturated = true
 }
 
 func (e *engine) modelName() string {
@@ -843,6 +889,7 @@ func DetectSaturation(res *Result, sendEnd time.Duration) *Saturation {
 	grew := float64(s.BacklogLow-s.BacklogFrom) >= max(saturationMinGrowth, saturationGrowth*intended)
 	s.Shed, s.Completed = shedRequests(res), res.Completed
 	shed := float64(s.Shed) >= max(saturationMinGrowth, saturationShed*float64(s.Completed))
-	s.Saturated = grew || shed || s.WaitingLow >= saturationMinGrowth
+	s.Overloaded = grew || shed || s.WaitingLow >= saturationMinGrowth
+	s.Saturated = s.Overloaded
 	return s
 }

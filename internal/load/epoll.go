@@ -90,12 +90,18 @@ type epollLoop struct {
 	active int
 	// next is called after a request on c was recorded, to go on with c.
 	next func(c *epollConn)
+	// onDial, if set, is told of every dial: where sends wait for it (the open model).
+	onDial func(began, ended time.Time)
 }
 
 func (l *epollLoop) connect(c *epollConn) error {
 	ctx, cancel := context.WithTimeout(l.e.hard, l.e.cfg.Timeout)
+	began := time.Now()
 	fd, err := dialFD(ctx, l.dial, l.hr.addr)
 	cancel()
+	if l.onDial != nil {
+		l.onDial(began, time.Now())
+	}
 	if err != nil {
 		return err
 	}

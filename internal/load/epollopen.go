@@ -73,6 +73,7 @@ func (e *engine) runOpenEpoll(ctx context.Context, p *Prepared) bool {
 		wake:      newWakeEstimate(e.cfg.Open.SpinWindow),
 	}
 	o.next = o.after
+	o.onDial = e.noteDial
 	for range e.cfg.Open.Connections {
 		o.cold = append(o.cold, o.newConn())
 	}

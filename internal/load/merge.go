@@ -83,6 +83,8 @@ func Merge(results []*Result) (*Result, error) {
 		h.CPUSystem += r.Health.CPUSystem
 		h.SpinWait += r.Health.SpinWait
 		h.SpinWindow = max(h.SpinWindow, r.Health.SpinWindow)
+		h.DialWait = max(h.DialWait, r.Health.DialWait)
+		h.DialLongest = max(h.DialLongest, r.Health.DialLongest)
 		h.Bottleneck = h.Bottleneck || r.Health.Bottleneck
 		for _, w := range r.Health.Why {
 			h.Why = append(h.Why, fmt.Sprintf("generator %d: %s", i+1, w))
@@ -103,8 +105,22 @@ func Merge(results []*Result) (*Result, error) {
 	out.Intervals = ivs
 	// The target's backlog is the sum of every generator's; judged again on the sum,
 	// since each generator saw only its share of it.
-	if results[0].Saturation != nil {
+	// A generator's connect stall is its own loop's, and stays as it judged it.
+	var stall *Saturation
+	for _, r := range results {
+		if s := r.Saturation; s != nil && s.ConnectStall > 0 && (stall == nil || s.ConnectStall > stall.ConnectStall) {
+			stall = s
+		}
+	}
+	if results[0].Saturation != nil || stall != nil {
 		out.Saturation = DetectSaturation(out, out.Warmup+out.Elapsed)
+	}
+	if stall != nil {
+		if out.Saturation == nil {
+			out.Saturation = &Saturation{IntendedRate: out.RequestedRate, CompletedRate: out.AchievedRate, Completed: out.Completed}
+		}
+		out.Saturation.ConnectStall, out.Saturation.ConnectLongest = stall.ConnectStall, stall.ConnectLongest
+		out.Saturation.Saturated = true
 	}
 	return out, nil
 }

@@ -149,6 +149,10 @@ type Health struct {
 	// started spinning (learnt from the machine's wake-up latency unless set).
 	SpinWait   time.Duration `json:"spin_wait,omitempty"`
 	SpinWindow time.Duration `json:"spin_window,omitempty"`
+	// DialWait is how long, inside the measured window, the open model's loop spent in
+	// dials (it sends nothing meanwhile); DialLongest the longest of those dials.
+	DialWait    time.Duration `json:"dial_wait,omitempty"`
+	DialLongest time.Duration `json:"dial_longest,omitempty"`
 	// CPUPerRequest is process CPU, less SpinWait, divided by completed requests; in a
 	// process that does other work too it is an upper bound.
 	CPUPerRequest time.Duration `json:"cpu_per_request"`
@@ -164,8 +168,16 @@ type Health struct {
 // intended rate builds a backlog that grows for as long as the run lasts, and then its
 // latency is the length of that queue, not its latency at the rate.
 type Saturation struct {
-	// Saturated: the target fell behind (see DetectSaturation for the rule).
+	// Saturated: the target fell behind: it was Overloaded, or it stalled accepting
+	// connections (ConnectStall).
 	Saturated bool `json:"saturated"`
+	// Overloaded: it could not serve the rate (see DetectSaturation for the rules).
+	Overloaded bool `json:"overloaded,omitempty"`
+	// ConnectStall is how long sends inside the window waited while the generator
+	// dialed connections the target was slow to accept, ConnectLongest the longest of
+	// those dials; set only where the sends lagged (judgeConnectStall).
+	ConnectStall   time.Duration `json:"connect_stall,omitempty"`
+	ConnectLongest time.Duration `json:"connect_longest,omitempty"`
 	// BacklogFrom and BacklogTo are the backlog at the window's start and end;
 	// BacklogLow is the smallest at any interval boundary of the window's second half.
 	BacklogFrom int64 `json:"backlog_from"`
@@ -192,15 +204,23 @@ type Saturation struct {
 // String says what the evidence shows, in one line.
 func (s *Saturation) String() string {
 	what := "the target kept up"
-	if s.Saturated {
+	switch {
+	case s.Overloaded:
 		what = "target saturated"
+	case s.Saturated:
+		what = "target stalled"
 	}
 	return what + ": " + s.Evidence()
 }
 
 // Evidence is the figures the verdict rests on, in words.
 func (s *Saturation) Evidence() string {
-	out := fmt.Sprintf("requests due and not answered (in flight, or waiting for a connection) went from %d to %d over the window, and it completed %.1f/s of the %.1f/s intended",
+	out := ""
+	if s.ConnectStall > 0 {
+		out = fmt.Sprintf("sends waited %s in all for new connections the target was slow to accept (the longest dial %s); ",
+			fmtDur(s.ConnectStall), fmtDur(s.ConnectLongest))
+	}
+	out += fmt.Sprintf("requests due and not answered (in flight, or waiting for a connection) went from %d to %d over the window, and it completed %.1f/s of the %.1f/s intended",
 		s.BacklogFrom, s.BacklogTo, s.CompletedRate, s.IntendedRate)
 	if s.WaitingLow > 0 {
 		out += fmt.Sprintf("; at least %d sends waited for a connection throughout the window's second half", s.WaitingLow)

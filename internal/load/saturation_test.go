@@ -2,10 +2,13 @@ package load
 
 import (
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The one-thread server answers at most one request per 2 ms: 500 req/s. Below that
@@ -304,4 +307,118 @@ func TestNoWarmupSlowTargetKeepingUpIsNotSaturated(t *testing.T) {
 	if !over.TargetSaturated() {
 		t.Errorf("the one-thread server at 1.4× its capacity with no warm-up: %+v, want saturated", over.Saturation)
 	}
+}
+
+// A target that is slow to accept connections stalls the open model's loop, which
+// dials on itself: the sends due meanwhile go late. That is the target's doing, and
+// must be named so, not blamed on the generator. The stall is real: a listener whose
+// accept queue holds one connection (backlog 0) and which accepts nothing after its
+// first connection until the gate opens, so the kernel drops further SYNs and the
+// client retries after its one-second retransmission timeout, as a Service whose
+// rules a node has not programmed yet lets a SYN go unanswered.
+func TestConnectStallNamesTheTargetNotTheGenerator(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector slows the generator below the rate measured here")
+	}
+	answer := func(c net.Conn) bool {
+		time.Sleep(20 * time.Millisecond) // 150 req/s then needs about three connections
+		_, err := c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+		return err == nil
+	}
+	cfg := func(url string) Config {
+		return Config{
+			Request: Request{URL: url},
+			// eight connections serve 400 req/s: enough to catch up once the gate opens
+			Open:     &OpenModel{Schedule: ScheduleSpec{Arrival: Constant, Rate: 150}, MaxInFlight: 8},
+			Duration: 3 * time.Second,
+			Warmup:   500 * time.Millisecond,
+		}
+	}
+
+	gate := make(chan struct{})
+	url := serveRawOn(t, gatedListener(t, gate), "http", answer)
+	loops := openEpollRuns.Load()
+	time.AfterFunc(700*time.Millisecond, func() { close(gate) })
+	res := run(t, cfg(url))
+	t.Logf("stalled: achieved %.1f/s, dials %v (longest %v), lag p99 %v, %+v, warnings %q",
+		res.AchievedRate, res.Health.DialWait, res.Health.DialLongest, res.Health.SendLag.Quantile(99), res.Saturation, res.Warnings)
+	if openEpollRuns.Load() == loops {
+		t.Fatal("the open model's epoll loop did not run; this test is about its dials")
+	}
+	if !res.TargetSaturated() || res.Saturation.ConnectStall < 200*time.Millisecond || res.Saturation.ConnectLongest < connectStallMin {
+		t.Errorf("the stalled connect is not named as the target's: %+v", res.Saturation)
+	}
+	if res.Health.Bottleneck {
+		t.Errorf("the generator is blamed for the target's stall: %q", res.Health.Why)
+	}
+	var out strings.Builder
+	if err := WriteTable(&out, res); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "new connections the target was slow to accept") || strings.Contains(out.String(), "did not keep to its schedule") {
+		t.Errorf("the text output does not name the target's stall:\n%s", out.String())
+	}
+
+	stalled := res
+
+	// the control: the same listener, open from the start
+	open := make(chan struct{})
+	close(open)
+	res = run(t, cfg(serveRawOn(t, gatedListener(t, open), "http", answer)))
+	if res.Health.DialLongest >= connectStallMin || res.Saturation == nil || res.Saturation.ConnectStall > 0 || res.TargetSaturated() {
+		t.Errorf("control: dials %v (longest %v), %+v, warnings %q", res.Health.DialWait, res.Health.DialLongest, res.Saturation, res.Warnings)
+	}
+
+	// two generators of one trial (pods on a cluster), one of which met the stall:
+	// their merged result keeps it, which the backlogs summed cannot show
+	merged, err := Merge([]*Result{res, stalled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !merged.TargetSaturated() || merged.Saturation.ConnectStall != stalled.Saturation.ConnectStall || merged.Health.Bottleneck {
+		t.Errorf("merged: %+v, generator blamed %v", merged.Saturation, merged.Health.Bottleneck)
+	}
+}
+
+// gatedListener listens on loopback with an accept queue of one connection, and
+// accepts its first connection at once and the others once gate is closed, from when
+// its queue is of the usual length.
+func gatedListener(t *testing.T, gate <-chan struct{}) net.Listener {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "gated listener")
+	defer f.Close()
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.FileListener(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &gated{Listener: ln, gate: gate}
+}
+
+type gated struct {
+	net.Listener
+	gate     <-chan struct{}
+	accepted int // Accept is called from one goroutine
+}
+
+func (g *gated) Accept() (net.Conn, error) {
+	if g.accepted == 1 {
+		<-g.gate
+		// from now on an ordinary listener: a queue that holds one connection would
+		// go on dropping the SYNs of the connections the generator opens to catch up
+		if raw, err := g.Listener.(*net.TCPListener).SyscallConn(); err == nil {
+			_ = raw.Control(func(fd uintptr) { _ = unix.Listen(int(fd), 128) })
+		}
+	}
+	g.accepted++
+	return g.Listener.Accept()
 }

@@ -340,11 +340,21 @@ type Saturation struct {
 	// last intervals, µs.
 	LatencyFromUS int64 `json:"latency_p50_from_us"`
 	LatencyToUS   int64 `json:"latency_p50_to_us"`
+	// ConnectStallUS is how long sends inside the window waited while the generator
+	// dialed connections the target was slow to accept, ConnectLongestUS the longest
+	// such dial, µs: a stall, which a lower rate would not cure.
+	ConnectStallUS   int64 `json:"connect_stall_us,omitempty"`
+	ConnectLongestUS int64 `json:"connect_longest_us,omitempty"`
 }
 
 // String is the evidence in one line, for progress output and reports.
 func (s *Saturation) String() string {
-	out := fmt.Sprintf("backlog (in flight or waiting for a connection) %d → %d over the window, completed %.0f of %.0f req/s intended",
+	out := ""
+	if s.ConnectStallUS > 0 {
+		out = fmt.Sprintf("sends waited %v for new connections the target was slow to accept (longest dial %v); ",
+			Duration(s.ConnectStallUS).Round(time.Millisecond), Duration(s.ConnectLongestUS).Round(time.Millisecond))
+	}
+	out += fmt.Sprintf("backlog (in flight or waiting for a connection) %d → %d over the window, completed %.0f of %.0f req/s intended",
 		s.BacklogFrom, s.BacklogTo, s.CompletedRate, s.IntendedRate)
 	if s.WaitingLow > 0 {
 		out += fmt.Sprintf(", ≥ %d sends waiting for a connection throughout its second half", s.WaitingLow)

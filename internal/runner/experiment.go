@@ -333,6 +333,11 @@ func (r *runner) backOff(t *study.Trial, res *load.Result, rate float64) error {
 	if !e.Rate.IsRelative() || res == nil || !res.TargetSaturated() {
 		return nil
 	}
+	if !res.Saturation.Overloaded {
+		r.progress.note(fmt.Sprintf("%s on %s (repeat %d) stalled on its target's connections at %.0f req/s; a lower rate would not cure that, so it is not backed off; the trial stays flagged",
+			e.Name, t.Mesh.Name, t.Repeat+1, rate))
+		return nil
+	}
 	done := r.backoffs[e.Name]
 	if len(done) >= maxBackoffs {
 		r.progress.note(fmt.Sprintf("%s on %s (repeat %d) saturated its target at %.0f req/s after %d back-offs; the trial stays flagged and its point's verdicts say saturated",

@@ -281,7 +281,8 @@ func convertSaturation(s *load.Saturation) *results.Saturation {
 	return &results.Saturation{Saturated: s.Saturated, BacklogFrom: s.BacklogFrom, BacklogTo: s.BacklogTo, BacklogLow: s.BacklogLow, WaitingLow: s.WaitingLow,
 		Shed: s.Shed, Completed: s.Completed,
 		IntendedRate: s.IntendedRate, CompletedRate: s.CompletedRate,
-		LatencyFromUS: s.LatencyFrom.Microseconds(), LatencyToUS: s.LatencyTo.Microseconds()}
+		LatencyFromUS: s.LatencyFrom.Microseconds(), LatencyToUS: s.LatencyTo.Microseconds(),
+		ConnectStallUS: s.ConnectStall.Microseconds(), ConnectLongestUS: s.ConnectLongest.Microseconds()}
 }
 
 // targets lists what the sampler reads: every process of the testbed, the load
