@@ -123,10 +123,15 @@ func TestDeployRefusesBeforeCreatingAnything(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "spec.experiments[0].kind: kind security is not measured on Kubernetes yet") {
 		t.Errorf("run of a security experiment on kubernetes: %v", err)
 	}
-	keepUp := kubeStudy(t, c, "    - {name: baseline, profile: none}")
+	// kept up together: the baseline beside one mesh that installs, but not two
+	keepUp := kubeStudy(t, c, "    - {name: baseline, profile: none}\n    - {name: sidecar, profile: envoy-sidecar}")
 	rewriteStudy(t, keepUp, "  experiments:\n", "  keepMeshesUp: true\n  experiments:\n")
-	if _, errOut, err := execCLI("validate", keepUp); err == nil || !regexp.MustCompile(`study.yaml:\d+:\d+: spec.keepMeshesUp: the local substrate only`).MatchString(errOut) {
-		t.Errorf("validate of keepMeshesUp on kubernetes: %v\n%s", err, errOut)
+	if _, errOut, err := execCLI("validate", keepUp); err != nil {
+		t.Errorf("validate of keepMeshesUp with the baseline and one mesh on kubernetes: %v\n%s", err, errOut)
+	}
+	rewriteStudy(t, keepUp, "{name: sidecar, profile: envoy-sidecar}", "{name: sidecar, profile: envoy-sidecar}\n    - {name: mtls, profile: envoy-sidecar, options: {mtls: strict}}")
+	if _, errOut, err := execCLI("validate", keepUp); err == nil || !regexp.MustCompile(`study.yaml:\d+:\d+: spec.keepMeshesUp: on Kubernetes, of the meshes kept up together at most one may install anything: meshes sidecar \(profile envoy-sidecar\) and mtls`).MatchString(errOut) {
+		t.Errorf("validate of keepMeshesUp with two meshes that install on kubernetes: %v\n%s", err, errOut)
 	}
 	if left := meshmarkNamespaces(t, c); len(left) > 0 {
 		t.Errorf("refused run created %v", left)

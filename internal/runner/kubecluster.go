@@ -58,6 +58,35 @@ func checkClusterNetwork(st *study.Study) error {
 		n.Profile, o.Name, o.Profile, n.Profile))
 }
 
+// checkKeptUpOnCluster refuses keepMeshesUp on a cluster where two meshes of the study
+// install something: their control planes, webhooks and CRDs would meet on the one
+// cluster (two istiods, say, each injecting every enrolled namespace). Meshes that
+// install nothing (the baseline and its A/A twins) live in namespaces of their own
+// beside the one that does, whose enrollment is by namespace, and stay up together.
+// It names the second mesh that installs.
+func checkKeptUpOnCluster(st *study.Study) error {
+	if !st.Spec.KeepMeshesUp {
+		return nil
+	}
+	first := -1
+	for i, m := range st.Spec.Meshes {
+		plan, err := kubernetesInstall(m)
+		switch {
+		case err != nil:
+			return nil // checkKubernetes names it
+		case plan == nil:
+		case first < 0:
+			first = i
+		default:
+			return st.ErrorAt("spec.keepMeshesUp", fmt.Errorf(
+				"on Kubernetes, of the meshes kept up together at most one may install anything: meshes %s (profile %s) and %s (profile %s) both do, and their control planes would meet on the one cluster. "+
+					"Keep only the baseline beside one of them, or set keepMeshesUp: false to install one at a time",
+				st.Spec.Meshes[first].Name, st.Spec.Meshes[first].Profile, m.Name, m.Profile))
+		}
+	}
+	return nil
+}
+
 // nodeAgentEnrollment is the node agents' word that the mesh took in every pod of the
 // app, for a mesh whose data plane is a node's (Cilium's agent wires every pod of its
 // node into its datapath): a pod is enrolled when its node runs a ready agent. It adds

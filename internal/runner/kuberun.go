@@ -146,8 +146,8 @@ func (r *runner) checkKubernetes(measure bool) error {
 	if err := checkVersionSplit(st, r.graph); err != nil {
 		return err
 	}
-	if st.Spec.KeepMeshesUp {
-		return st.ErrorAt("spec.keepMeshesUp", errors.New("the local substrate only: on Kubernetes one mesh is installed at a time (meshes' control planes and CRDs would meet on one cluster)"))
+	if err := checkKeptUpOnCluster(st); err != nil {
+		return err
 	}
 	if !measure {
 		return nil
