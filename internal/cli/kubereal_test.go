@@ -870,3 +870,36 @@ func TestKeptUpMeshesOnRealNodes(t *testing.T) {
 	}
 	checkNothingLeft(t, l, "istio-system")
 }
+
+// TestAmbientWithoutItsNodeAgentStopsTheRunOnRealNodes: Istio ambient from its own
+// charts on the real cluster, but with istio-cni's node agent told to run only on a
+// node that does not exist, as on a cluster whose nodes it cannot run on. On kwok,
+// where no pod runs, the same install reaches the enrollment check, which refuses it
+// (TestAmbientThatEnrollsNothingIsRefused). On real nodes it does not get that far:
+// ztunnel, in-pod mode, is never ready without the node agent, so the install fails at
+// its wait, naming ztunnel's pod and the study's readyTimeout, the run is stored failed
+// with no trial, and nothing is left behind.
+func TestAmbientWithoutItsNodeAgentStopsTheRunOnRealNodes(t *testing.T) {
+	l := sharedLocalWithMeshImages(t)
+	path := realNodesStudy(t, l, "real-nodes-no-cni-agent", `    - name: stranded
+      profile: istio-ambient
+      options:
+        helm_values:
+          istio-cni:
+            affinity:
+              nodeAffinity:
+                requiredDuringSchedulingIgnoredDuringExecution:
+                  nodeSelectorTerms:
+                    - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [no-such-node]}]`,
+		"      generators: 1\n      readyTimeout: 45s\n", "    - {name: latency, kind: fixed-rate, rate: 20, duration: 2s, warmup: 500ms}\n")
+	db := filepath.Join(t.TempDir(), "results.db")
+	_, errOut, err := execCLI("run", "--db", db, "--no-report", path)
+	if err == nil || !regexp.MustCompile(`mesh stranded: install ztunnel .*\(spec.substrate.kubernetes.readyTimeout 45s\); pod ztunnel-\S+: running, container istio-proxy not ready`).MatchString(err.Error()) {
+		t.Fatalf("run of ambient without its node agent: %v; want the install's wait to name ztunnel not ready\n%s", err, errOut)
+	}
+	run := lastRun(t, db)
+	if run.Status != results.StatusFailed || len(run.Trials) != 0 {
+		t.Errorf("stored run: status %s (%s), %d trials; want failed before any trial", run.Status, run.StatusReason, len(run.Trials))
+	}
+	checkNothingLeft(t, l, "istio-system")
+}
