@@ -19,7 +19,6 @@ import (
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -797,78 +796,6 @@ func runRefusedAtEnrollment(t *testing.T, path string) (string, mesh.Enrollment,
 		t.Fatalf("enrollment %s: %v", run.Meshes[0].Enrollment, err)
 	}
 	return errOut, enr, err
-}
-
-// TestKeptUpMeshesOnRealNodes: with keepMeshesUp, the baseline and Istio's sidecar are
-// brought up once each on the real cluster and stay up together while the interleaved
-// repeats switch between them: the baseline's pods stay out of the mesh whose
-// injector runs beside them, each mesh's trials go through its own generators, and
-// nothing is left when the run ends.
-func TestKeptUpMeshesOnRealNodes(t *testing.T) {
-	l := sharedLocalWithMeshImages(t)
-	client := l.ClientOf(t)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	together := make(chan int, 1)
-	go func() {
-		most := 0
-		defer func() { together <- most }()
-		for ctx.Err() == nil {
-			nss, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: kube.ManagedByLabel})
-			if err == nil {
-				n := 0
-				for _, ns := range nss.Items {
-					if strings.HasPrefix(ns.Name, "mmreal-") && ns.Status.Phase == corev1.NamespaceActive {
-						n++
-					}
-				}
-				most = max(most, n)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}()
-
-	path := realNodesStudy(t, l, "real-nodes-kept-up", "    - {name: baseline, profile: none}\n    - {name: sidecar, profile: envoy-sidecar}",
-		"      generators: 1\n", "    - {name: latency, kind: fixed-rate, rate: 50, duration: 2s, warmup: 500ms, repeats: 2}\n  keepMeshesUp: true\n")
-	run, errOut := runOnCluster(t, path)
-	stop()
-	most := <-together
-	if len(run.Trials) != 4 {
-		t.Fatalf("%d trials, want 4 (2 meshes × 2 repeats)\n%s", len(run.Trials), errOut)
-	}
-	changes := 0
-	for i, tr := range run.Trials {
-		if i > 0 && tr.Mesh != run.Trials[i-1].Mesh {
-			changes++
-		}
-		if tr.Result.Requests < 90 || tr.Result.Errors != 0 {
-			t.Errorf("%s repeat %d: %d requests, %d errors; want about 100, none failed", tr.Mesh, tr.Repeat+1, tr.Result.Requests, tr.Result.Errors)
-		}
-	}
-	if changes < 2 {
-		t.Errorf("the mesh changed %d times between trials, want at least 2 (interleaved repeats)", changes)
-	}
-	for what, want := range map[string]int{
-		"sidecar: installed in ":              1, // istiod, once
-		"baseline: no pod is in a mesh (":     1,
-		"sidecar: every pod is in the mesh (": 1,
-		"sidecar torn down, namespace ":       1,
-		"baseline torn down, namespace ":      1,
-	} {
-		if got := strings.Count(errOut, what); got != want {
-			t.Errorf("progress says %q %d times, want %d", what, got, want)
-		}
-	}
-	if t.Failed() {
-		t.Logf("progress:\n%s", errOut)
-	}
-	if most != 2 {
-		t.Errorf("at most %d of the run's namespaces up at once, want both meshes' together", most)
-	}
-	if got := run.Provenance.Placement["meshes-up"]; !strings.Contains(got, "all together") {
-		t.Errorf("provenance placement meshes-up = %q", got)
-	}
-	checkNothingLeft(t, l, "istio-system")
 }
 
 // TestAmbientWithoutItsNodeAgentStopsTheRunOnRealNodes: Istio ambient from its own

@@ -18,7 +18,8 @@ import (
 
 // platformStudy is one study for both platforms: only its substrate differs. A
 // fixed-rate experiment and a connections experiment with a rate (2 connections at 100
-// req/s), through no mesh and through Istio's sidecar under strict mTLS.
+// req/s), through no mesh and through Istio's sidecar under strict mTLS, in two
+// interleaved repeats on deployments kept up throughout (keepMeshesUp).
 const platformStudy = `apiVersion: meshmark.dev/v1alpha1
 kind: Study
 metadata: {name: both-platforms}
@@ -33,12 +34,14 @@ spec:
   experiments:
     - {name: latency, kind: fixed-rate, rate: 40, duration: 6s, warmup: 1s}
     - {name: conns, kind: connections, connections: [2], rate: 100, duration: 4s, warmup: 1s}
-  repeats: 1
+  repeats: 2
+  keepMeshesUp: true
 `
 
 // TestSameStudyOnBothPlatforms runs one study, unchanged but for its substrate, on the
 // local testbed and on the real two-node cluster, and holds both runs to the same
-// assertions (checkRunOnEitherPlatform): the one runner walks the same plan on both, turns
+// assertions (checkRunOnEitherPlatform): the one runner walks the same plan on both,
+// keeping both meshes up through the interleaved repeats (one bring-up each), turns
 // each experiment into the same load (the rate kept, every request answered and in the
 // histogram, the connections experiment never more requests in flight than its two
 // connections), proves the sidecar mesh enrolled (strict mTLS seen at every service,
@@ -72,6 +75,12 @@ func TestSameStudyOnBothPlatforms(t *testing.T) {
 		runs[p.name] = lastRun(t, db)
 		t.Run(p.name, func(t *testing.T) {
 			checkRunOnEitherPlatform(t, runs[p.name])
+			// kept up: each mesh brought up once, though the repeats interleave them
+			for _, m := range []string{"baseline", "istio"} {
+				if n := strings.Count(errOut, m+" up in "); n != 1 {
+					t.Errorf("%s brought up %d times, want once (keepMeshesUp)", m, n)
+				}
+			}
 			if t.Failed() {
 				t.Logf("the run's progress:\n%s", errOut)
 			}
@@ -86,8 +95,11 @@ func TestSameStudyOnBothPlatforms(t *testing.T) {
 // checkRunOnEitherPlatform is what a run of platformStudy must show wherever it ran.
 func checkRunOnEitherPlatform(t *testing.T, run *results.Run) {
 	t.Helper()
-	if run.Status != results.StatusComplete || len(run.Trials) != 4 {
-		t.Fatalf("run %s (%s) with %d trials; want complete with 2 experiments × 2 meshes", run.Status, run.StatusReason, len(run.Trials))
+	if run.Status != results.StatusComplete || len(run.Trials) != 8 {
+		t.Fatalf("run %s (%s) with %d trials; want complete with 2 experiments × 2 meshes × 2 repeats", run.Status, run.StatusReason, len(run.Trials))
+	}
+	if got := run.Provenance.Placement["meshes-up"]; !strings.Contains(got, "all together") {
+		t.Errorf("provenance placement meshes-up = %q, want the meshes kept up all together", got)
 	}
 	for _, tr := range run.Trials {
 		res := tr.Result
