@@ -129,6 +129,8 @@ func istioLeftovers(t *testing.T, c *kubetest.Cluster) []string {
 // this cluster no istio-cni agent can run to redirect the pods, as none would on a node
 // whose CNI it cannot hook, so the enrollment check must find every pod outside the
 // mesh and refuse, and the deploy must leave nothing behind: the check is not a formality.
+// (On real nodes ztunnel is never ready without the agent, so the install's wait stops
+// such a run first: TestAmbientWithoutItsNodeAgentStopsTheRunOnRealNodes.)
 func TestAmbientThatEnrollsNothingIsRefused(t *testing.T) {
 	c := startTestCluster(t)
 	if _, err := os.Stat(filepath.Join(prereq.IstioCharts(), "ztunnel")); err != nil {
