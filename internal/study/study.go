@@ -98,8 +98,9 @@ type Spec struct {
 	Seed                  uint64 `yaml:"seed"`
 	FreshBringUpPerRepeat bool   `yaml:"freshBringUpPerRepeat"`
 	// KeepMeshesUp brings every mesh up once per stage and keeps them all up together
-	// until the stage ends (each in its own testbed), so that interleaved trials switch
-	// meshes without a bring-up between them. Local substrate only.
+	// until the stage ends (each in its own testbed, or on Kubernetes its own
+	// namespace), so that interleaved trials switch meshes without a bring-up between
+	// them. On Kubernetes at most one of the meshes may install anything.
 	KeepMeshesUp bool     `yaml:"keepMeshesUp"`
 	Warmup       Duration `yaml:"warmup"`
 	SLO          *SLO     `yaml:"slo,omitempty"`
