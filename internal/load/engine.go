@@ -690,11 +690,17 @@ func judgeConnectStall(res *Result) {
 	if h.SendLag.Quantile(99) <= lagLimit || h.DialLongest < connectStallMin || h.DialWait == 0 {
 		return
 	}
+	res.markConnectStall(h.DialWait, h.DialLongest)
+}
+
+// markConnectStall records a connect stall in res's saturation evidence, which it
+// makes saturated, judged or not by the backlog rules.
+func (res *Result) markConnectStall(stall, longest time.Duration) {
 	if res.Saturation == nil {
 		res.Saturation = &Saturation{IntendedRate: res.RequestedRate, CompletedRate: res.AchievedRate, Completed: res.Completed}
 	}
 	s := res.Saturation
-	s.ConnectStall, s.ConnectLongest = h.DialWait, h.DialLongest
+	s.ConnectStall, s.ConnectLongest = stall, longest
 	s.Saturated = true
 }
 

@@ -116,11 +116,7 @@ func Merge(results []*Result) (*Result, error) {
 		out.Saturation = DetectSaturation(out, out.Warmup+out.Elapsed)
 	}
 	if stall != nil {
-		if out.Saturation == nil {
-			out.Saturation = &Saturation{IntendedRate: out.RequestedRate, CompletedRate: out.AchievedRate, Completed: out.Completed}
-		}
-		out.Saturation.ConnectStall, out.Saturation.ConnectLongest = stall.ConnectStall, stall.ConnectLongest
-		out.Saturation.Saturated = true
+		out.markConnectStall(stall.ConnectStall, stall.ConnectLongest)
 	}
 	return out, nil
 }
