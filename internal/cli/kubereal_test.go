@@ -776,10 +776,9 @@ func sharedLocalWithMeshImages(t *testing.T) *kubetest.Local {
 	return l
 }
 
-// runRefusedAtEnrollment runs the study at path, of one mesh, which must fail before any
-// trial, and returns the progress, the enrollment check stored with the failed run, and
-// why it failed.
-func runRefusedAtEnrollment(t *testing.T, path string) (string, mesh.Enrollment, error) {
+// runRefused runs the study at path, which must fail before any trial, and returns the
+// progress, the run stored failed, and why it failed.
+func runRefused(t *testing.T, path string) (string, *results.Run, error) {
 	t.Helper()
 	db := filepath.Join(t.TempDir(), "results.db")
 	_, errOut, err := execCLI("run", "--db", db, "--no-report", path)
@@ -788,8 +787,20 @@ func runRefusedAtEnrollment(t *testing.T, path string) (string, mesh.Enrollment,
 		t.Fatalf("the run was not refused\n%s", errOut)
 	}
 	run := lastRun(t, db)
-	if run.Status != results.StatusFailed || len(run.Trials) != 0 || len(run.Meshes) != 1 {
+	if run.Status != results.StatusFailed || len(run.Trials) != 0 {
 		t.Fatalf("stored run: status %s (%s), %d trials; want failed before any trial", run.Status, run.StatusReason, len(run.Trials))
+	}
+	return errOut, run, err
+}
+
+// runRefusedAtEnrollment runs the study at path, of one mesh, which must fail before any
+// trial, and returns the progress, the enrollment check stored with the failed run, and
+// why it failed.
+func runRefusedAtEnrollment(t *testing.T, path string) (string, mesh.Enrollment, error) {
+	t.Helper()
+	errOut, run, err := runRefused(t, path)
+	if len(run.Meshes) != 1 {
+		t.Fatalf("stored run with %d meshes; want the one, with its check", len(run.Meshes))
 	}
 	var enr mesh.Enrollment
 	if err := json.Unmarshal(run.Meshes[0].Enrollment, &enr); err != nil {
@@ -819,14 +830,9 @@ func TestAmbientWithoutItsNodeAgentStopsTheRunOnRealNodes(t *testing.T) {
                   nodeSelectorTerms:
                     - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [no-such-node]}]`,
 		"      generators: 1\n      readyTimeout: 45s\n", "    - {name: latency, kind: fixed-rate, rate: 20, duration: 2s, warmup: 500ms}\n")
-	db := filepath.Join(t.TempDir(), "results.db")
-	_, errOut, err := execCLI("run", "--db", db, "--no-report", path)
-	if err == nil || !regexp.MustCompile(`mesh stranded: install ztunnel .*\(spec.substrate.kubernetes.readyTimeout 45s\); pod ztunnel-\S+: running, container istio-proxy not ready`).MatchString(err.Error()) {
+	errOut, _, err := runRefused(t, path)
+	if !regexp.MustCompile(`mesh stranded: install ztunnel .*\(spec.substrate.kubernetes.readyTimeout 45s\); pod ztunnel-\S+: running, container istio-proxy not ready`).MatchString(err.Error()) {
 		t.Fatalf("run of ambient without its node agent: %v; want the install's wait to name ztunnel not ready\n%s", err, errOut)
-	}
-	run := lastRun(t, db)
-	if run.Status != results.StatusFailed || len(run.Trials) != 0 {
-		t.Errorf("stored run: status %s (%s), %d trials; want failed before any trial", run.Status, run.StatusReason, len(run.Trials))
 	}
 	checkNothingLeft(t, l, "istio-system")
 }
