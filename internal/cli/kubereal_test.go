@@ -814,9 +814,9 @@ func runRefusedAtEnrollment(t *testing.T, path string) (string, mesh.Enrollment,
 // node that does not exist, as on a cluster whose nodes it cannot run on. On kwok,
 // where no pod runs, the same install reaches the enrollment check, which refuses it
 // (TestAmbientThatEnrollsNothingIsRefused). On real nodes it does not get that far:
-// ztunnel, in-pod mode, is never ready without the node agent, so the install fails at
-// its wait, naming ztunnel's pod and the study's readyTimeout, the run is stored failed
-// with no trial, and nothing is left behind.
+// istio-cni's install fails as soon as its DaemonSet is placed on no node, naming it
+// (without that, ztunnel would wait for the agent until readyTimeout and the error name
+// ztunnel), the run is stored failed with no trial, and nothing is left behind.
 func TestAmbientWithoutItsNodeAgentStopsTheRunOnRealNodes(t *testing.T) {
 	l := sharedLocalWithMeshImages(t)
 	path := realNodesStudy(t, l, "real-nodes-no-cni-agent", `    - name: stranded
@@ -831,8 +831,8 @@ func TestAmbientWithoutItsNodeAgentStopsTheRunOnRealNodes(t *testing.T) {
                     - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [no-such-node]}]`,
 		"      generators: 1\n      readyTimeout: 45s\n", "    - {name: latency, kind: fixed-rate, rate: 20, duration: 2s, warmup: 500ms}\n")
 	errOut, _, err := runRefused(t, path)
-	if !regexp.MustCompile(`mesh stranded: install ztunnel .*\(spec.substrate.kubernetes.readyTimeout 45s\); pod ztunnel-\S+: running, container istio-proxy not ready`).MatchString(err.Error()) {
-		t.Fatalf("run of ambient without its node agent: %v; want the install's wait to name ztunnel not ready\n%s", err, errOut)
+	if !regexp.MustCompile(`mesh stranded: install istio-cni .*: daemonset istio-cni-node runs on no node: its node selector, affinity and tolerations leave out each of the cluster's 2 nodes`).MatchString(err.Error()) {
+		t.Fatalf("run of ambient without its node agent: %v; want the install of istio-cni to name its DaemonSet placed on no node\n%s", err, errOut)
 	}
 	checkNothingLeft(t, l, "istio-system")
 }

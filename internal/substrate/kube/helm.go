@@ -96,8 +96,8 @@ func (c *Cluster) helmConfig(namespace string, logw io.Writer) (*action.Configur
 // cluster's timeout) and measures the effort. While Helm waits, the pods the release
 // adds to its namespace are watched: progress hears how many are ready, and a pod the
 // cluster says cannot get ready (StuckError) ends the install at once with the reason,
-// as does Helm's own time limit with what the pods wait for. On failure it removes what
-// it installed. Helm's own messages go to logw.
+// as does Helm's own time limit with what the pods wait for, and a DaemonSet the
+// release adds that runs on no node. On failure it removes what it installed. Helm's own messages go to logw.
 func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer, progress func(WaitProgress)) (inst *Installed, err error) {
 	if ch.Repo != "" && ch.Version == "" {
 		return nil, fmt.Errorf("chart %s from %s: no version: pin one, so that runs are comparable", ch.Ref, ch.Repo)
@@ -196,6 +196,9 @@ func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer, progres
 		}
 		return inst, fmt.Errorf("install %s (chart %s %s) into %s: %w", ch.Release, loaded.Name(), loaded.Metadata.Version, ch.Namespace, err)
 	}
+	if err := c.daemonSetsPlaced(ctx, ch.Namespace, before); err != nil {
+		return inst, fmt.Errorf("install %s (chart %s %s) into %s: %w", ch.Release, loaded.Name(), loaded.Metadata.Version, ch.Namespace, err)
+	}
 	inst.Effort.Ready = time.Since(start)
 	if inst.Effort.CRDs, err = c.addedCRDs(ctx, crdsBefore); err != nil {
 		return inst, err
@@ -272,6 +275,9 @@ func (c *Cluster) Upgrade(ctx context.Context, inst *Installed, ch Chart, logw i
 		} else if why := c.whyPodsWait(context.WithoutCancel(ctx), ch.Namespace, before); why != "" {
 			err = fmt.Errorf("%w (spec.substrate.kubernetes.readyTimeout %s)%s", err, c.cfg.Timeout, why)
 		}
+		return fmt.Errorf("upgrade %s (chart %s %s) in %s: %w", ch.Release, loaded.Name(), loaded.Metadata.Version, ch.Namespace, err)
+	}
+	if err := c.daemonSetsPlaced(ctx, ch.Namespace, before); err != nil {
 		return fmt.Errorf("upgrade %s (chart %s %s) in %s: %w", ch.Release, loaded.Name(), loaded.Metadata.Version, ch.Namespace, err)
 	}
 	crds := inst.Effort.CRDs // the install's, which go at Uninstall

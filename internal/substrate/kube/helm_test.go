@@ -109,6 +109,40 @@ func TestHelmInstallThatNeverGetsReadyIsRemoved(t *testing.T) {
 	}
 }
 
+// TestHelmInstallOfANodeAgentThatRunsNowhereFails: Helm's wait counts a DaemonSet that
+// is placed on no node ready, having no pod to wait for. A mesh's node agent that runs
+// nowhere leaves the mesh without its node part (Istio's ztunnel then waits until
+// readyTimeout), so the install fails at once naming the DaemonSet, and is removed. The
+// same agent on nodes that take it installs.
+func TestHelmInstallOfANodeAgentThatRunsNowhereFails(t *testing.T) {
+	needCluster(t)
+	ctx := context.Background()
+	c := connect(t, Config{Timeout: 3 * time.Minute})
+	_, err := c.Install(ctx, Chart{
+		Release: "agentless", Ref: "testdata/charts/widget-app", Namespace: "mmtest-agentless-system",
+		Values: map[string]any{"agent": map[string]any{"nodeSelector": map[string]any{"meshmark.dev/test-node": "none"}}},
+	}, nil, nil)
+	var stuck *StuckError
+	if !errors.As(err, &stuck) || !strings.Contains(err.Error(), "install agentless (chart widget-app 0.3.1) into mmtest-agentless-system: namespace mmtest-agentless-system: "+
+		"daemonset agentless-agent runs on no node: its node selector, affinity and tolerations leave out each of the cluster's 3 nodes") {
+		t.Fatalf("install of a node agent no node takes: %v", err)
+	}
+	if _, err := c.Client().CoreV1().Namespaces().Get(ctx, "mmtest-agentless-system", metav1.GetOptions{}); !IsNotFound(err) {
+		t.Errorf("a failed install left its namespace: %v", err)
+	}
+
+	inst, err := c.Install(ctx, Chart{
+		Release: "agented", Ref: "testdata/charts/widget-app", Namespace: "mmtest-agented-system",
+		Values: map[string]any{"agent": map[string]any{"nodeSelector": map[string]any{"type": "kwok"}}},
+	}, nil, nil)
+	if err != nil {
+		t.Fatalf("install of a node agent on every node: %v", err)
+	}
+	if err := c.Uninstall(ctx, inst, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestHelmInstallGivesUpOnAPodThatCannotStart: while Helm waits, a pod of the release
 // that the cluster says cannot start ends the install at once with the kubelet's reason
 // (kwok runs no container: the test writes the kubelet's status), and the release is

@@ -321,3 +321,55 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// placedWithin bounds how long daemonSetsPlaced waits for the DaemonSet controller to
+// place what an install added; it does so within a second of the object's creation.
+const placedWithin = 15 * time.Second
+
+// daemonSetsPlaced waits until the DaemonSet controller has placed each DaemonSet an
+// install added to namespace (all but exclude's), and fails with a StuckError for one
+// it places on no node. Helm's wait counts such a DaemonSet ready, having no pod to wait
+// for, yet a mesh whose node agent runs nowhere is without its node part: Istio's
+// ztunnel then never gets ready, and the wait for it ends only at readyTimeout, naming
+// ztunnel rather than the agent. A controller that does not answer within placedWithin
+// leaves the decision to Helm's wait, which has been made.
+func (c *Cluster) daemonSetsPlaced(ctx context.Context, namespace string, exclude map[types.UID]bool) error {
+	deadline := time.Now().Add(placedWithin)
+	for {
+		dss, err := c.client.AppsV1().DaemonSets(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return fmt.Errorf("namespace %s: list daemonsets: %w", namespace, err)
+		}
+		pending := false
+		for _, d := range dss.Items {
+			switch {
+			case exclude[d.UID] || d.DeletionTimestamp != nil:
+			case d.Status.ObservedGeneration < d.Generation:
+				pending = true
+			case d.Status.DesiredNumberScheduled == 0:
+				return &StuckError{Namespace: namespace, Why: fmt.Sprintf("daemonset %s runs on no node: its node selector, affinity and tolerations leave out %s",
+					d.Name, c.clusterNodes(ctx))}
+			}
+		}
+		if !pending || time.Now().After(deadline) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// clusterNodes counts the cluster's nodes, for a message.
+func (c *Cluster) clusterNodes(ctx context.Context) string {
+	nodes, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "the cluster's nodes"
+	}
+	if len(nodes.Items) == 1 {
+		return "the cluster's one node"
+	}
+	return fmt.Sprintf("each of the cluster's %d nodes", len(nodes.Items))
+}
