@@ -255,32 +255,6 @@ func TestRunWaitsUntilTheEntryAnswersEveryGenerator(t *testing.T) {
 	}
 }
 
-// TestRunOnClusterWithNoSuccessFails: a trial through the generator pods in which no
-// request succeeded fails the run, which is stored failed with the reason, and leaves
-// nothing on the cluster.
-func TestRunOnClusterWithNoSuccessFails(t *testing.T) {
-	c := startTestCluster(t)
-	entry := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) }))
-	defer entry.Close()
-	standInGenerators(t, c, "front", entry.Listener.Addr().String())
-	path := kubeStudy(t, c, "    - {name: baseline, profile: none}")
-	rewriteStudy(t, path, "    - {name: latency, kind: fixed-rate, rate: 100, duration: 30s}",
-		"    - {name: latency, kind: fixed-rate, rate: 100, duration: 1s, warmup: 200ms}")
-	db := filepath.Join(t.TempDir(), "results.db")
-	_, errOut, err := execCLI("run", "--db", db, "--no-report", path)
-	want := "latency 100 req/s on baseline, repeat 1, through 1 load generators: no request succeeded: 100 measured, all failed (non-2xx 100); answers 503×100"
-	if err == nil || !strings.Contains(err.Error(), want) {
-		t.Fatalf("run: %v; want it to fail saying %q\n%s", err, want, errOut)
-	}
-	run := lastRun(t, db)
-	if run.Status != results.StatusFailed || !strings.Contains(run.StatusReason, "no request succeeded") || len(run.Trials) != 0 {
-		t.Errorf("stored run: status %s (%s), %d trials; want failed, saying why, no trial", run.Status, run.StatusReason, len(run.Trials))
-	}
-	if left := meshmarkNamespaces(t, c); len(left) > 0 {
-		t.Errorf("run left namespaces %v", left)
-	}
-}
-
 // rewriteStudy replaces, in the study file at path, each old text (given in pairs old,
 // new) once.
 func rewriteStudy(t *testing.T, path string, oldNew ...string) {
