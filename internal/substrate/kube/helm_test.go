@@ -113,7 +113,8 @@ func TestHelmInstallThatNeverGetsReadyIsRemoved(t *testing.T) {
 // is placed on no node ready, having no pod to wait for. A mesh's node agent that runs
 // nowhere leaves the mesh without its node part (Istio's ztunnel then waits until
 // readyTimeout), so the install fails at once naming the DaemonSet, and is removed. The
-// same agent on nodes that take it installs.
+// same agent on nodes that take it installs, and an upgrade that takes it off them all
+// fails.
 func TestHelmInstallOfANodeAgentThatRunsNowhereFails(t *testing.T) {
 	needCluster(t)
 	ctx := context.Background()
@@ -138,8 +139,20 @@ func TestHelmInstallOfANodeAgentThatRunsNowhereFails(t *testing.T) {
 	if err != nil {
 		t.Fatalf("install of a node agent on every node: %v", err)
 	}
-	if err := c.Uninstall(ctx, inst, nil); err != nil {
-		t.Fatal(err)
+	defer func() {
+		if err := c.Uninstall(ctx, inst, nil); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	// An upgrade that takes the release's agent off every node fails the same way,
+	// though the DaemonSet was there before it.
+	err = c.Upgrade(ctx, inst, Chart{
+		Release: "agented", Ref: "testdata/charts/widget-app", Namespace: "mmtest-agented-system",
+		Values: map[string]any{"agent": map[string]any{"nodeSelector": map[string]any{"meshmark.dev/test-node": "none"}}},
+	}, nil, nil)
+	if !errors.As(err, &stuck) || !strings.Contains(err.Error(), "upgrade agented (chart widget-app 0.3.1) in mmtest-agented-system: namespace mmtest-agented-system: "+
+		"daemonset agented-agent runs on no node") {
+		t.Errorf("upgrade that places the node agent on no node: %v", err)
 	}
 }
 

@@ -326,14 +326,15 @@ func truncate(s string, n int) string {
 // place what an install added; it does so within a second of the object's creation.
 const placedWithin = 15 * time.Second
 
-// daemonSetsPlaced waits until the DaemonSet controller has placed each DaemonSet an
-// install added to namespace (all but exclude's), and fails with a StuckError for one
-// it places on no node. Helm's wait counts such a DaemonSet ready, having no pod to wait
+// daemonSetsPlaced waits until the DaemonSet controller has placed each DaemonSet of
+// the release in namespace (those Helm's annotation gives to release, and any other an
+// install added: all but exclude's), and fails with a StuckError for one it places on
+// no node. Helm's wait counts such a DaemonSet ready, having no pod to wait
 // for, yet a mesh whose node agent runs nowhere is without its node part: Istio's
 // ztunnel then never gets ready, and the wait for it ends only at readyTimeout, naming
 // ztunnel rather than the agent. A controller that does not answer within placedWithin
 // leaves the decision to Helm's wait, which has been made.
-func (c *Cluster) daemonSetsPlaced(ctx context.Context, namespace string, exclude map[types.UID]bool) error {
+func (c *Cluster) daemonSetsPlaced(ctx context.Context, namespace, release string, exclude map[types.UID]bool) error {
 	deadline := time.Now().Add(placedWithin)
 	for {
 		dss, err := c.client.AppsV1().DaemonSets(namespace).List(ctx, metav1.ListOptions{})
@@ -343,7 +344,7 @@ func (c *Cluster) daemonSetsPlaced(ctx context.Context, namespace string, exclud
 		pending := false
 		for _, d := range dss.Items {
 			switch {
-			case exclude[d.UID] || d.DeletionTimestamp != nil:
+			case (exclude[d.UID] && d.Annotations[helmReleaseAnnotation] != release) || d.DeletionTimestamp != nil:
 			case d.Status.ObservedGeneration < d.Generation:
 				pending = true
 			case d.Status.DesiredNumberScheduled == 0:
@@ -361,6 +362,10 @@ func (c *Cluster) daemonSetsPlaced(ctx context.Context, namespace string, exclud
 		}
 	}
 }
+
+// helmReleaseAnnotation names the Helm release an object belongs to; Helm sets it on
+// everything it installs.
+const helmReleaseAnnotation = "meta.helm.sh/release-name"
 
 // clusterNodes counts the cluster's nodes, for a message.
 func (c *Cluster) clusterNodes(ctx context.Context) string {
