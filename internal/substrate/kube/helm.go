@@ -96,8 +96,9 @@ func (c *Cluster) helmConfig(namespace string, logw io.Writer) (*action.Configur
 // cluster's timeout) and measures the effort. While Helm waits, the pods the release
 // adds to its namespace are watched: progress hears how many are ready, and a pod the
 // cluster says cannot get ready (StuckError) ends the install at once with the reason,
-// as does Helm's own time limit with what the pods wait for, and a DaemonSet the
-// release adds that runs on no node. On failure it removes what it installed. Helm's own messages go to logw.
+// as does Helm's own time limit with what the pods wait for, and a DaemonSet of the
+// release that runs on no node. On failure it removes what it installed. Helm's own
+// messages go to logw.
 func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer, progress func(WaitProgress)) (inst *Installed, err error) {
 	if ch.Repo != "" && ch.Version == "" {
 		return nil, fmt.Errorf("chart %s from %s: no version: pin one, so that runs are comparable", ch.Ref, ch.Repo)

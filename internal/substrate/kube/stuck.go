@@ -323,17 +323,17 @@ func truncate(s string, n int) string {
 }
 
 // placedWithin bounds how long daemonSetsPlaced waits for the DaemonSet controller to
-// place what an install added; it does so within a second of the object's creation.
+// place a release's DaemonSets; it does so within a second of a change.
 const placedWithin = 15 * time.Second
 
 // daemonSetsPlaced waits until the DaemonSet controller has placed each DaemonSet of
 // the release in namespace (those Helm's annotation gives to release, and any other an
 // install added: all but exclude's), and fails with a StuckError for one it places on
-// no node. Helm's wait counts such a DaemonSet ready, having no pod to wait
-// for, yet a mesh whose node agent runs nowhere is without its node part: Istio's
-// ztunnel then never gets ready, and the wait for it ends only at readyTimeout, naming
-// ztunnel rather than the agent. A controller that does not answer within placedWithin
-// leaves the decision to Helm's wait, which has been made.
+// no node. Helm's wait counts such a DaemonSet ready, having no pod to wait for, yet a
+// mesh whose node agent runs nowhere is without its node part: Istio's ztunnel then
+// never gets ready, and the wait for it ends only at readyTimeout, naming ztunnel
+// rather than the agent. A controller that does not answer within placedWithin leaves
+// the decision to Helm's wait, which has been made.
 func (c *Cluster) daemonSetsPlaced(ctx context.Context, namespace, release string, exclude map[types.UID]bool) error {
 	deadline := time.Now().Add(placedWithin)
 	for {
@@ -345,6 +345,7 @@ func (c *Cluster) daemonSetsPlaced(ctx context.Context, namespace, release strin
 		for _, d := range dss.Items {
 			switch {
 			case (exclude[d.UID] && d.Annotations[helmReleaseAnnotation] != release) || d.DeletionTimestamp != nil:
+				// not the release's, or on its way out
 			case d.Status.ObservedGeneration < d.Generation:
 				pending = true
 			case d.Status.DesiredNumberScheduled == 0:
