@@ -197,7 +197,7 @@ func (c *Cluster) Install(ctx context.Context, ch Chart, logw io.Writer, progres
 		}
 		return inst, fmt.Errorf("install %s (chart %s %s) into %s: %w", ch.Release, loaded.Name(), loaded.Metadata.Version, ch.Namespace, err)
 	}
-	if err := c.daemonSetsPlaced(ctx, ch.Namespace, ch.Release, before); err != nil {
+	if err := c.daemonSetsPlaced(ctx, ch.Namespace, ch.Release); err != nil {
 		return inst, fmt.Errorf("install %s (chart %s %s) into %s: %w", ch.Release, loaded.Name(), loaded.Metadata.Version, ch.Namespace, err)
 	}
 	inst.Effort.Ready = time.Since(start)
@@ -278,7 +278,7 @@ func (c *Cluster) Upgrade(ctx context.Context, inst *Installed, ch Chart, logw i
 		}
 		return fmt.Errorf("upgrade %s (chart %s %s) in %s: %w", ch.Release, loaded.Name(), loaded.Metadata.Version, ch.Namespace, err)
 	}
-	if err := c.daemonSetsPlaced(ctx, ch.Namespace, ch.Release, before); err != nil {
+	if err := c.daemonSetsPlaced(ctx, ch.Namespace, ch.Release); err != nil {
 		return fmt.Errorf("upgrade %s (chart %s %s) in %s: %w", ch.Release, loaded.Name(), loaded.Metadata.Version, ch.Namespace, err)
 	}
 	crds := inst.Effort.CRDs // the install's, which go at Uninstall

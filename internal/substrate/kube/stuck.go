@@ -327,14 +327,14 @@ func truncate(s string, n int) string {
 const placedWithin = 15 * time.Second
 
 // daemonSetsPlaced waits until the DaemonSet controller has placed each DaemonSet of
-// the release in namespace (those Helm's annotation gives to release, and any other an
-// install added: all but exclude's), and fails with a StuckError for one it places on
-// no node. Helm's wait counts such a DaemonSet ready, having no pod to wait for, yet a
+// the release in namespace (those Helm's annotation gives to it, so that a namespace's
+// other DaemonSets, kube-system's under Cilium, are left out), and fails with a
+// StuckError for one it places on no node. Helm's wait counts such a DaemonSet ready, having no pod to wait for, yet a
 // mesh whose node agent runs nowhere is without its node part: Istio's ztunnel then
 // never gets ready, and the wait for it ends only at readyTimeout, naming ztunnel
 // rather than the agent. A controller that does not answer within placedWithin leaves
 // the decision to Helm's wait, which has been made.
-func (c *Cluster) daemonSetsPlaced(ctx context.Context, namespace, release string, exclude map[types.UID]bool) error {
+func (c *Cluster) daemonSetsPlaced(ctx context.Context, namespace, release string) error {
 	deadline := time.Now().Add(placedWithin)
 	for {
 		dss, err := c.client.AppsV1().DaemonSets(namespace).List(ctx, metav1.ListOptions{})
@@ -344,7 +344,7 @@ func (c *Cluster) daemonSetsPlaced(ctx context.Context, namespace, release strin
 		pending := false
 		for _, d := range dss.Items {
 			switch {
-			case (exclude[d.UID] && d.Annotations[helmReleaseAnnotation] != release) || d.DeletionTimestamp != nil:
+			case d.Annotations[helmReleaseAnnotation] != release || d.DeletionTimestamp != nil:
 				// not the release's, or on its way out
 			case d.Status.ObservedGeneration < d.Generation:
 				pending = true
