@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/podcmd"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/substrate"
@@ -150,6 +151,23 @@ func checkRunOnEitherPlatform(t *testing.T, run *results.Run) {
 		}
 		if e.MTLS != mesh.MTLSStrict || e.PlaintextRefused == nil || !*e.PlaintextRefused {
 			t.Errorf("istio: enrollment mTLS %q, plaintext refused %v; want strict, refused", e.MTLS, e.PlaintextRefused)
+		}
+		// The plaintext proof in the same fields on both platforms: each request from
+		// outside the mesh refused, each positive control answered.
+		refusedAt := map[string]bool{}
+		for _, p := range e.Plaintext {
+			if was, ok := refusedAt[p.Service]; ok && !was {
+				continue
+			}
+			refusedAt[p.Service] = p.Refused
+		}
+		for _, svc := range []string{"productpage", "details", "reviews", "ratings"} {
+			if !refusedAt[svc] {
+				t.Errorf("istio: plaintext requests from outside the mesh %+v; want %s called and refused", e.Plaintext, svc)
+			}
+		}
+		if len(e.PlaintextControl) == 0 || slices.ContainsFunc(e.PlaintextControl, func(c meshprobe.PlaintextProbe) bool { return c.Refused }) {
+			t.Errorf("istio: positive controls %+v; want each answered", e.PlaintextControl)
 		}
 		seen := map[string]bool{}
 		for _, p := range e.Pods {

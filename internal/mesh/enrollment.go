@@ -20,14 +20,17 @@ type Enrollment struct {
 	// PlaintextRefused is set under strict mTLS: whether a plaintext request from
 	// outside the mesh to every service pod was refused.
 	PlaintextRefused *bool `json:"plaintext_refused,omitempty"`
-	// Plaintext is, on Kubernetes, how the plaintext request to each meshed service
-	// ended (sent from a probe pod outside the mesh, to the service's cluster name);
-	// the local checks note theirs on each pod's row instead.
+	// Plaintext is, where the mesh promises to refuse plaintext, how each plaintext
+	// request from outside the mesh ended: on Kubernetes one per meshed service (from a
+	// probe pod outside the mesh, to the service's cluster name), on the local testbed
+	// one per service pod (from a pod outside the mesh, to the pod's address).
 	Plaintext []meshprobe.PlaintextProbe `json:"plaintext,omitempty"`
-	// PlaintextControl is, on Kubernetes, how each probe's positive control ended: the
-	// same plaintext request to a service outside the mesh, which must be served for
-	// the probe's refusals to count (a probe that cannot reach anything would see every
-	// service refuse).
+	// PlaintextControl is how the positive controls of those requests ended: requests
+	// from the same caller that must be answered for its refusals to count, since a
+	// caller that reaches nothing sees every service "refuse". On Kubernetes the same
+	// plaintext request to a service outside the mesh; on the local testbed a request
+	// the pod's own proxy must answer (with a mesh certificate to a sidecar) or, for
+	// ambient, plaintext to ztunnel's metrics on the pod's node.
 	PlaintextControl []meshprobe.PlaintextProbe `json:"plaintext_control,omitempty"`
 	// Traffic is, on Kubernetes, the short burst of load sent through the mesh before
 	// the first measurement and what every proxy counted of it: the proof that each
@@ -94,6 +97,37 @@ type PodEnrollment struct {
 func (e *Enrollment) Fail(format string, args ...any) {
 	e.Pass = false
 	e.Failures = append(e.Failures, fmt.Sprintf(format, args...))
+}
+
+// JudgePlaintext records the plaintext requests from outside the mesh to a mesh that
+// promises to refuse them, with their positive controls, and judges them alike on every
+// platform: each request that was served fails the check, naming the service and what
+// it answered; refusal counts as proven only when at least one request was made and
+// every control was answered, and a control that was not fails the check as unproven.
+func (e *Enrollment) JudgePlaintext(probes, controls []meshprobe.PlaintextProbe) {
+	e.Plaintext = append(e.Plaintext, probes...)
+	e.PlaintextControl = append(e.PlaintextControl, controls...)
+	refused := len(probes) > 0
+	for _, p := range probes {
+		if !p.Refused {
+			refused = false
+			e.Fail("service %s served a plaintext request from outside the mesh (%s): %s", p.Service, p.Target, p.Observed)
+		}
+	}
+	for _, c := range controls {
+		if c.Refused {
+			refused = false
+			e.Fail("refusal of plaintext unproven: the positive control %s (%s) was not answered: %s", c.Service, c.Target, c.Observed)
+		}
+	}
+	switch {
+	case len(probes) == 0:
+		e.Fail("refusal of plaintext unproven: no service was called in plaintext")
+	case len(controls) == 0:
+		refused = false
+		e.Fail("refusal of plaintext unproven: no positive control was answered")
+	}
+	e.PlaintextRefused = &refused
 }
 
 // Summary is one line for terminals and logs.

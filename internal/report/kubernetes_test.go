@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/meshmark/meshmark/internal/analysis"
+	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/results"
 )
 
@@ -147,5 +149,48 @@ func TestMTLSOnTheWireCountsThePodsLookedAt(t *testing.T) {
 	}
 	if c, ok := check(`{"mtls":"strict","pass":true,"pods":[` + gateway + `]}`); ok {
 		t.Errorf("nothing looked at on the wire: %+v; want no such check", c)
+	}
+}
+
+// TestPlaintextRowSaysHowEachRequestEnded: the row "plaintext from outside refused"
+// reads the proof either platform stores (mesh.Enrollment.JudgePlaintext): how many
+// requests were refused and how, and whether their positive controls were answered; a
+// positive control not answered fails the row. A run stored before the proof was kept
+// still reads.
+func TestPlaintextRowSaysHowEachRequestEnded(t *testing.T) {
+	row := func(e mesh.Enrollment) CheckRow {
+		raw, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stored enrollment
+		if err := json.Unmarshal(raw, &stored); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range enrollmentChecks(results.Mesh{Label: "istio"}, stored) {
+			if c.Check == "plaintext from outside refused" {
+				return c
+			}
+		}
+		t.Fatalf("no plaintext row for %s", raw)
+		return CheckRow{}
+	}
+	refused := func(svc string) meshprobe.PlaintextProbe {
+		return meshprobe.PlaintextProbe{Service: svc, Refused: true, Observed: "refused: connection reset"}
+	}
+	answered := meshprobe.PlaintextProbe{Service: "meshmark-plaintext-control", Observed: "answered: HTTP 200"}
+	var e mesh.Enrollment
+	e.JudgePlaintext([]meshprobe.PlaintextProbe{refused("details"), refused("reviews"), refused("ratings")}, []meshprobe.PlaintextProbe{answered, answered})
+	if c := row(e); !c.Pass || c.Detail != "plaintext from outside the mesh refused 3 of 3 times (3× refused: connection reset); positive controls answered 2 of 2 (2× answered: HTTP 200)" {
+		t.Errorf("refused and controlled: %+v", c)
+	}
+	var blind mesh.Enrollment
+	blind.JudgePlaintext([]meshprobe.PlaintextProbe{refused("details")}, []meshprobe.PlaintextProbe{{Service: "ztunnel metrics on node n1", Refused: true, Observed: "not answered: no route to host"}})
+	if c := row(blind); c.Pass || !strings.Contains(c.Detail, "positive controls answered 0 of 1 (1× not answered: no route to host)") {
+		t.Errorf("control not answered: %+v; want a failure saying so", c)
+	}
+	old := true
+	if c := row(mesh.Enrollment{PlaintextRefused: &old}); !c.Pass || c.Detail != "a plaintext request from outside the mesh was refused by every service pod" {
+		t.Errorf("a run stored before the proof was kept: %+v", c)
 	}
 }

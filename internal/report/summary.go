@@ -14,6 +14,7 @@ import (
 	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/cost"
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/reproduce"
 	"github.com/meshmark/meshmark/internal/results"
 )
@@ -1175,6 +1176,11 @@ type enrollment struct {
 	Pass             bool     `json:"pass"`
 	Failures         []string `json:"failures"`
 	PlaintextRefused *bool    `json:"plaintext_refused"`
+	// Plaintext and PlaintextControl are the plaintext requests from outside the mesh
+	// and their positive controls (mesh.Enrollment); runs stored before they were kept
+	// have neither.
+	Plaintext        []meshprobe.PlaintextProbe `json:"plaintext"`
+	PlaintextControl []meshprobe.PlaintextProbe `json:"plaintext_control"`
 	Pods             []struct {
 		Pod          string `json:"pod"`
 		Service      string `json:"service"`
@@ -1374,10 +1380,18 @@ func enrollmentChecks(m results.Mesh, e enrollment) []CheckRow {
 			Detail: fmt.Sprintf("%d/%d service pods saw only mTLS inbound, %d saw plaintext", mtls, services, plain)})
 	}
 	if e.PlaintextRefused != nil {
-		out = append(out, CheckRow{Mesh: m.Label, Check: "plaintext from outside refused", Pass: *e.PlaintextRefused,
-			Detail: map[bool]string{true: "a plaintext request from outside the mesh was refused by every service pod", false: "a plaintext request from outside the mesh got through"}[*e.PlaintextRefused]})
+		out = append(out, CheckRow{Mesh: m.Label, Check: "plaintext from outside refused", Pass: *e.PlaintextRefused, Detail: plaintextDetail(e)})
 	}
 	return out
+}
+
+// plaintextDetail says how the plaintext requests from outside the mesh ended and
+// whether their positive controls were answered, the same way for either platform.
+func plaintextDetail(e enrollment) string {
+	if len(e.Plaintext) == 0 {
+		return map[bool]string{true: "a plaintext request from outside the mesh was refused by every service pod", false: "a plaintext request from outside the mesh got through"}[*e.PlaintextRefused]
+	}
+	return meshprobe.DescribeProof(e.Plaintext, e.PlaintextControl)
 }
 
 func provenance(run *results.Run) ProvenanceSummary {

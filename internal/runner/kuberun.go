@@ -650,40 +650,9 @@ func (r *runner) checkPlaintextOnCluster(ctx context.Context, c *kube.Cluster, r
 	if err != nil {
 		r.progress.note(fmt.Sprintf("warning: %s: %v; `meshmark clean --kubernetes` removes it", m.Name, err))
 	}
-	enr.Plaintext, enr.PlaintextControl = res.Probes, res.Control
-	refused := true
-	for _, p := range res.Probes {
-		if !p.Refused {
-			refused = false
-			enr.Fail("service %s served a plaintext request from outside the mesh (%s): %s", p.Service, p.Target, p.Observed)
-		}
-	}
-	enr.PlaintextRefused = &refused
-	if refused {
-		r.progress.note(fmt.Sprintf("%s: plaintext from outside the mesh refused by all %d services (%s), while the positive control outside the mesh answered each probe pod (%s)",
-			m.Name, len(res.Probes), describeRefusals(res.Probes), describeRefusals(res.Control)))
-	}
+	enr.JudgePlaintext(res.Probes, res.Control)
+	r.progress.note(fmt.Sprintf("%s: %s", m.Name, meshprobe.DescribeProof(enr.Plaintext, enr.PlaintextControl)))
 	return nil
-}
-
-// describeRefusals counts the ways the services refused plaintext, most common first.
-func describeRefusals(probes []meshprobe.PlaintextProbe) string {
-	count := map[string]int{}
-	for _, p := range probes {
-		count[p.Observed]++
-	}
-	ways := slices.Collect(maps.Keys(count))
-	slices.SortFunc(ways, func(a, b string) int {
-		if count[a] != count[b] {
-			return count[b] - count[a]
-		}
-		return strings.Compare(a, b)
-	})
-	var out []string
-	for _, w := range ways {
-		out = append(out, fmt.Sprintf("%d× %s", count[w], w))
-	}
-	return strings.Join(out, ", ")
 }
 
 // storeEnrollment keeps the check with the run, as the local substrate's is kept.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 )
@@ -137,6 +138,9 @@ func (p *testbedPlatform) bringUp(ctx context.Context, t *study.Trial) (*deploym
 	}
 	r.progress.note(fmt.Sprintf("%s up in %s (%s): %d pods, enrollment %s", t.Mesh.Name, d.took.Round(time.Millisecond),
 		strings.Join(d.phases, ", "), len(d.app.Pods()), d.enrollment.Summary()))
+	if e := d.enrollment; len(e.Plaintext) > 0 {
+		r.progress.note(fmt.Sprintf("%s: %s", t.Mesh.Name, meshprobe.DescribeProof(e.Plaintext, e.PlaintextControl)))
+	}
 	if err := r.recordEnrollment(ctx, d, !p.checked[t.Mesh.Name]); err != nil {
 		return d, err
 	}

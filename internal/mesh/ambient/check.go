@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
 )
@@ -190,34 +192,55 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 
 	// Plaintext from outside the mesh.
 	if outsider, what, ok := p.outsider(sub, app); ok {
-		refusedAll := true
+		var plaintext, controls []meshprobe.PlaintextProbe
+		controlled := map[string]bool{}
 		for _, s := range app.Services {
 			if s.Name == gateway.Service {
 				continue // it faces the outside by design (checkGateway)
 			}
 			for _, v := range s.Versions {
 				for _, to := range v.Endpoints {
-					r, err := mesh.ProbeHTTP(ctx, sub, outsider, fmt.Sprintf("%s:%d", to.IP, to.Port), "", "/")
-					accepted := err == nil && r.Status < 500
-					if accepted {
-						refusedAll = false
+					addr := mesh.Addr(to.IP, to.Port)
+					r, err := mesh.ProbeHTTP(ctx, sub, outsider, addr, "", "/")
+					if p.mode != mesh.MTLSStrict {
+						if err != nil || r.Status >= 500 {
+							e.Fail("pod %s refused plaintext from %s under permissive mTLS: %v", to.Name, what, err)
+						}
+						continue
 					}
-					if p.mode == mesh.MTLSStrict && accepted {
-						e.Fail("pod %s accepted plaintext from %s under strict mTLS", to.Name, what)
-					}
-					if p.mode != mesh.MTLSStrict && !accepted {
-						e.Fail("pod %s refused plaintext from %s under permissive mTLS: %v", to.Name, what, err)
+					observed, refused := meshprobe.Refusal(r, err)
+					plaintext = append(plaintext, meshprobe.PlaintextProbe{Service: s.Name, Refused: refused, Observed: observed,
+						Target: fmt.Sprintf("pod %s at %s (http), from %s", to.Name, addr, what)})
+					// The positive control, once per node: the same caller's plaintext
+					// request to a server outside the mesh on the pod's node, ztunnel's
+					// own metrics, must be answered.
+					if n := nodes[to.Node]; n != nil && !controlled[to.Node] {
+						controlled[to.Node] = true
+						controls = append(controls, p.plaintextControl(ctx, sub, outsider, what, n))
 					}
 				}
 			}
 		}
 		if p.mode == mesh.MTLSStrict {
-			e.PlaintextRefused = &refusedAll
+			e.JudgePlaintext(plaintext, controls)
 		}
 	} else if p.mode == mesh.MTLSStrict {
 		e.Fail("no pod outside the mesh to test that plaintext is refused")
 	}
 	return e, nil
+}
+
+// plaintextControl calls ztunnel's metrics on node n in plaintext from the caller of the
+// plaintext probes: a server outside the mesh on the probed pods' node.
+func (p *Profile) plaintextControl(ctx context.Context, sub substrate.Substrate, from topology.Pod, what string, n *nodeProxy) meshprobe.PlaintextProbe {
+	addr := mesh.Addr(n.pod.IP, MetricsPort)
+	r, err := mesh.ProbeHTTP(ctx, sub, from, addr, "", "/metrics")
+	control := meshprobe.PlaintextProbe{Service: "ztunnel metrics on node " + n.node, Target: fmt.Sprintf("%s (http), from %s", addr, what),
+		Refused: err != nil || r.Status != http.StatusOK}
+	if control.Observed = fmt.Sprintf("answered: HTTP %d", r.Status); err != nil {
+		control.Observed = "not answered: " + err.Error()
+	}
+	return control
 }
 
 func appendNote(pods []mesh.PodEnrollment, pod, note string) []mesh.PodEnrollment {

@@ -158,6 +158,33 @@ func check(t *testing.T, p *Profile, b bed) mesh.Enrollment {
 	return e
 }
 
+// TestPlaintextRefusalNeedsItsControl: under strict mTLS the plaintext requests from
+// an unmeshed client are refused, and ztunnel's metrics on the pods' node, outside the
+// mesh, answer the same client: refusal proven. Once the client can reach nothing (its
+// namespace rejects every TCP connection it opens), every request still "refuses", but
+// the control is not answered, so refusal is unproven and the check fails saying so.
+func TestPlaintextRefusalNeedsItsControl(t *testing.T) {
+	b := newBed(t)
+	p := install(t, b, map[string]any{"mtls": "strict", "mesh_clients": false})
+	if e := check(t, p, b); !e.Pass || e.PlaintextRefused == nil || !*e.PlaintextRefused || len(e.PlaintextControl) == 0 {
+		t.Fatalf("reachable client: pass %v %v, plaintext refused %v, controls %+v; want refusal proven", e.Pass, e.Failures, e.PlaintextRefused, e.PlaintextControl)
+	}
+	client := b.app.Clients[0]
+	if out, err := b.tb.Exec(context.Background(), client, nil, "iptables", "-w", "-I", "OUTPUT", "-p", "tcp", "!", "-o", "lo", "-j", "REJECT", "--reject-with", "tcp-reset"); err != nil {
+		t.Fatalf("iptables: %v\n%s", err, out)
+	}
+	e := check(t, p, b)
+	t.Logf("blind client: plaintext %s; controls %s", meshprobe.TallyOutcomes(e.Plaintext), meshprobe.TallyOutcomes(e.PlaintextControl))
+	if e.Pass || e.PlaintextRefused == nil || *e.PlaintextRefused {
+		t.Errorf("blind client: pass %v, plaintext refused %v; want the check failed, refusal not proven", e.Pass, e.PlaintextRefused)
+	}
+	if !slices.ContainsFunc(e.Failures, func(f string) bool {
+		return strings.HasPrefix(f, "refusal of plaintext unproven: the positive control ztunnel metrics on node")
+	}) {
+		t.Errorf("blind client: failures %q; want the unanswered control named", e.Failures)
+	}
+}
+
 // TestSharedModeEnrollsEveryPod: every pod is handed to its node's ztunnel, its
 // traffic crosses it both ways over mTLS, pods on another node are reached over HBONE,
 // plaintext from outside is refused under strict, and the counters see the probes.
@@ -172,6 +199,20 @@ func TestSharedModeEnrollsEveryPod(t *testing.T) {
 	if e.PlaintextRefused == nil || !*e.PlaintextRefused {
 		t.Errorf("plaintext not refused under strict: %v", e.PlaintextRefused)
 	}
+	if len(e.Plaintext) == 0 || len(e.PlaintextControl) == 0 {
+		t.Errorf("plaintext requests %+v, positive controls %+v: want both kept", e.Plaintext, e.PlaintextControl)
+	}
+	for _, pr := range e.Plaintext {
+		if !pr.Refused {
+			t.Errorf("plaintext request %s served: %s", pr.Target, pr.Observed)
+		}
+	}
+	for _, c := range e.PlaintextControl {
+		if c.Refused {
+			t.Errorf("positive control %s not answered: %s", c.Target, c.Observed)
+		}
+	}
+	t.Logf("plaintext: %s; controls: %s", meshprobe.TallyOutcomes(e.Plaintext), meshprobe.TallyOutcomes(e.PlaintextControl))
 	var notes []string
 	for _, pe := range e.Pods {
 		if !pe.Meshed || !pe.Sidecar || pe.OutboundRequests == 0 {

@@ -245,9 +245,8 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 			return e, err
 		}
 		probeTLS = conf
-		refused := true
-		e.PlaintextRefused = &refused
 	}
+	var plaintext, controls []meshprobe.PlaintextProbe
 	type servicePod struct {
 		service string
 		pod     topology.Pod
@@ -280,17 +279,21 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 		}
 		body, status, err := httpGet(ctx, sub, out, nil, addr, service, "/", 4096)
 		if p.podMode(pod) == mesh.MTLSStrict {
-			if err == nil {
-				mu.Lock()
-				*e.PlaintextRefused = false
-				mu.Unlock()
-				fail("pod %s: strict mTLS served a plaintext request from %s (HTTP %d)", pod.Name, outName, status)
-			} else {
-				r.Notes = append(r.Notes, fmt.Sprintf("plaintext from %s refused: %v", outName, err))
-			}
+			observed, refused := meshprobe.Refusal(meshprobe.ProbeResult{Status: status, Body: body,
+				ProxyGenerated: status >= 500 && meshprobe.ProxyGeneratedBody(body)}, err)
+			plaintext = append(plaintext, meshprobe.PlaintextProbe{Service: service, Refused: refused, Observed: observed,
+				Target: fmt.Sprintf("pod %s at %s (http), from %s", pod.Name, addr, outName)})
+			// The positive control: the same caller, the same address, with a mesh
+			// certificate, must be answered by the pod's sidecar.
 			conf := probeTLS.Clone()
 			conf.VerifyConnection = p.expectIdentity(p.identity(app, pod))
 			body, status, err = httpGet(ctx, sub, out, conf, addr, service, "/", 4096)
+			control := meshprobe.PlaintextProbe{Service: service, Target: fmt.Sprintf("pod %s at %s (https with a mesh certificate), from %s", pod.Name, addr, outName),
+				Refused: err != nil || status >= 500 && meshprobe.ProxyGeneratedBody(body)}
+			if control.Observed = fmt.Sprintf("answered: HTTP %d", status); err != nil {
+				control.Observed = "not answered: " + err.Error()
+			}
+			controls = append(controls, control)
 		}
 		switch {
 		case err != nil:
@@ -311,6 +314,10 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 				}
 			}
 		}
+	}
+
+	if haveOutsider && p.mode == mesh.MTLSStrict {
+		e.JudgePlaintext(plaintext, controls)
 	}
 
 	// 4. What every sidecar saw (read in parallel, judged in order).

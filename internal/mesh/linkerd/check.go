@@ -179,10 +179,7 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 	// 3. From outside the mesh, straight to every service pod.
 	out, outName, haveOutsider := p.outsider(sub, app)
 	policyRefuses := p.refusing(app, "")
-	if haveOutsider && policyRefuses {
-		refused := true
-		e.PlaintextRefused = &refused
-	}
+	var plaintext, controls []meshprobe.PlaintextProbe
 	var probeTLS *tls.Config
 	if haveOutsider && (p.mode == mesh.MTLSStrict || len(p.authz) > 0) {
 		if probeTLS, err = p.probeTLSConfig(app); err != nil {
@@ -208,11 +205,10 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 				}
 				res, err := get(ctx, sub, out, nil, addr, s.Name, "/")
 				switch {
-				case policyRefuses && err == nil && res.status != http.StatusForbidden:
-					*e.PlaintextRefused = false
-					e.Fail("pod %s: policy should refuse plaintext from %s but it answered HTTP %d", pod.Name, outName, res.status)
 				case policyRefuses:
-					r.Notes = append(r.Notes, fmt.Sprintf("plaintext from %s refused (%s)", outName, describe(res, err)))
+					observed, refused := meshprobe.Refusal(meshprobe.ProbeResult{Status: res.status, Body: res.body, ProxyGenerated: res.proxyError != ""}, err)
+					plaintext = append(plaintext, meshprobe.PlaintextProbe{Service: s.Name, Refused: refused, Observed: observed,
+						Target: fmt.Sprintf("pod %s at %s (http), from %s", pod.Name, addr, outName)})
 				case err != nil:
 					e.Fail("pod %s: direct probe from %s failed: %v", pod.Name, outName, err)
 				case res.proxyError != "":
@@ -226,6 +222,23 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 					conf.ServerName = want
 					res, err := get(ctx, sub, out, conf, addr, s.Name, "/")
 					probeID := controlplane.IdentityName(ProbeServiceAccount, app.Namespace, p.opts.TrustDomain)
+					if policyRefuses {
+						// The positive control of the plaintext request: the same caller at
+						// the same address, with a mesh identity, reaches the pod's proxy,
+						// whose identity the handshake verified; any answer of that proxy
+						// proves the reach (its policy's 403 where authz refuses the probe).
+						control := meshprobe.PlaintextProbe{Service: s.Name, Refused: err != nil,
+							Target: fmt.Sprintf("pod %s at %s (mTLS as %s), from %s", pod.Name, addr, ProbeServiceAccount, outName)}
+						switch {
+						case err != nil:
+							control.Observed = "not answered: " + err.Error()
+						case res.proxyError != "":
+							control.Observed = fmt.Sprintf("answered by the proxy: HTTP %d", res.status)
+						default:
+							control.Observed = fmt.Sprintf("answered: HTTP %d", res.status)
+						}
+						controls = append(controls, control)
+					}
 					switch {
 					case err != nil:
 						e.Fail("pod %s: mTLS probe from %s as %s failed: %v", pod.Name, outName, ProbeServiceAccount, err)
@@ -248,6 +261,10 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 				}
 			}
 		}
+	}
+
+	if haveOutsider && policyRefuses {
+		e.JudgePlaintext(plaintext, controls)
 	}
 
 	// 4. What every proxy saw.
@@ -303,13 +320,6 @@ func (p *Profile) hasAllowedCaller(app *topology.App, meshed []topology.Pod, pod
 		}
 	}
 	return false
-}
-
-func describe(r probeResult, err error) string {
-	if err != nil {
-		return err.Error()
-	}
-	return fmt.Sprintf("HTTP %d", r.status)
 }
 
 func peerName(chain []*x509.Certificate) string {

@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -145,6 +147,46 @@ type PlaintextProbe struct {
 	// Observed is what came back, in Refusal's words; for a request that was served,
 	// with the start of the answer, which names the pod that gave it.
 	Observed string `json:"observed"`
+}
+
+// TallyOutcomes counts the ways the probes ended, most common first: "4× refused:
+// connection reset, 1× served: HTTP 200".
+func TallyOutcomes(probes []PlaintextProbe) string {
+	count := map[string]int{}
+	for _, p := range probes {
+		count[p.Observed]++
+	}
+	ways := slices.Collect(maps.Keys(count))
+	slices.SortFunc(ways, func(a, b string) int {
+		if count[a] != count[b] {
+			return count[b] - count[a]
+		}
+		return strings.Compare(a, b)
+	})
+	var out []string
+	for _, w := range ways {
+		out = append(out, fmt.Sprintf("%d× %s", count[w], w))
+	}
+	return strings.Join(out, ", ")
+}
+
+// DescribeProof says in one line how plaintext requests from outside a mesh ended and
+// whether their positive controls were answered, as the progress and the report show
+// it on either platform.
+func DescribeProof(probes, controls []PlaintextProbe) string {
+	refused, answered := 0, 0
+	for _, p := range probes {
+		if p.Refused {
+			refused++
+		}
+	}
+	for _, c := range controls {
+		if !c.Refused {
+			answered++
+		}
+	}
+	return fmt.Sprintf("plaintext from outside the mesh refused %d of %d times (%s); positive controls answered %d of %d (%s)",
+		refused, len(probes), TallyOutcomes(probes), answered, len(controls), TallyOutcomes(controls))
 }
 
 // ProbePlaintext sends one plaintext GET / to the target in its protocol, as a caller
