@@ -677,38 +677,6 @@ func TestBypassedSidecarStopsTheRunOnRealNodes(t *testing.T) {
 	checkNothingLeft(t, l, "istio-system")
 }
 
-// TestPrecisionOnRealNodesAddsRounds: a precision target on Kubernetes adds rounds of
-// the last stage through the real generator pods, as on the local substrate, until the
-// budget would be exceeded, and says so. Two configurations of no mesh, so that the
-// target (a p50 difference of 0.001%) cannot be met and only the budget ends it.
-func TestPrecisionOnRealNodesAddsRounds(t *testing.T) {
-	l := kubetest.SharedLocal(t)
-	path := realNodesStudy(t, l, "real-nodes-precision", "    - {name: base-a, profile: none}\n    - {name: base-b, profile: none}",
-		"      generators: 1\n",
-		"    - {name: latency, kind: fixed-rate, rate: 50, duration: 1s, warmup: 200ms, repeats: 2}\n  precision: {p50: 0.001%, budget: 40s}\n")
-	if _, errOut, err := execCLI("validate", path); err != nil {
-		t.Fatalf("validate refuses precision on Kubernetes: %v\n%s", err, errOut)
-	}
-	run, errOut := runOnCluster(t, path)
-	repeats := map[string]int{}
-	for _, tr := range run.Trials {
-		repeats[tr.Mesh] = max(repeats[tr.Mesh], tr.Repeat+1)
-		if tr.Result.Requests < 45 || tr.Result.Requests > 55 || tr.Result.Errors != 0 {
-			t.Errorf("%s repeat %d: %d requests, %d errors; want 50 (50/s for 1 s), none failed", tr.Mesh, tr.Repeat+1, tr.Result.Requests, tr.Result.Errors)
-		}
-	}
-	t.Logf("repeats per mesh %v", repeats)
-	if repeats["base-a"] < 3 || repeats["base-a"] != repeats["base-b"] {
-		t.Errorf("repeats per mesh %v: want more than the 2 planned, the same for both\n%s", repeats, errOut)
-	}
-	for _, want := range []string{"precision not met at 2 repeats", "adding repeats 3–", "would not fit the 40s budget"} {
-		if !strings.Contains(errOut, want) {
-			t.Errorf("progress lacks %q:\n%s", want, errOut)
-		}
-	}
-	checkNothingLeft(t, l, "")
-}
-
 // TestPlaintextLeakStopsTheRunOnRealNodes: Istio's sidecar under strict mTLS, as the
 // study configures it, but with a PeerAuthentication in the app's namespace, made by
 // the test as soon as the namespace appears, that leaves details PERMISSIVE: a real

@@ -49,48 +49,117 @@ spec:
 // plaintext refused) and reads the CPU and memory of the workload's and the sidecars'
 // containers. What only one platform records is asserted by the tests of that platform.
 func TestSameStudyOnBothPlatforms(t *testing.T) {
-	needRootForLocal(t)
-	l := kubetest.SharedLocal(t)
-	images, _, err := mesh.LocalImages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.LoadImages(t, images...)
-	// The local testbed's pods run the same in-pod binary as the cluster's image.
-	t.Setenv(podcmd.BinaryEnv, l.PodBinary)
-
-	runs := map[string]*results.Run{}
-	for _, p := range []struct{ name, substrate string }{
-		{"local", "    local: {nodes: 2, loadgenNode: 1}"},
-		{"kubernetes", fmt.Sprintf("    kubernetes: {kubeconfig: %s, image: %s, namespacePrefix: mmboth}", l.Kubeconfig, l.Image)},
-	} {
-		path := filepath.Join(t.TempDir(), "study.yaml")
-		if err := os.WriteFile(path, []byte(fmt.Sprintf(platformStudy, p.substrate)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		db := filepath.Join(t.TempDir(), "results.db")
-		_, errOut, err := execCLI("run", "--db", db, "--no-report", path)
-		if err != nil {
-			t.Fatalf("%s: run: %v\n%s", p.name, err, errOut)
-		}
-		runs[p.name] = lastRun(t, db)
-		t.Run(p.name, func(t *testing.T) {
-			checkRunOnEitherPlatform(t, runs[p.name])
-			// kept up: each mesh brought up once, though the repeats interleave them
-			for _, m := range []string{"baseline", "istio"} {
-				if n := strings.Count(errOut, m+" up in "); n != 1 {
-					t.Errorf("%s brought up %d times, want once (keepMeshesUp)", m, n)
-				}
+	l := localAndCluster(t, true)
+	runs := onBothPlatforms(t, l, platformStudy, func(t *testing.T, run *results.Run, progress string) {
+		checkRunOnEitherPlatform(t, run)
+		// kept up: each mesh brought up once, though the repeats interleave them
+		for _, m := range []string{"baseline", "istio"} {
+			if n := strings.Count(progress, m+" up in "); n != 1 {
+				t.Errorf("%s brought up %d times, want once (keepMeshesUp)", m, n)
 			}
-			if t.Failed() {
-				t.Logf("the run's progress:\n%s", errOut)
-			}
-		})
-	}
+		}
+	})
 	if a, b := trialKeys(runs["local"]), trialKeys(runs["kubernetes"]); !slices.Equal(a, b) {
 		t.Errorf("the plans differ:\n  local      %v\n  kubernetes %v", a, b)
 	}
 	checkNothingLeft(t, l, "istio-system")
+}
+
+// precisionStudy (a format, in which %% is %) asks for a precision no run can reach,
+// a p50 difference of 0.001% between two configurations of no mesh, so that only the
+// budget ends its rounds.
+const precisionStudy = `apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: both-platforms-precision}
+spec:
+  substrate:
+%s
+  workload: {graph: bookinfo}
+  meshes:
+    - {name: base-a, profile: none}
+    - {name: base-b, profile: none}
+  experiments:
+    - {name: latency, kind: fixed-rate, rate: 50, duration: 1s, warmup: 200ms}
+  repeats: 2
+  precision: {p50: 0.001%%, budget: 40s}
+`
+
+// TestPrecisionAddsRoundsOnBothPlatforms: a precision target adds rounds of the last
+// stage, on the local testbed as through the real generator pods of the cluster, in
+// batches that at most double the repeats, until the next would not fit the budget,
+// and the progress says so. (That a target met at once adds nothing is the runner's
+// TestPrecisionMetAtOnceAddsNothing.)
+func TestPrecisionAddsRoundsOnBothPlatforms(t *testing.T) {
+	l := localAndCluster(t, false)
+	onBothPlatforms(t, l, precisionStudy, func(t *testing.T, run *results.Run, progress string) {
+		repeats := map[string]int{}
+		for _, tr := range run.Trials {
+			repeats[tr.Mesh] = max(repeats[tr.Mesh], tr.Repeat+1)
+			if tr.Result.Requests < 45 || tr.Result.Requests > 55 || tr.Result.Errors != 0 {
+				t.Errorf("%s repeat %d: %d requests, %d errors; want 50 (50/s for 1 s), none failed", tr.Mesh, tr.Repeat+1, tr.Result.Requests, tr.Result.Errors)
+			}
+		}
+		t.Logf("repeats per mesh %v", repeats)
+		if repeats["base-a"] < 3 || repeats["base-a"] != repeats["base-b"] || len(run.Trials) != 2*repeats["base-a"] {
+			t.Errorf("repeats per mesh %v, %d trials: want more than the 2 planned, the same for both", repeats, len(run.Trials))
+		}
+		for _, want := range []string{"precision not met at 2 repeats", "adding repeats 3–", "would not fit the 40s budget"} {
+			if !strings.Contains(progress, want) {
+				t.Errorf("progress lacks %q", want)
+			}
+		}
+	})
+	checkNothingLeft(t, l, "")
+}
+
+// localAndCluster readies both platforms for onBothPlatforms: root for the local
+// testbed, and the shared real cluster with meshmark's image, and with the meshes'
+// images where the study installs a mesh. The local testbed's pods run the same in-pod
+// binary as the cluster's image.
+func localAndCluster(t *testing.T, meshImages bool) *kubetest.Local {
+	t.Helper()
+	needRootForLocal(t)
+	l := kubetest.SharedLocal(t)
+	if meshImages {
+		images, _, err := mesh.LocalImages()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.LoadImages(t, images...)
+	}
+	t.Setenv(podcmd.BinaryEnv, l.PodBinary)
+	return l
+}
+
+// onBothPlatforms runs one study, a document with one %s for its substrate, unchanged
+// but for that substrate: on the local testbed (two nodes, the generator on the
+// second) and on the real two-node cluster. It holds each run and its progress to
+// check, in a subtest named for the platform, and returns the runs by platform.
+func onBothPlatforms(t *testing.T, l *kubetest.Local, study string, check func(t *testing.T, run *results.Run, progress string)) map[string]*results.Run {
+	t.Helper()
+	runs := map[string]*results.Run{}
+	for _, p := range []struct{ name, substrate string }{
+		{"local", "    local: {nodes: 2, loadgenNode: 1}"},
+		{"kubernetes", fmt.Sprintf("    kubernetes: {kubeconfig: %s, image: %s, namespacePrefix: mmreal}", l.Kubeconfig, l.Image)},
+	} {
+		path := filepath.Join(t.TempDir(), "study.yaml")
+		if err := os.WriteFile(path, []byte(fmt.Sprintf(study, p.substrate)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		db := filepath.Join(t.TempDir(), "results.db")
+		_, progress, err := execCLI("run", "--db", db, "--no-report", path)
+		if err != nil {
+			t.Fatalf("%s: run: %v\n%s", p.name, err, progress)
+		}
+		runs[p.name] = lastRun(t, db)
+		t.Run(p.name, func(t *testing.T) {
+			check(t, runs[p.name], progress)
+			if t.Failed() {
+				t.Logf("the run's progress:\n%s", progress)
+			}
+		})
+	}
+	return runs
 }
 
 // checkRunOnEitherPlatform is what a run of platformStudy must show wherever it ran.
