@@ -23,6 +23,7 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
+	"github.com/meshmark/meshmark/internal/mesh/meshtest"
 	"github.com/meshmark/meshmark/internal/prereq"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/testbed"
@@ -196,23 +197,7 @@ func TestSharedModeEnrollsEveryPod(t *testing.T) {
 	if !e.Pass {
 		t.Fatalf("check failed: %v", e.Failures)
 	}
-	if e.PlaintextRefused == nil || !*e.PlaintextRefused {
-		t.Errorf("plaintext not refused under strict: %v", e.PlaintextRefused)
-	}
-	if len(e.Plaintext) == 0 || len(e.PlaintextControl) == 0 {
-		t.Errorf("plaintext requests %+v, positive controls %+v: want both kept", e.Plaintext, e.PlaintextControl)
-	}
-	for _, pr := range e.Plaintext {
-		if !pr.Refused {
-			t.Errorf("plaintext request %s served: %s", pr.Target, pr.Observed)
-		}
-	}
-	for _, c := range e.PlaintextControl {
-		if c.Refused {
-			t.Errorf("positive control %s not answered: %s", c.Target, c.Observed)
-		}
-	}
-	t.Logf("plaintext: %s; controls: %s", meshprobe.TallyOutcomes(e.Plaintext), meshprobe.TallyOutcomes(e.PlaintextControl))
+	meshtest.CheckPlaintextProven(t, e)
 	var notes []string
 	for _, pe := range e.Pods {
 		if !pe.Meshed || !pe.Sidecar || pe.OutboundRequests == 0 {

@@ -16,7 +16,7 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/linkerd/controlplane"
 	"github.com/meshmark/meshmark/internal/mesh/meshkube"
-	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
+	"github.com/meshmark/meshmark/internal/mesh/meshtest"
 	"github.com/meshmark/meshmark/internal/prereq"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/testbed"
@@ -399,23 +399,7 @@ func TestLinkerdMeshInNamespaces(t *testing.T) {
 	t.Run("strict", func(t *testing.T) {
 		p := install(t, b, map[string]any{"mtls": "strict"})
 		e := checkPasses(t, p, b)
-		if e.PlaintextRefused == nil || !*e.PlaintextRefused {
-			t.Errorf("strict check did not establish that plaintext is refused: %+v", e)
-		}
-		if len(e.Plaintext) == 0 || len(e.PlaintextControl) == 0 {
-			t.Errorf("plaintext requests %+v, positive controls %+v: want both kept", e.Plaintext, e.PlaintextControl)
-		}
-		for _, pr := range e.Plaintext {
-			if !pr.Refused {
-				t.Errorf("plaintext request %s served: %s", pr.Target, pr.Observed)
-			}
-		}
-		for _, c := range e.PlaintextControl {
-			if c.Refused {
-				t.Errorf("positive control %s not answered: %s", c.Target, c.Observed)
-			}
-		}
-		t.Logf("plaintext: %s; controls: %s", meshprobe.TallyOutcomes(e.Plaintext), meshprobe.TallyOutcomes(e.PlaintextControl))
+		meshtest.CheckPlaintextProven(t, e)
 		for _, pe := range e.Pods {
 			if !pe.Meshed || !pe.Sidecar {
 				t.Errorf("under strict every pod, the client too, must be meshed: %+v", pe)
@@ -439,23 +423,7 @@ func TestLinkerdMeshInNamespaces(t *testing.T) {
 	t.Run("authz", func(t *testing.T) {
 		p := install(t, b, map[string]any{"authz": []any{"productpage"}})
 		e := checkPasses(t, p, b)
-		if e.PlaintextRefused == nil || !*e.PlaintextRefused {
-			t.Errorf("authz check did not establish that plaintext is refused: %+v", e)
-		}
-		if len(e.Plaintext) == 0 || len(e.PlaintextControl) == 0 {
-			t.Errorf("plaintext requests %+v, positive controls %+v: want both kept", e.Plaintext, e.PlaintextControl)
-		}
-		for _, pr := range e.Plaintext {
-			if !pr.Refused {
-				t.Errorf("plaintext request %s served: %s", pr.Target, pr.Observed)
-			}
-		}
-		for _, c := range e.PlaintextControl {
-			if c.Refused {
-				t.Errorf("positive control %s not answered: %s", c.Target, c.Observed)
-			}
-		}
-		t.Logf("plaintext: %s; controls: %s", meshprobe.TallyOutcomes(e.Plaintext), meshprobe.TallyOutcomes(e.PlaintextControl))
+		meshtest.CheckPlaintextProven(t, e)
 		// productpage may call reviews; reviews may not call productpage.
 		if _, err := b.call(productpage, reviewsVIP, "reviews:9080", "/"); err != nil {
 			t.Errorf("allowed identity refused: %v", err)

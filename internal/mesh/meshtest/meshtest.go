@@ -1,6 +1,7 @@
-// Package meshtest holds what the node-proxy profiles' end-to-end tests share: a
+// Package meshtest holds what the mesh profiles' end-to-end tests share: a
 // bookinfo-like app on a real multi-node testbed whose workloads are the test binary
-// itself acting as a tiny HTTP service (ServeHelper).
+// itself acting as a tiny HTTP service (ServeHelper), and the checks of what an
+// enrollment check proved.
 package meshtest
 
 import (
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/meshmark/meshmark/internal/mesh"
+	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/testbed"
 	"github.com/meshmark/meshmark/internal/topology"
@@ -179,4 +181,28 @@ func (b Bed) NodeProxies() (pids []int) {
 		}
 	}
 	return pids
+}
+
+// CheckPlaintextProven fails t unless e holds the proof that the checks of a mesh
+// that refuses plaintext store (mesh.Enrollment.JudgePlaintext): plaintext requests
+// from outside the mesh, each refused, and their positive controls, each answered.
+func CheckPlaintextProven(t testing.TB, e mesh.Enrollment) {
+	t.Helper()
+	if e.PlaintextRefused == nil || !*e.PlaintextRefused {
+		t.Errorf("the check did not establish that plaintext is refused: %v %v", e.PlaintextRefused, e.Failures)
+	}
+	if len(e.Plaintext) == 0 || len(e.PlaintextControl) == 0 {
+		t.Errorf("plaintext requests %+v, positive controls %+v: want both kept", e.Plaintext, e.PlaintextControl)
+	}
+	for _, p := range e.Plaintext {
+		if !p.Refused {
+			t.Errorf("plaintext request %s served: %s", p.Target, p.Observed)
+		}
+	}
+	for _, c := range e.PlaintextControl {
+		if c.Refused {
+			t.Errorf("positive control %s not answered: %s", c.Target, c.Observed)
+		}
+	}
+	t.Logf("%s", meshprobe.DescribeProof(e.Plaintext, e.PlaintextControl))
 }
