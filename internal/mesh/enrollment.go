@@ -29,8 +29,8 @@ type Enrollment struct {
 	// from the same caller that must be answered for its refusals to count, since a
 	// caller that reaches nothing sees every service "refuse". On Kubernetes the same
 	// plaintext request to a service outside the mesh; on the local testbed a request
-	// the pod's own proxy must answer (with a mesh certificate to a sidecar) or, for
-	// ambient, plaintext to ztunnel's metrics on the pod's node.
+	// the pod's own proxy must answer (with a mesh certificate to a sidecar; for
+	// ambient, TLS to HBONE's port, where ztunnel presents the pod's certificate).
 	PlaintextControl []meshprobe.PlaintextProbe `json:"plaintext_control,omitempty"`
 	// Traffic is, on Kubernetes, the short burst of load sent through the mesh before
 	// the first measurement and what every proxy counted of it: the proof that each

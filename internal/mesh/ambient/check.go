@@ -2,9 +2,10 @@ package ambient
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
-	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -193,7 +194,6 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 	// Plaintext from outside the mesh.
 	if outsider, what, ok := p.outsider(sub, app); ok {
 		var plaintext, controls []meshprobe.PlaintextProbe
-		controlled := map[string]bool{}
 		for _, s := range app.Services {
 			if s.Name == gateway.Service {
 				continue // it faces the outside by design (checkGateway)
@@ -211,13 +211,7 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 					observed, refused := meshprobe.Refusal(r, err)
 					plaintext = append(plaintext, meshprobe.PlaintextProbe{Service: s.Name, Refused: refused, Observed: observed,
 						Target: fmt.Sprintf("pod %s at %s (http), from %s", to.Name, addr, what)})
-					// The positive control, once per node: the same caller's plaintext
-					// request to a server outside the mesh on the pod's node, ztunnel's
-					// own metrics, must be answered.
-					if n := nodes[to.Node]; n != nil && !controlled[to.Node] {
-						controlled[to.Node] = true
-						controls = append(controls, p.plaintextControl(ctx, sub, outsider, what, n))
-					}
+					controls = append(controls, p.plaintextControl(ctx, sub, outsider, what, app, to))
 				}
 			}
 		}
@@ -230,15 +224,44 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 	return e, nil
 }
 
-// plaintextControl calls ztunnel's metrics on node n in plaintext from the caller of the
-// plaintext probes: a server outside the mesh on the probed pods' node.
-func (p *Profile) plaintextControl(ctx context.Context, sub substrate.Substrate, from topology.Pod, what string, n *nodeProxy) meshprobe.PlaintextProbe {
-	addr := mesh.Addr(n.pod.IP, MetricsPort)
-	r, err := mesh.ProbeHTTP(ctx, sub, from, addr, "", "/metrics")
-	control := meshprobe.PlaintextProbe{Service: "ztunnel metrics on node " + n.node, Target: fmt.Sprintf("%s (http), from %s", addr, what),
-		Refused: err != nil || r.Status != http.StatusOK}
-	if control.Observed = fmt.Sprintf("answered: HTTP %d", r.Status); err != nil {
+// plaintextControl is the positive control of the plaintext request to pod: the same
+// caller opens TLS to HBONE's port at the pod's address, where ztunnel must present
+// the pod's own certificate. It answers a caller without a mesh identity that far (the
+// handshake is refused only after), so the caller reaches the pod and its plaintext
+// refusals are the mesh's doing.
+func (p *Profile) plaintextControl(ctx context.Context, sub substrate.Substrate, from topology.Pod, what string, app *topology.App, pod topology.Pod) meshprobe.PlaintextProbe {
+	addr, want := mesh.Addr(pod.IP, HBONEPort), p.Identity(app, pod)
+	control := meshprobe.PlaintextProbe{Service: pod.Service, Refused: true,
+		Target: fmt.Sprintf("pod %s at %s (TLS to HBONE's port), from %s", pod.Name, addr, what)}
+	ctx, cancel := context.WithTimeout(ctx, meshprobe.ProbeTimeout)
+	defer cancel()
+	raw, err := sub.DialContext(ctx, from, "tcp", addr)
+	if err != nil {
 		control.Observed = "not answered: " + err.Error()
+		return control
+	}
+	defer raw.Close()
+	var ids []string
+	conn := tls.Client(raw, &tls.Config{NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12,
+		// Only the presented identity matters here; the security experiment's identity
+		// probe judges the chain.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) > 0 {
+				for _, u := range cs.PeerCertificates[0].URIs {
+					ids = append(ids, u.String())
+				}
+			}
+			return nil
+		}})
+	err = conn.HandshakeContext(ctx)
+	switch {
+	case slices.Contains(ids, want):
+		control.Refused, control.Observed = false, "answered: ztunnel presented the pod's identity"
+	case len(ids) > 0:
+		control.Observed = fmt.Sprintf("not answered: a certificate for %v, not the pod's %s", ids, want)
+	default:
+		control.Observed = fmt.Sprintf("not answered: %v", err)
 	}
 	return control
 }

@@ -160,8 +160,8 @@ func check(t *testing.T, p *Profile, b bed) mesh.Enrollment {
 }
 
 // TestPlaintextRefusalNeedsItsControl: under strict mTLS the plaintext requests from
-// an unmeshed client are refused, and ztunnel's metrics on the pods' node, outside the
-// mesh, answer the same client: refusal proven. Once the client can reach nothing (its
+// an unmeshed client are refused, and at each pod's address ztunnel presents the pod's
+// certificate to the same client on HBONE's port: refusal proven. Once the client can reach nothing (its
 // namespace rejects every TCP connection it opens), every request still "refuses", but
 // the control is not answered, so refusal is unproven and the check fails saying so.
 func TestPlaintextRefusalNeedsItsControl(t *testing.T) {
@@ -180,7 +180,7 @@ func TestPlaintextRefusalNeedsItsControl(t *testing.T) {
 		t.Errorf("blind client: pass %v, plaintext refused %v; want the check failed, refusal not proven", e.Pass, e.PlaintextRefused)
 	}
 	if !slices.ContainsFunc(e.Failures, func(f string) bool {
-		return strings.HasPrefix(f, "refusal of plaintext unproven: the positive control ztunnel metrics on node")
+		return strings.HasPrefix(f, "refusal of plaintext unproven: the positive control ") && strings.Contains(f, "(TLS to HBONE's port)")
 	}) {
 		t.Errorf("blind client: failures %q; want the unanswered control named", e.Failures)
 	}
