@@ -666,6 +666,14 @@ func (s *http1Session) Idle(ctx context.Context) {
 	}
 	s.conn.SetDeadline(time.Time{})
 	s.armed = time.Time{}
+	// The run may have ended since the caller last looked: then the watcher has already
+	// set its past deadline, which the line above just cleared, and Await would wait
+	// on an idle connection for ever. The watcher only fires after ctx is done, so
+	// looking after clearing loses no wake-up.
+	if ctx.Err() != nil {
+		s.conn.SetDeadline(time.Unix(1, 0))
+		s.armed = time.Unix(1, 0)
+	}
 }
 
 // Send implements SplitSession. It only touches the connection, which is safe while

@@ -1,6 +1,9 @@
 package load
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 )
@@ -81,5 +84,43 @@ func TestOpenLoopSpinsOnlyWhenAllowed(t *testing.T) {
 				t.Errorf("CPU per request %v × %d includes the %v spent spinning (cpu %v)", h.CPUPerRequest, res.Completed, h.SpinWait, cpu)
 			}
 		}
+	}
+}
+
+// TestIdleAfterTheRunEndedStillWakesAwait: the open model's warm worker looks whether
+// the run is over, then calls Idle and waits in Await. A run that ends in between has
+// already fired the connection's watcher, whose past deadline Idle clears; Await must
+// still return at once, or the run waits for ever on an idle connection (seen once in
+// CI: TestOpenPathsAgreeAtTheCap waited 31 minutes, its worker in Await and the server
+// waiting for a request).
+func TestIdleAfterTheRunEndedStillWakesAwait(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) }))
+	defer srv.Close()
+	c := NewHTTP1Client(ClientOptions{})
+	p, err := c.Prepare(Request{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.NewSession()
+	defer s.Close() // unblocks an Await that did not return
+	ss := s.(SplitSession)
+	var out Outcome
+	if err := s.Do(t.Context(), p, time.Now().Add(5*time.Second), &out); err != nil || out.Status != 200 {
+		t.Fatalf("first request: %+v, %v", out, err)
+	}
+	run, end := context.WithCancel(t.Context())
+	ss.Idle(run) // the watcher of this run
+	end()
+	time.Sleep(50 * time.Millisecond) // the watcher fires, in a goroutine of its own
+	ss.Idle(run)                      // the same run: no new watcher
+	done := make(chan error, 1)
+	go func() { done <- ss.Await(p, &out) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("Await returned a response nobody asked for: %+v", out)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Await still waiting 5 s after the run ended")
 	}
 }
