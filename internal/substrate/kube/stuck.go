@@ -329,11 +329,11 @@ const placedWithin = 15 * time.Second
 // daemonSetsPlaced waits until the DaemonSet controller has placed each DaemonSet of
 // the release in namespace (those Helm's annotation gives to it, so that a namespace's
 // other DaemonSets, kube-system's under Cilium, are left out), and fails with a
-// StuckError for one it places on no node. Helm's wait counts such a DaemonSet ready, having no pod to wait for, yet a
-// mesh whose node agent runs nowhere is without its node part: Istio's ztunnel then
-// never gets ready, and the wait for it ends only at readyTimeout, naming ztunnel
-// rather than the agent. A controller that does not answer within placedWithin leaves
-// the decision to Helm's wait, which has been made.
+// StuckError for one it places on no node. Helm's wait counts such a DaemonSet ready,
+// having no pod to wait for, yet a mesh whose node agent runs nowhere is without its
+// node part: Istio's ztunnel then never gets ready, and the wait for it ends only at
+// readyTimeout, naming ztunnel rather than the agent. A controller that does not
+// answer within placedWithin leaves the decision to Helm's wait, which has been made.
 func (c *Cluster) daemonSetsPlaced(ctx context.Context, namespace, release string) error {
 	deadline := time.Now().Add(placedWithin)
 	for {
