@@ -399,6 +399,9 @@ type enrollmentView struct {
 		Service      string `json:"service"`
 		Meshed       bool   `json:"meshed"`
 		MTLSObserved string `json:"mtls_observed"`
+		// OutsidePlaintext: the check's plaintext from outside the mesh that a
+		// permissive pod accepted.
+		OutsidePlaintext uint64 `json:"outside_plaintext_requests"`
 	} `json:"pods"`
 	Traffic *struct {
 		Proven bool `json:"proven"`
@@ -422,8 +425,9 @@ func securityPosture(run *results.Run, mesh string) (string, []Flag) {
 		if err := json.Unmarshal(m.Enrollment, &e); err != nil {
 			parts = append(parts, "check unreadable")
 		} else {
-			meshed, services, mtls := 0, 0, 0
+			meshed, services, mtls, outside := 0, 0, 0, uint64(0)
 			for _, p := range e.Pods {
+				outside += p.OutsidePlaintext
 				if p.Meshed {
 					meshed++
 				}
@@ -447,8 +451,11 @@ func securityPosture(run *results.Run, mesh string) (string, []Flag) {
 			default:
 				parts = append(parts, e.MTLS+" mTLS")
 			}
-			if e.PlaintextRefused != nil {
+			switch {
+			case e.PlaintextRefused != nil:
 				parts = append(parts, map[bool]string{true: "plaintext refused", false: "plaintext accepted"}[*e.PlaintextRefused])
+			case outside > 0:
+				parts = append(parts, "plaintext accepted") // from outside the mesh, as permissive mode promises
 			}
 			if e.Traffic != nil && e.Traffic.Held > 0 {
 				parts = append(parts, map[bool]string{true: "traffic proven", false: "traffic not proven"}[e.Traffic.Proven])

@@ -100,3 +100,25 @@ func TestSecurityGate(t *testing.T) {
 		t.Errorf("runs with only security trials in common: %v", err)
 	}
 }
+
+// TestPostureOfAPermissiveMesh: the security column of a permissive mesh counts the
+// service pods whose mesh traffic was mTLS only (the check's own plaintext from outside
+// the mesh left out of it) and says that plaintext from outside was accepted, as the
+// mode promises; a strict mesh's proof of refusal is said as before.
+func TestPostureOfAPermissiveMesh(t *testing.T) {
+	run := &results.Run{Meshes: []results.Mesh{
+		{Label: "permissive", Profile: "linkerd", Enrollment: []byte(`{"mtls":"permissive","pass":true,"pods":[
+			{"service":"a","meshed":true,"mtls_observed":"mtls","outside_plaintext_requests":1},
+			{"service":"b","meshed":true,"mtls_observed":"mtls","outside_plaintext_requests":1}]}`)},
+		{Label: "strict", Profile: "linkerd", Enrollment: []byte(`{"mtls":"strict","pass":true,"plaintext_refused":true,"pods":[
+			{"service":"a","meshed":true,"mtls_observed":"mtls"}]}`)},
+	}}
+	for mesh, want := range map[string]string{
+		"permissive": "permissive mTLS seen 2/2, plaintext accepted",
+		"strict":     "strict mTLS seen 1/1, plaintext refused",
+	} {
+		if got, flags := securityPosture(run, mesh); got != want || len(flags) != 0 {
+			t.Errorf("%s: posture %q, flags %v; want %q", mesh, got, flags, want)
+		}
+	}
+}

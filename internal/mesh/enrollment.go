@@ -87,10 +87,31 @@ type PodEnrollment struct {
 	InboundMTLS      uint64 `json:"inbound_mtls_requests"`
 	InboundPlaintext uint64 `json:"inbound_plaintext_requests"`
 	OutboundRequests uint64 `json:"outbound_requests"`
+	// OutsidePlaintext is how many of InboundPlaintext were the check's own requests
+	// from outside the mesh to a pod that accepts plaintext (permissive mTLS).
+	OutsidePlaintext uint64 `json:"outside_plaintext_requests,omitempty"`
 	// MTLSObserved is "mtls", "plaintext", "mixed" (both seen inbound) or "none"
-	// (no inbound traffic seen).
+	// (no inbound traffic seen), of the mesh's own traffic: OutsidePlaintext is left
+	// out.
 	MTLSObserved string   `json:"mtls_observed"`
 	Notes        []string `json:"notes,omitempty"`
+}
+
+// ObserveInbound records what a pod's proxy counted inbound while the check probed it,
+// of which outside were the check's own plaintext requests from outside the mesh to a
+// pod that accepts plaintext. Those say only that permissive mode accepts plaintext,
+// which it promises, so MTLSObserved leaves them out and tells what the requests from
+// the mesh's own pods used; a note says how many there were. Where the pod must refuse
+// plaintext, pass outside 0: a plaintext request it served is then seen as such.
+func (r *PodEnrollment) ObserveInbound(mtls, plaintext, outside uint64) {
+	outside = min(outside, plaintext)
+	r.InboundMTLS, r.InboundPlaintext, r.InboundRequests = mtls, plaintext, mtls+plaintext
+	r.OutsidePlaintext = outside
+	r.MTLSObserved = ObservedMode(mtls, plaintext-outside)
+	if outside > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d plaintext %s from outside the mesh (the check's own) accepted, as permissive mTLS allows; "+
+			"left out of what the mesh's traffic used", outside, map[bool]string{true: "request", false: "requests"}[outside == 1]))
+	}
 }
 
 // Fail records a failure and clears Pass.

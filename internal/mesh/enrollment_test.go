@@ -45,3 +45,32 @@ func TestJudgePlaintext(t *testing.T) {
 		})
 	}
 }
+
+// TestObserveInboundLeavesOutTheChecksOwnPlaintext: what a pod's mesh traffic used is
+// judged without the check's own plaintext from outside the mesh, which a permissive
+// pod accepts by design; any other plaintext still shows.
+func TestObserveInboundLeavesOutTheChecksOwnPlaintext(t *testing.T) {
+	for _, c := range []struct {
+		mtls, plaintext, outside uint64
+		want                     string
+		outsideKept              uint64
+	}{
+		{6, 1, 1, "mtls", 1},  // permissive: the mesh's pods used mTLS, the outsider plaintext
+		{6, 2, 1, "mixed", 1}, // a mesh pod's request came in plaintext as well
+		{6, 1, 0, "mixed", 0}, // strict passes 0: a plaintext request served is seen
+		{0, 1, 1, "none", 1},  // only the outsider reached it
+		{6, 0, 3, "mtls", 0},  // never more of them than the proxy counted in plaintext
+		{0, 0, 0, "none", 0},
+	} {
+		var r PodEnrollment
+		r.ObserveInbound(c.mtls, c.plaintext, c.outside)
+		if r.MTLSObserved != c.want || r.OutsidePlaintext != c.outsideKept || r.InboundRequests != c.mtls+c.plaintext ||
+			r.InboundMTLS != c.mtls || r.InboundPlaintext != c.plaintext {
+			t.Errorf("ObserveInbound(%d, %d, %d) = %+v; want %q with %d from outside, the proxy's counts kept",
+				c.mtls, c.plaintext, c.outside, r, c.want, c.outsideKept)
+		}
+		if noted := slices.ContainsFunc(r.Notes, func(n string) bool { return strings.Contains(n, "from outside the mesh (the check's own) accepted") }); noted != (c.outsideKept > 0) {
+			t.Errorf("ObserveInbound(%d, %d, %d) notes %q", c.mtls, c.plaintext, c.outside, r.Notes)
+		}
+	}
+}

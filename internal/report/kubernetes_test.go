@@ -150,6 +150,15 @@ func TestMTLSOnTheWireCountsThePodsLookedAt(t *testing.T) {
 	if c, ok := check(`{"mtls":"strict","pass":true,"pods":[` + gateway + `]}`); ok {
 		t.Errorf("nothing looked at on the wire: %+v; want no such check", c)
 	}
+	// Permissive: the check's own plaintext from outside the mesh, accepted as the mode
+	// promises, is left out of what each pod saw (mesh.PodEnrollment.ObserveInbound),
+	// and the row says it was accepted.
+	permissive := `{"pod":"a-0","service":"a","meshed":true,"mtls_observed":"mtls","outside_plaintext_requests":1},` +
+		`{"pod":"b-0","service":"b","meshed":true,"mtls_observed":"mtls","outside_plaintext_requests":2}`
+	if c, ok := check(`{"mtls":"permissive","pass":true,"pods":[` + permissive + `]}`); !ok || !c.Pass ||
+		c.Detail != "2/2 service pods saw only mTLS from the mesh's pods, 0 saw plaintext; the check's own 3 plaintext requests from outside the mesh were accepted, as permissive mTLS allows" {
+		t.Errorf("permissive, the outsider's plaintext accepted: %+v (present %v); want a pass that says so", c, ok)
+	}
 }
 
 // TestPlaintextRowSaysHowEachRequestEnded: the row "plaintext from outside refused"

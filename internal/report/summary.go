@@ -1188,6 +1188,9 @@ type enrollment struct {
 		Sidecar      bool   `json:"sidecar"`
 		Answered     bool   `json:"answered"`
 		MTLSObserved string `json:"mtls_observed"`
+		// OutsidePlaintext: the check's own plaintext from outside the mesh, which
+		// a permissive pod accepted (left out of MTLSObserved).
+		OutsidePlaintext uint64 `json:"outside_plaintext_requests"`
 	} `json:"pods"`
 }
 
@@ -1349,8 +1352,9 @@ func faultCheck(run *results.Run, mesh string) (CheckRow, bool) {
 
 func enrollmentChecks(m results.Mesh, e enrollment) []CheckRow {
 	meshed, services, answered := 0, 0, 0
-	mtls, plain := 0, 0
+	mtls, plain, outside := 0, 0, uint64(0)
 	for _, p := range e.Pods {
+		outside += p.OutsidePlaintext
 		if p.Meshed {
 			meshed++
 		}
@@ -1376,8 +1380,12 @@ func enrollmentChecks(m results.Mesh, e enrollment) []CheckRow {
 	}
 	out := []CheckRow{{Mesh: m.Label, Check: "enrollment", Pass: e.Pass, Detail: detail}}
 	if e.MTLS != "" && e.MTLS != "off" && e.MTLS != "disable" && services > 0 {
-		out = append(out, CheckRow{Mesh: m.Label, Check: "mTLS on the wire (" + e.MTLS + ")", Pass: services > 0 && mtls == services,
-			Detail: fmt.Sprintf("%d/%d service pods saw only mTLS inbound, %d saw plaintext", mtls, services, plain)})
+		detail := fmt.Sprintf("%d/%d service pods saw only mTLS inbound, %d saw plaintext", mtls, services, plain)
+		if outside > 0 {
+			detail = fmt.Sprintf("%d/%d service pods saw only mTLS from the mesh's pods, %d saw plaintext; the check's own %d plaintext requests from outside the mesh were accepted, as %s mTLS allows",
+				mtls, services, plain, outside, e.MTLS)
+		}
+		out = append(out, CheckRow{Mesh: m.Label, Check: "mTLS on the wire (" + e.MTLS + ")", Pass: services > 0 && mtls == services, Detail: detail})
 	}
 	if e.PlaintextRefused != nil {
 		out = append(out, CheckRow{Mesh: m.Label, Check: "plaintext from outside refused", Pass: *e.PlaintextRefused, Detail: plaintextDetail(e)})

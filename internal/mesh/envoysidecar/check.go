@@ -247,6 +247,7 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 		probeTLS = conf
 	}
 	var plaintext, controls []meshprobe.PlaintextProbe
+	outside := map[string]uint64{} // per pod: its direct plaintext requests, where its mode admits them
 	type servicePod struct {
 		service string
 		pod     topology.Pod
@@ -312,6 +313,9 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 				if d.InboundMTLS+d.InboundPlaintext == 0 {
 					fail("pod %s: a direct request from %s bypassed its sidecar (inbound traffic not intercepted)", pod.Name, outName)
 				}
+				if p.podMode(pod) != mesh.MTLSStrict {
+					outside[pod.Name] = d.InboundPlaintext
+				}
 			}
 		}
 	}
@@ -343,10 +347,8 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 			continue
 		}
 		d := after.Sub(b)
-		r.InboundMTLS, r.InboundPlaintext = d.InboundMTLS, d.InboundPlaintext
-		r.InboundRequests = d.InboundMTLS + d.InboundPlaintext
+		r.ObserveInbound(d.InboundMTLS, d.InboundPlaintext, outside[pod.Name])
 		r.OutboundRequests = d.Outbound
-		r.MTLSObserved = mesh.ObservedMode(d.InboundMTLS, d.InboundPlaintext)
 		if d.Answered > 0 {
 			r.Answered = true
 		}

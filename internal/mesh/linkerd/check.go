@@ -180,6 +180,7 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 	out, outName, haveOutsider := p.outsider(sub, app)
 	policyRefuses := p.refusing(app, "")
 	var plaintext, controls []meshprobe.PlaintextProbe
+	outside := map[string]uint64{} // per pod: its direct plaintext requests, where its policy admits them
 	var probeTLS *tls.Config
 	if haveOutsider && (p.mode == mesh.MTLSStrict || len(p.authz) > 0) {
 		if probeTLS, err = p.probeTLSConfig(app); err != nil {
@@ -257,6 +258,9 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 						if d.InboundMTLS+d.InboundPlaintext+d.Denied == 0 {
 							e.Fail("pod %s: a direct request from %s bypassed its linkerd2-proxy (inbound traffic not intercepted)", pod.Name, outName)
 						}
+						if !policyRefuses {
+							outside[pod.Name] = d.InboundPlaintext
+						}
 					}
 				}
 			}
@@ -280,10 +284,8 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 			continue
 		}
 		d := after.Sub(b)
-		r.InboundMTLS, r.InboundPlaintext = d.InboundMTLS, d.InboundPlaintext
-		r.InboundRequests = d.InboundMTLS + d.InboundPlaintext
+		r.ObserveInbound(d.InboundMTLS, d.InboundPlaintext, outside[pod.Name])
 		r.OutboundRequests = d.Outbound
-		r.MTLSObserved = mesh.ObservedMode(d.InboundMTLS, d.InboundPlaintext)
 		if d.Outbound == 0 && len(app.Services) > 1 {
 			e.Fail("pod %s: its linkerd2-proxy saw no outbound request (outbound traffic not intercepted)", pod.Name)
 		}
