@@ -247,7 +247,7 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 		probeTLS = conf
 	}
 	var plaintext, controls []meshprobe.PlaintextProbe
-	outside := map[string]uint64{} // per pod: its direct plaintext requests, where its mode admits them
+	outside := map[string]uint64{} // per pod: its direct plaintext requests, where permissive mode admits them
 	type servicePod struct {
 		service string
 		pod     topology.Pod
@@ -313,7 +313,7 @@ func (p *Profile) Check(ctx context.Context, sub substrate.Substrate, app *topol
 				if d.InboundMTLS+d.InboundPlaintext == 0 {
 					fail("pod %s: a direct request from %s bypassed its sidecar (inbound traffic not intercepted)", pod.Name, outName)
 				}
-				if p.podMode(pod) != mesh.MTLSStrict {
+				if p.podMode(pod) == mesh.MTLSPermissive {
 					outside[pod.Name] = d.InboundPlaintext
 				}
 			}
