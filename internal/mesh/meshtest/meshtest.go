@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -205,4 +206,23 @@ func CheckPlaintextProven(t testing.TB, e mesh.Enrollment) {
 		}
 	}
 	t.Logf("%s", meshprobe.DescribeProof(e.Plaintext, e.PlaintextControl))
+}
+
+// CheckPermissiveWire fails t unless each service pod of e, checked under permissive
+// mTLS, accepted the check's own plaintext from outside the mesh and counted it apart
+// (mesh.PodEnrollment.ObserveInbound), so that what the mesh's own pods sent it reads
+// mTLS only; pods named in idle get no traffic from the mesh (a version of weight 0)
+// and read none.
+func CheckPermissiveWire(t testing.TB, e mesh.Enrollment, idle ...string) {
+	t.Helper()
+	for _, pe := range e.Pods {
+		if pe.Service == "" {
+			continue
+		}
+		want := map[bool]string{true: "none", false: "mtls"}[slices.Contains(idle, pe.Pod)]
+		if pe.MTLSObserved != want || pe.OutsidePlaintext == 0 || pe.OutsidePlaintext > pe.InboundPlaintext {
+			t.Errorf("pod %s: mTLS observed %q with %d of %d plaintext requests from outside the mesh; want %q, and the outsider's probe counted",
+				pe.Pod, pe.MTLSObserved, pe.OutsidePlaintext, pe.InboundPlaintext, want)
+		}
+	}
 }
