@@ -112,8 +112,25 @@ type latencyHist struct {
 	sum     float64
 }
 
+// resourceState is a trial's latest round: each process's latest figures, and the
+// cores it used between its last two readings.
 type resourceState struct {
-	prev, cur sampler.Round
+	procs map[procKey]*procReading
+	nets  []sampler.NetSample
+}
+
+// procKey is one incarnation of one process (a container, on a cluster, whose PID is 0).
+type procKey struct {
+	pod, component string
+	pid            int
+	start          uint64
+}
+
+type procReading struct {
+	sample  sampler.ProcSample
+	at      time.Time
+	vcpu    float64
+	hasVCPU bool
 }
 
 // New returns a Recorder with its own registry (plus Go and process collectors for
@@ -195,8 +212,10 @@ func (r *Recorder) ObserveInterval(l RunLabels, iv Interval) {
 	}
 }
 
-// ObserveRound records a sampler round for a trial; the previous round of the same
-// trial gives the vCPU gauge. Use it as sampler.Config.OnRound via SamplerHook.
+// ObserveRound records a sampler round for a trial: the processes in it are what the
+// trial's resource series show. A process's previous reading gives its vCPU gauge; a
+// reading no newer than the last (a kubelet that has not refreshed) changes nothing.
+// Use it as sampler.Config.OnRound via SamplerHook.
 func (r *Recorder) ObserveRound(l RunLabels, round sampler.Round) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -205,7 +224,24 @@ func (r *Recorder) ObserveRound(l RunLabels, round sampler.Round) {
 		st = &resourceState{}
 		r.resources[l] = st
 	}
-	st.prev, st.cur = st.cur, round
+	procs := make(map[procKey]*procReading, len(round.Procs))
+	for _, p := range round.Procs {
+		at := p.At
+		if at.IsZero() {
+			at = round.Time
+		}
+		k := procKey{p.Pod, p.Component, p.PID, p.StartTicks}
+		cur := &procReading{sample: p, at: at}
+		if prev := st.procs[k]; prev != nil {
+			if dt := at.Sub(prev.at).Seconds(); dt > 0 {
+				cur.vcpu, cur.hasVCPU = max(0, (p.CPU()-prev.sample.CPU()).Seconds()/dt), true
+			} else {
+				cur = prev
+			}
+		}
+		procs[k] = cur
+	}
+	st.procs, st.nets = procs, round.Nets
 }
 
 // SamplerHook returns an OnRound func feeding this Recorder for trial l.
@@ -270,29 +306,23 @@ func (c *resourceCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *resourceCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	type pk struct {
-		pid   int
-		start uint64
-	}
 	for run, st := range c.resources {
-		prev := map[pk]sampler.ProcSample{}
-		for _, p := range st.prev.Procs {
-			prev[pk{p.PID, p.StartTicks}] = p
-		}
-		dt := st.cur.Time.Sub(st.prev.Time).Seconds()
-		for _, p := range st.cur.Procs {
+		for _, r := range st.procs {
+			p := r.sample
 			lv := run.values(string(p.Role), p.Pod, p.Node, p.Component, strconv.Itoa(p.PID))
 			ch <- prometheus.MustNewConstMetric(cpuDesc, prometheus.CounterValue, p.CPU().Seconds(), lv...)
-			if q, ok := prev[pk{p.PID, p.StartTicks}]; ok && dt > 0 {
-				ch <- prometheus.MustNewConstMetric(vcpuDesc, prometheus.GaugeValue, max(0, (p.CPU()-q.CPU()).Seconds()/dt), lv...)
+			if r.hasVCPU {
+				ch <- prometheus.MustNewConstMetric(vcpuDesc, prometheus.GaugeValue, r.vcpu, lv...)
 			}
 			ch <- prometheus.MustNewConstMetric(rssDesc, prometheus.GaugeValue, float64(p.RSSBytes), lv...)
 			if p.PSSBytes > 0 {
 				ch <- prometheus.MustNewConstMetric(pssDesc, prometheus.GaugeValue, float64(p.PSSBytes), lv...)
 			}
-			ch <- prometheus.MustNewConstMetric(threadsDesc, prometheus.GaugeValue, float64(p.Threads), lv...)
+			if p.Threads > 0 { // a container's kubelet does not count them
+				ch <- prometheus.MustNewConstMetric(threadsDesc, prometheus.GaugeValue, float64(p.Threads), lv...)
+			}
 		}
-		for _, n := range st.cur.Nets {
+		for _, n := range st.nets {
 			lv := run.values(n.Pod, n.Node, n.Interface)
 			ch <- prometheus.MustNewConstMetric(rxDesc, prometheus.CounterValue, float64(n.RxBytes), lv...)
 			ch <- prometheus.MustNewConstMetric(txDesc, prometheus.CounterValue, float64(n.TxBytes), lv...)

@@ -207,7 +207,7 @@ func TestDashboardUsesOnlyExportedMetrics(t *testing.T) {
 	r.ObserveInterval(run, Interval{Service: "s", Duration: time.Second, Completed: 1,
 		Errors: map[string]uint64{"k": 1}, Latency: []LatencyCount{{time.Millisecond, 1}}})
 	t0 := time.Now()
-	proc := sampler.ProcSample{Target: sampler.Target{PID: 1, Role: "sidecar", Pod: "p"}, PSSBytes: 1}
+	proc := sampler.ProcSample{Target: sampler.Target{PID: 1, Role: "sidecar", Pod: "p"}, PSSBytes: 1, Threads: 1}
 	r.ObserveRound(run, sampler.Round{Time: t0, Procs: []sampler.ProcSample{proc}})
 	r.ObserveRound(run, sampler.Round{Time: t0.Add(time.Second), Procs: []sampler.ProcSample{proc},
 		Nets: []sampler.NetSample{{Pod: "p", Interface: "eth0"}}})
@@ -321,4 +321,48 @@ func abs(x float64) float64 {
 		return -x
 	}
 	return x
+}
+
+// A cluster's container readings carry the time their kubelet took them, which refreshes
+// every few seconds: a round that repeats a reading keeps the cores worked out from the
+// last two fresh ones, rather than reading as idle, and a fresh reading is divided by
+// the time between the kubelet's readings, not between the rounds.
+func TestContainerReadingsKeepTheirOwnTime(t *testing.T) {
+	r := New()
+	run := RunLabels{Mesh: "istio", Experiment: "latency", Repeat: 0}
+	t0 := time.Now()
+	container := func(cpu time.Duration, at time.Time) sampler.ProcSample {
+		return sampler.ProcSample{Target: sampler.Target{Role: substrate.RoleSidecar, Pod: "productpage-v1-x", Node: "n1", Component: "istio-proxy"},
+			User: cpu, RSSBytes: 40 << 20, At: at}
+	}
+	vcpu := func() (float64, bool) {
+		t.Helper()
+		fams, err := r.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			if f.GetName() == NameThreads {
+				t.Errorf("a container's readings export %s, which its kubelet does not count", NameThreads)
+			}
+			if f.GetName() == NameVCPU {
+				return f.Metric[0].GetGauge().GetValue(), true
+			}
+		}
+		return 0, false
+	}
+	// Rounds a second apart; the kubelet's readings 10 s apart, 2 s of CPU between them.
+	r.ObserveRound(run, sampler.Round{Time: t0, Procs: []sampler.ProcSample{container(5*time.Second, t0)}})
+	if _, ok := vcpu(); ok {
+		t.Error("a vCPU gauge from a single reading")
+	}
+	r.ObserveRound(run, sampler.Round{Time: t0.Add(time.Second), Procs: []sampler.ProcSample{container(5*time.Second, t0)}})
+	r.ObserveRound(run, sampler.Round{Time: t0.Add(10 * time.Second), Procs: []sampler.ProcSample{container(7*time.Second, t0.Add(10*time.Second))}})
+	if v, ok := vcpu(); !ok || abs(v-0.2) > 1e-9 {
+		t.Errorf("vCPU %v (exported %v), want 0.2: 2 s of CPU over the kubelet's 10 s", v, ok)
+	}
+	r.ObserveRound(run, sampler.Round{Time: t0.Add(11 * time.Second), Procs: []sampler.ProcSample{container(7*time.Second, t0.Add(10*time.Second))}})
+	if v, ok := vcpu(); !ok || abs(v-0.2) > 1e-9 {
+		t.Errorf("vCPU %v (exported %v) after a repeated reading, want 0.2 kept", v, ok)
+	}
 }

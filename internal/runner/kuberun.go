@@ -931,7 +931,13 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 	// not among the requests the proxies count.
 	servedBefore := r.kubeServed(ctx, d, t.Mesh.Name)
 	before := d.readProxies(ctx)
-	resources := d.cluster.SampleResources(ctx, d.resources, sampler.DefaultInterval)
+	var liveResources func([]kube.ContainerSample)
+	if r.opts.Observe != nil {
+		liveResources = func(read []kube.ContainerSample) {
+			r.opts.Observe.Round(t.Mesh.Name, e.Name, t.Repeat, containerRound(read, t.Mesh.Name))
+		}
+	}
+	resources := d.cluster.SampleResources(ctx, d.resources, sampler.DefaultInterval, liveResources)
 	res, _, err := d.pool.Run(ctx, spec, func(p load.Progress) {
 		r.progress.update(p)
 		if r.opts.Observe != nil {
@@ -1020,6 +1026,21 @@ func describeGenerators(gs []kube.Generator) string {
 		out = append(out, g.Pod+" on "+g.Node)
 	}
 	return strings.Join(out, ", ")
+}
+
+// containerRound is one round of a cluster's container readings as the live metrics
+// take a sampler's: each container a component (its PID 0, its CPU all user time, as
+// the kubelet does not split it, its working set as its memory), with the time its
+// kubelet took the reading.
+func containerRound(read []kube.ContainerSample, meshName string) sampler.Round {
+	round := sampler.Round{Time: time.Now()}
+	for _, c := range read {
+		round.Procs = append(round.Procs, sampler.ProcSample{
+			Target: sampler.Target{Role: c.Role, Pod: c.Pod, Node: c.Node, Mesh: meshName, Component: c.Container},
+			User:   time.Duration(c.CPUSeconds * float64(time.Second)), RSSBytes: c.WorkingSetBytes, At: c.T,
+		})
+	}
+	return round
 }
 
 // containerResources keeps, of each container's kubelet readings, those taken within

@@ -40,6 +40,9 @@ type ProcSample struct {
 	// Context switches summed over the live threads (exited threads' counts are not
 	// visible in /proc).
 	VoluntaryCtxSwitches, InvoluntaryCtxSwitches uint64
+	// At is when the figures were taken, where that is not the round's time: a
+	// container's on a cluster, whose kubelet refreshes its readings every few seconds.
+	At time.Time
 }
 
 // CPU returns all CPU time the process and its reaped children used.

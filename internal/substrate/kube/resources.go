@@ -166,8 +166,11 @@ type ResourceSampler struct {
 	c        *Cluster
 	scope    ResourceScope
 	interval time.Duration
-	cancel   context.CancelFunc
-	done     chan struct{}
+	// onRound, when set, is given each round's readings as they are taken (live
+	// metrics), on the sampling goroutine.
+	onRound func([]ContainerSample)
+	cancel  context.CancelFunc
+	done    chan struct{}
 
 	mu     sync.Mutex
 	out    ResourceReadings
@@ -183,10 +186,10 @@ type ResourceSampler struct {
 }
 
 // SampleResources starts reading the scope's containers' CPU and memory every interval
-// (a first round at once), until Stop.
-func (c *Cluster) SampleResources(ctx context.Context, scope ResourceScope, interval time.Duration) *ResourceSampler {
+// (a first round at once), until Stop, giving each round's readings to onRound if set.
+func (c *Cluster) SampleResources(ctx context.Context, scope ResourceScope, interval time.Duration, onRound func([]ContainerSample)) *ResourceSampler {
 	sctx, cancel := context.WithCancel(ctx)
-	s := &ResourceSampler{c: c, scope: scope, interval: interval, cancel: cancel, done: make(chan struct{}),
+	s := &ResourceSampler{c: c, scope: scope, interval: interval, onRound: onRound, cancel: cancel, done: make(chan struct{}),
 		unread: map[string]*UnreadNode{}, last: map[[3]string]time.Time{}, answered: map[string]int{}, listing: map[string]bool{}}
 	go s.run(ctx, sctx)
 	return s
@@ -284,6 +287,13 @@ func (s *ResourceSampler) round(ctx context.Context) {
 	}
 	if ctx.Err() != nil {
 		return
+	}
+	if s.onRound != nil {
+		var read []ContainerSample
+		for _, r := range got {
+			read = append(read, r.samples...)
+		}
+		s.onRound(read)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -59,7 +59,7 @@ func TestResourcesOnRealNodesMatchTheWork(t *testing.T) {
 	const rate, length = 100.0, 30 * time.Second
 	burner := processOfPod(t, c, app.Namespace, "burner")
 	procStart, procFrom := processCPU(t, burner), time.Now()
-	sampler := c.SampleResources(ctx, ResourceScope{Mesh: "baseline", App: app.Namespace}, time.Second)
+	sampler := c.SampleResources(ctx, ResourceScope{Mesh: "baseline", App: app.Namespace}, time.Second, nil)
 	res, _, err := pool.Run(ctx, load.Spec{
 		Version:  load.SpecVersion,
 		Request:  load.RequestSpec{URL: url},

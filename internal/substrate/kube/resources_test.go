@@ -134,7 +134,7 @@ func TestResourcesPerRoleFromKubeletMetrics(t *testing.T) {
 
 	scope := ResourceScope{Mesh: "istio", App: app.Namespace, MeshNamespaces: []string{meshNS}, Sidecars: []string{"istio-proxy"}}
 	const interval = time.Second // the local sampler's cadence
-	sampler := c.SampleResources(ctx, scope, interval)
+	sampler := c.SampleResources(ctx, scope, interval, nil)
 	time.Sleep(4 * interval)
 	got := sampler.Stop()
 
