@@ -30,7 +30,7 @@ func init() {
 				"Nothing without the meshmark prefix is touched.",
 			RunE: func(cmd *cobra.Command, args []string) error {
 				if k8s.enabled {
-					return cleanKubernetes(cmd, k8s, opts.All, args)
+					return cleanKubernetes(cmd, k8s, db, opts.All, args)
 				}
 				opts.Runs = args
 				report, err := testbed.Clean(cmd.Context(), opts)
@@ -84,7 +84,7 @@ func init() {
 			},
 		}
 		c.Flags().BoolVar(&opts.All, "all", false, "also remove runs whose owner process is alive (or, with --kubernetes, runs from other hosts)")
-		c.Flags().BoolVar(&k8s.enabled, "kubernetes", false, "clean a Kubernetes cluster instead: delete the namespaces meshmark labelled whose run is gone")
+		c.Flags().BoolVar(&k8s.enabled, "kubernetes", false, "clean a Kubernetes cluster instead of this host: delete the namespaces meshmark labelled whose run is gone (stored runs whose owner died are marked incomplete either way)")
 		c.Flags().StringVar(&k8s.kubeconfig, "kubeconfig", "", "with --kubernetes: the kubeconfig file (default $KUBECONFIG, then ~/.kube/config)")
 		c.Flags().StringVar(&k8s.context, "context", "", "with --kubernetes: the kubeconfig context (default its current one)")
 		addDBFlag(c, &db)
@@ -120,8 +120,9 @@ type kubeFlags struct {
 }
 
 // cleanKubernetes deletes the namespaces meshmark labelled on a cluster whose owner
-// process is gone, and waits until the cluster has removed them and what was in them.
-func cleanKubernetes(cmd *cobra.Command, f kubeFlags, all bool, runs []string) error {
+// process is gone, and waits until the cluster has removed them and what was in them;
+// as the local clean does, it marks the stored runs whose owner died incomplete.
+func cleanKubernetes(cmd *cobra.Command, f kubeFlags, db string, all bool, runs []string) error {
 	out := cmd.OutOrStdout()
 	c, err := kube.Connect(cmd.Context(), kube.Config{Kubeconfig: f.kubeconfig, Context: f.context})
 	if err != nil {
@@ -151,8 +152,12 @@ func cleanKubernetes(cmd *cobra.Command, f kubeFlags, all bool, runs []string) e
 		removed++
 		fmt.Fprintf(out, "%s: removed\n", what)
 	}
-	if removed == 0 && err == nil {
+	marked, serr := markAbandoned(cmd, db)
+	for _, id := range marked {
+		fmt.Fprintf(out, "results run %s: owner is gone, marked incomplete\n", id)
+	}
+	if removed == 0 && len(marked) == 0 && err == nil && serr == nil {
 		fmt.Fprintln(out, "nothing to clean")
 	}
-	return err
+	return errors.Join(err, serr)
 }
