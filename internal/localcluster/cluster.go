@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/meshmark/meshmark/internal/testbed"
+	"github.com/meshmark/meshmark/internal/owner"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -115,7 +115,7 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 	b.st = &State{Name: opts.Name, Phase: PhaseStarting, Since: time.Now().UTC(), PIDs: map[string]int{}}
 	// Until it is up, a cluster is its bring-up's: `meshmark clean` takes apart what a
 	// killed `cluster up` left.
-	if b.st.Owner, err = testbed.CurrentOwner(); err != nil {
+	if b.st.Owner, err = owner.Current(); err != nil {
 		return nil, err
 	}
 	for i := 0; i < opts.Nodes; i++ {
@@ -171,7 +171,7 @@ func Up(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	b.st.Phase = PhaseUp
 	if !opts.Owned {
-		b.st.Owner = testbed.Owner{}
+		b.st.Owner = owner.Owner{}
 	}
 	if err := b.st.save(); err != nil {
 		return nil, err

@@ -33,7 +33,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/meshmark/meshmark/internal/testbed"
+	"github.com/meshmark/meshmark/internal/owner"
 )
 
 // StateRoot holds one directory per cluster: its state file, certificates, configs,
@@ -83,7 +83,7 @@ type State struct {
 	Since time.Time `json:"since"`
 	// Owner is the process whose cluster this is while it lives (a test binary); zero
 	// for a cluster made by `meshmark cluster up`, which outlives its command.
-	Owner testbed.Owner `json:"owner"`
+	Owner owner.Owner `json:"owner"`
 	// APIPort is the loopback port of the host on which the API server is reached.
 	APIPort int `json:"api_port"`
 	// Cgroup is the cluster's cgroup, the same path in every hierarchy; CreatedCgroups

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/meshmark/meshmark/internal/owner"
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/testbed"
 )
@@ -42,7 +43,7 @@ func ownTestbeds(t *testing.T) int {
 		if err != nil {
 			continue
 		}
-		if owner, err := testbed.ParseOwner(data); err == nil && owner.PID == os.Getpid() {
+		if o, err := owner.Parse(data); err == nil && o.PID == os.Getpid() {
 			n++
 		}
 	}

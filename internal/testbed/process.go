@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/owner"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
 	"golang.org/x/sys/unix"
@@ -163,7 +164,7 @@ func groupsAlive(groups map[int]bool) bool {
 			continue // exited meanwhile
 		}
 		// From field 3 on: state, ppid, pgrp.
-		fields, ok := statFields(stat)
+		fields, ok := owner.StatFields(stat)
 		if !ok || len(fields) < 3 || fields[0] == "Z" || fields[0] == "X" {
 			continue
 		}

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/owner"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/topology"
 	"github.com/vishvananda/netlink"
@@ -259,7 +260,7 @@ func (tb *Testbed) createRunDir() error {
 	if err := os.MkdirAll(RunRoot, 0o755); err != nil {
 		return fmt.Errorf("testbed: %w", err)
 	}
-	owner, err := CurrentOwner()
+	self, err := owner.Current()
 	if err != nil {
 		return fmt.Errorf("testbed: %w", err)
 	}
@@ -276,7 +277,7 @@ func (tb *Testbed) createRunDir() error {
 			os.RemoveAll(tmp)
 			return fmt.Errorf("testbed: %w", err)
 		}
-		if err := os.WriteFile(filepath.Join(tmp, ownerFile), []byte(owner.String()), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(tmp, ownerFile), []byte(self.String()), 0o644); err != nil {
 			os.RemoveAll(tmp)
 			return fmt.Errorf("testbed: %w", err)
 		}
@@ -288,7 +289,7 @@ func (tb *Testbed) createRunDir() error {
 			continue
 		}
 		tb.id, tb.runDir = id, final
-		tb.manifest = manifest{ID: id, Owner: owner, Created: time.Now().UTC()}
+		tb.manifest = manifest{ID: id, Owner: self, Created: time.Now().UTC()}
 		for _, d := range []string{"pods", "logs"} {
 			if err := os.Mkdir(filepath.Join(final, d), 0o755); err != nil {
 				os.RemoveAll(final)

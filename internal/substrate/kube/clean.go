@@ -10,7 +10,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/meshmark/meshmark/internal/testbed"
+	"github.com/meshmark/meshmark/internal/owner"
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/releaseutil"
 	authv1 "k8s.io/api/authorization/v1"
@@ -24,7 +24,7 @@ import (
 // for the run's).
 func ownerRecord() string {
 	host, _ := os.Hostname()
-	o, err := testbed.CurrentOwner()
+	o, err := owner.Current()
 	if err != nil {
 		return fmt.Sprintf("%s %d 0", host, os.Getpid())
 	}
@@ -42,7 +42,7 @@ func ownerState(record string) (state string, alive bool) {
 	if fields[0] != host {
 		return "owned by a run on host " + fields[0], true
 	}
-	o, err := testbed.ParseOwner([]byte(fields[1] + " " + fields[2]))
+	o, err := owner.Parse([]byte(fields[1] + " " + fields[2]))
 	if err != nil {
 		return "unreadable owner record", false
 	}
