@@ -175,7 +175,7 @@ func TestAmbientThatEnrollsNothingIsRefused(t *testing.T) {
 // pods, run their tasks by weight, each task's method and path reaching the entry. The
 // entry here is a server of the test, which counts what each task sent: a real pod
 // counts per service, not per path. (A capacity search feeding a relative rate through
-// generator pods runs on real nodes: TestCapacityRunKeptOnRealNodes.)
+// generator pods runs on real nodes: TestCapacityOnBothPlatforms.)
 func TestUsersOnKubernetesRunTheirTasksByWeight(t *testing.T) {
 	c := startTestCluster(t)
 	var home, cart atomic.Int64
