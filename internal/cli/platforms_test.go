@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +26,7 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/metrics"
 	"github.com/meshmark/meshmark/internal/podcmd"
+	"github.com/meshmark/meshmark/internal/report"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/substrate"
@@ -151,8 +153,8 @@ spec:
 `
 
 // TestVerdictsOnBothPlatforms: the same verdicts from the same study on either
-// platform. The same mesh twice is no difference (equal or inconclusive at p50 and p99);
-// Istio's sidecar is worse than no mesh at the median, with an interval above zero; the
+// platform. The same mesh twice sets the noise floor; Istio's sidecar is worse than no
+// mesh at the median, its interval above zero and its difference above that floor; the
 // sidecars' proxies are seen carrying every trial's load, none bypassed. Each run
 // records what its platform is made of: the local tools' versions, or the cluster's
 // server and nodes.
@@ -172,18 +174,22 @@ func TestVerdictsOnBothPlatforms(t *testing.T) {
 			t.Fatalf("no comparison of %s on %s; have %d comparisons", mesh, m, len(rep.Comparisons))
 			return analysis.Comparison{}
 		}
+		// The A/A pair is what noise alone does: its interval, both ways round, is the
+		// floor a difference must clear (so its own verdict is never better or worse).
 		for _, m := range []analysis.Metric{analysis.P50, analysis.P99} {
 			c := verdict("none-b", m)
 			t.Logf("A/A %s: base %.0f µs, value %.0f µs, Δ%% %.1f [%.1f, %.1f], noise floor %.1f%%, %s",
 				m, c.Base, c.Value, c.Pct.Value, c.Pct.Lo, c.Pct.Hi, c.NoiseFloorPct, c.Verdict)
-			if c.Verdict == analysis.Better || c.Verdict == analysis.Worse {
-				t.Errorf("A/A on %s: verdict %s, want %s or %s", m, c.Verdict, analysis.Equal, analysis.Inconclusive)
-			}
 		}
 		c := verdict("sidecar", analysis.P50)
-		t.Logf("sidecar p50: base %.0f µs, value %.0f µs, Δ %.0f µs [%.0f, %.0f], %s", c.Base, c.Value, c.Delta.Value, c.Delta.Lo, c.Delta.Hi, c.Verdict)
-		if c.Verdict != analysis.Worse || c.Delta.Lo <= 0 {
-			t.Errorf("sidecar p50: verdict %s with Δ interval [%.0f, %.0f] µs; want worse, interval above zero", c.Verdict, c.Delta.Lo, c.Delta.Hi)
+		t.Logf("sidecar p50: base %.0f µs, value %.0f µs, Δ %.0f µs [%.0f, %.0f], Δ%% %.0f, noise floor %.1f%% (%s), %s",
+			c.Base, c.Value, c.Delta.Value, c.Delta.Lo, c.Delta.Hi, c.Pct.Value, c.NoiseFloorPct, c.NoiseSource, c.Verdict)
+		if c.NoiseSource != "a/a none-a=none-b" && c.NoiseSource != "a/a none-b=none-a" {
+			t.Errorf("sidecar p50: noise floor from %q, want the A/A pair of none-a and none-b", c.NoiseSource)
+		}
+		if c.Verdict != analysis.Worse || c.Delta.Lo <= 0 || c.Pct.Value <= c.NoiseFloorPct {
+			t.Errorf("sidecar p50: verdict %s, Δ [%.0f, %.0f] µs, Δ%% %.0f against a floor of %.1f%%; want worse, the interval above zero and the difference above the floor",
+				c.Verdict, c.Delta.Lo, c.Delta.Hi, c.Pct.Value, c.NoiseFloorPct)
 		}
 		for _, tr := range run.Trials {
 			if tr.Mesh == "sidecar" && len(tr.Result.ProxyStats) == 0 {
@@ -203,6 +209,94 @@ func TestVerdictsOnBothPlatforms(t *testing.T) {
 			if run.Provenance.Components[c] == "" {
 				t.Errorf("provenance components %v: no version of %s", run.Provenance.Components, c)
 			}
+		}
+	})
+	checkNothingLeft(t, l, "istio-system")
+}
+
+// mixGraph is two equal versions of one service behind a front that calls it.
+const mixGraph = `name: split
+services:
+  - name: front
+    isEntrypoint: true
+    script: [call: back]
+  - name: back
+    versions:
+      - {name: v1, weight: 1}
+      - {name: v2, weight: 1}
+`
+
+// mixStudy (a format of a format: mixGraph's path, then its substrate) loads the front over one
+// kept-alive connection: without a mesh balancing per connection, per request, and
+// through Envoy sidecars.
+const mixStudy = `apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: both-platforms-request-mix}
+spec:
+  substrate:
+%%s
+  workload: {graph: %s}
+  meshes:
+    - {name: none, profile: none, options: {balancing: per-connection}}
+    - {name: spread, profile: none}
+    - {name: sidecar, profile: envoy-sidecar, options: {mtls: off}}
+  experiments:
+    - {name: latency, kind: fixed-rate, rate: 100, connections: 1, duration: 3s, warmup: 500ms}
+  repeats: 1
+  keepMeshesUp: true
+`
+
+// TestRequestMixOnBothPlatforms: what each version of a service served, read from its
+// pods, against the graph's weights. Without a mesh balancing per connection, the
+// service address picks a version per connection (the local testbed's VIP as
+// kube-proxy does on the cluster), so the front's kept-alive connection sends nearly
+// everything to one version and the trial is flagged and the report's row fails; per
+// request, and through the sidecars' Envoy, the split follows the weights.
+func TestRequestMixOnBothPlatforms(t *testing.T) {
+	l := localAndCluster(t, true)
+	graph := filepath.Join(t.TempDir(), "split.yaml")
+	if err := os.WriteFile(graph, []byte(mixGraph), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	onBothPlatforms(t, l, fmt.Sprintf(mixStudy, graph), func(t *testing.T, run *results.Run, progress string) {
+		if run.Status != results.StatusComplete || len(run.Trials) != 3 {
+			t.Fatalf("run %s (%s) with %d trials; want complete with one per mesh", run.Status, run.StatusReason, len(run.Trials))
+		}
+		for _, tr := range run.Trials {
+			var split []string
+			for _, v := range tr.Result.Mix {
+				split = append(split, fmt.Sprintf("%s %d (%.0f%%)", v.Version, v.Requests, 100*v.Share))
+			}
+			t.Logf("%s: back split %v, flags %v", tr.Mesh, split, tr.Result.Flags)
+			if len(tr.Result.Mix) != 2 {
+				t.Errorf("%s: mix %+v, want back's two versions", tr.Mesh, tr.Result.Mix)
+				continue
+			}
+			if skewed := tr.Result.HasFlag(results.FlagMixSkewed); skewed != (tr.Mesh == "none") {
+				t.Errorf("%s: split %v, flagged skewed %v; want only the baseline balancing per connection flagged", tr.Mesh, split, skewed)
+			}
+		}
+		var md bytes.Buffer
+		if err := report.Render(&md, report.Markdown, run, nil, report.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"| none | request mix matches the graph's weights | FAIL | 1 of 1 trials off by more than 10 points",
+			"balancing: per-connection: the service VIPs pick an endpoint per connection, as kube-proxy does",
+			"| sidecar | request mix matches the graph's weights | PASS |", "| spread | request mix matches the graph's weights | PASS | 0 of 1 trials",
+			"balancing: per-request: each caller picks a pod per request"} {
+			if !strings.Contains(md.String(), want) {
+				t.Errorf("report does not say %q", want)
+			}
+		}
+		// Which version the kept-alive connection reached is chance. Nearly all traffic
+		// goes to it, but not always all: when a response is slow, the generator and front
+		// open a second connection, which may reach the other version (seen once: 97/3).
+		if !regexp.MustCompile(`back v[12] (9\d|100)% \(intended 50%\)`).MatchString(md.String()) ||
+			!regexp.MustCompile(`back v[12] \d% \(intended 50%\)`).MatchString(md.String()) {
+			t.Error("report does not name the version that served nearly everything and the one that served nearly nothing")
+		}
+		if t.Failed() {
+			t.Log(md.String())
 		}
 	})
 	checkNothingLeft(t, l, "istio-system")
