@@ -81,18 +81,6 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// writeStudy puts a study file and the path for its results database in a fresh
-// directory.
-func writeStudy(t *testing.T, yaml string) (studyPath, dbPath string) {
-	t.Helper()
-	dir := t.TempDir()
-	studyPath = filepath.Join(dir, "study.yaml")
-	if err := os.WriteFile(studyPath, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return studyPath, filepath.Join(dir, "results.db")
-}
-
 const cpuStudy = `apiVersion: meshmark.dev/v1alpha1
 kind: Study
 metadata: {name: runner-sidecar-cpu}
