@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,36 +99,46 @@ spec:
   order: interleaved
 `
 
-// Sidecar CPU is measured per component: it is above zero, twice the rate costs about
-// twice the sidecar CPU, and the baseline has no sidecar rows at all. The rates keep the
-// app's single core well below saturation, where Envoy's cost per request drops as work
-// batches up and the ratio would fall under 2 for a reason that is not measurement error.
+// Sidecar CPU is measured per component: it is above zero, it grows with the rate as
+// the app's own CPU does in the same trials, and the baseline has no sidecar rows at
+// all. The rates keep the app's single core well below saturation. Twice the rate does
+// not cost twice the CPU on this VM, for any process: at 100 req/s each request pays
+// more for waking idle CPUs than at 200 (the sidecars' p50 fell from 2.9 to 2.4 ms),
+// and in one CI run the sidecars measured 1.57× and 1.58× while the app's own
+// processes in the same trials measured 1.61× and 1.69× (without a mesh, 1.54× and
+// 1.44×). So the sidecars' ratio is held to the app's in the same trials, and to
+// clearly more than nothing.
 func TestSidecarCPUScalesWithRate(t *testing.T) {
 	needRoot(t)
 	// The ratio is a measurement on a shared 2-core machine: a run spoiled by someone
 	// else's burst is measured once more before the test fails.
 	for attempt := 1; ; attempt++ {
-		ratio, low, high := sidecarCPURatio(t)
-		if ratio >= 1.6 && ratio <= 2.4 {
-			t.Logf("sidecar CPU at 2× the rate: %.2f× (%.3f → %.3f cores)", ratio, low, high)
+		ratio, appRatio, low, high := sidecarCPURatio(t)
+		msg := fmt.Sprintf("sidecar CPU at 2× the rate: %.2f× (%.3f → %.3f cores), the app's in the same trials %.2f×", ratio, low, high, appRatio)
+		if ratio >= 1.3 && ratio <= 2.4 && ratio >= 0.75*appRatio && ratio <= 1.33*appRatio {
+			t.Log(msg)
 			return
 		}
 		if attempt == 2 {
-			t.Fatalf("sidecar CPU at 2× the rate is %.2f× (%.3f → %.3f cores), want 1.6–2.4×", ratio, low, high)
+			t.Fatalf("%s; want 1.3–2.4×, and within 0.75–1.33 of the app's", msg)
 		}
-		t.Logf("attempt %d: sidecar CPU ratio %.2f× outside 1.6–2.4×, measuring again", attempt, ratio)
+		t.Logf("attempt %d: %s, measuring again", attempt, msg)
 	}
 }
 
-// sidecarCPURatio runs the CPU study, checks what must hold in every run, and returns
-// the high/low ratio of sidecar CPU.
-func sidecarCPURatio(t *testing.T) (ratio, low, high float64) {
+// sidecarCPURatio runs cpuStudy and returns the sidecars' cores at 200 req/s over those
+// at 100, the same ratio for the app's own processes in the sidecar mesh's trials, and
+// the sidecars' cores at each rate.
+func sidecarCPURatio(t *testing.T) (ratio, appRatio, low, high float64) {
 	run, _ := runStudy(t, parseStudy(t, cpuStudy))
 	rep := analysis.Analyze(run, analysis.Options{Seed: 1}, nil)
-	cores := map[string]float64{}
+	cores, app := map[string]float64{}, map[string]float64{}
 	for _, u := range rep.Resources {
 		t.Logf("%s %s %s/%s: %d procs, %.3f cores, %.3f per 1000 rps, peak RSS %.0f MiB",
 			u.Mesh, u.Experiment, u.Component, u.Role, u.Processes, u.CPUCores, u.CoresPer1000RPS, float64(u.RSSPeak)/(1<<20))
+		if u.Mesh == "sidecar" && u.Role == string(substrate.RoleWorkload) {
+			app[u.Experiment] += u.CPUCores
+		}
 		if u.Role != string(substrate.RoleSidecar) {
 			continue
 		}
@@ -137,8 +148,8 @@ func sidecarCPURatio(t *testing.T) (ratio, low, high float64) {
 		cores[u.Experiment] += u.CPUCores
 	}
 	low, high = cores["low"], cores["high"]
-	if low <= 0 || high <= 0 {
-		t.Fatalf("sidecar CPU low %.4f, high %.4f cores: want both above zero", low, high)
+	if low <= 0 || high <= 0 || app["low"] <= 0 {
+		t.Fatalf("sidecar CPU low %.4f, high %.4f cores, the app's at low %.4f: want all above zero", low, high, app["low"])
 	}
 	for _, tr := range run.Trials {
 		var gen bool
@@ -164,5 +175,5 @@ func sidecarCPURatio(t *testing.T) (ratio, low, high float64) {
 	if !found {
 		t.Error("no network row for productpage's eth0")
 	}
-	return high / low, low, high
+	return high / low, app["high"] / app["low"], low, high
 }
