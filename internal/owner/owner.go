@@ -1,5 +1,5 @@
 // Package owner records which process owns what a run leaves behind (a local
-// testbed's run directory, a local cluster, a Kubernetes namespace's label) and tells
+// testbed's run directory, a local cluster, a Kubernetes namespace's annotation) and tells
 // whether that process still lives, so that clean removes only what a dead run left.
 package owner
 
