@@ -385,7 +385,8 @@ type VersionShare struct {
 
 // Fault is a process of the system under test (proxy, workload, control plane) that
 // exited while a trial ran: the trial measured something other than the deployment
-// it claims to measure.
+// it claims to measure. On a cluster it is a container, with no PID, seen ended when
+// its kubelet started it again or its pod went.
 type Fault struct {
 	Pod     string `json:"pod"`
 	Process string `json:"process"`
@@ -409,6 +410,10 @@ func (f Fault) String() string {
 		when = "had exited before the trial began"
 	}
 	s := fmt.Sprintf("%s/%s (pid %d) %s", f.Pod, f.Process, f.PID, when)
+	if f.PID == 0 {
+		// A container on a cluster: its kubelet knows it by pod and name, not pid.
+		s = fmt.Sprintf("%s/%s %s", f.Pod, f.Process, when)
+	}
 	if f.Exit != "" {
 		s += " (" + f.Exit + ")"
 	}

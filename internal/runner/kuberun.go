@@ -95,6 +95,9 @@ type kubeDeployment struct {
 	// network says the mesh is the cluster's pod network (Cilium): its install
 	// outlives the bring-up (runner.network).
 	network bool
+	// runs is the last reading of the system under test's containers: a container
+	// started again since, or a pod gone, is a fault (containerFaults).
+	runs kube.ContainerRuns
 }
 
 // readProxies reads every proxy of the mesh now, through the API server: none for a
@@ -930,6 +933,7 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 	// What the pods served is read outside the proxies' window, so that the reads are
 	// not among the requests the proxies count.
 	servedBefore := r.kubeServed(ctx, d, t.Mesh.Name)
+	faults := r.containerFaults(ctx, d, true)
 	before := d.readProxies(ctx)
 	var liveResources func([]kube.ContainerSample)
 	if r.opts.Observe != nil {
@@ -948,14 +952,33 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	if err != nil {
+	ended := r.containerFaults(ctx, d, false)
+	if len(ended) == 0 && (err != nil || res.Errors.Total() > 0) && !injectsErrors(r.graph) {
+		// Failed requests the workload does not inject may be a container that ended
+		// late in the trial: its kubelet notices within a second or two (its pod
+		// lifecycle relist) and only then reports the restart, which the next trial's
+		// opening reading would otherwise take for its own.
+		for deadline := time.Now().Add(restartNoticeWait); len(ended) == 0 && time.Now().Before(deadline) && ctx.Err() == nil; {
+			time.Sleep(500 * time.Millisecond)
+			ended = r.containerFaults(ctx, d, false)
+		}
+	}
+	faults = append(faults, ended...)
+	if err == nil {
+		if err = noSuccess(res); err != nil {
+			err = fmt.Errorf("%s on %s, repeat %d, through %d load generators: %w", label, t.Mesh.Name, t.Repeat+1, len(d.forwards.Generators), err)
+		}
+	} else {
 		if ferr := d.forwards.Err(); ferr != nil {
 			err = errors.Join(err, ferr)
 		}
-		return nil, fmt.Errorf("%s on %s, repeat %d: %w", label, t.Mesh.Name, t.Repeat+1, err)
+		err = fmt.Errorf("%s on %s, repeat %d: %w", label, t.Mesh.Name, t.Repeat+1, err)
 	}
-	if err := noSuccess(res); err != nil {
-		return nil, fmt.Errorf("%s on %s, repeat %d, through %d load generators: %w", label, t.Mesh.Name, t.Repeat+1, len(d.forwards.Generators), err)
+	if err != nil {
+		if len(faults) > 0 {
+			return nil, &faultError{label: label, mesh: t.Mesh.Name, faults: faults}
+		}
+		return nil, err
 	}
 	after := d.readProxies(ctx)
 	servedAfter := r.kubeServed(ctx, d, t.Mesh.Name)
@@ -996,12 +1019,51 @@ func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.
 		}
 	}
 	r.flagSaturated(trial, label)
+	if len(faults) > 0 {
+		trial.Result.Flags = append(trial.Result.Flags, results.FlagFault)
+		trial.Result.Faults = faults
+	}
 	if err := r.opts.Store.AddTrial(ctx, r.run.ID, trial); err != nil {
 		return nil, err
 	}
 	r.run.Trials = append(r.run.Trials, *trial)
 	r.progress.end(res)
+	if len(faults) > 0 {
+		return nil, &faultError{label: fmt.Sprintf("%s (repeat %d)", label, t.Repeat+1), mesh: t.Mesh.Name, faults: faults}
+	}
 	return res, nil
+}
+
+// restartNoticeWait is how long a trial with failed requests waits for a container that
+// ended in it to be reported started again.
+const restartNoticeWait = 3 * time.Second
+
+// containerFaults reads the containers of d's system under test and returns, as
+// faults, what of it ended since the last reading: a container its kubelet started
+// again, or a pod gone. before says the reading opens a trial, so that anything ended
+// did so before it began (At is then the reading's time). The first reading, at the
+// bring-up, has nothing to compare with; one that fails says so and leaves the last in
+// place, so that the next compares with it.
+func (r *runner) containerFaults(ctx context.Context, d *kubeDeployment, before bool) []results.Fault {
+	now, err := d.cluster.ContainerRuns(ctx, d.resources)
+	if err != nil {
+		r.progress.note(fmt.Sprintf("warning: %s: could not tell whether a container of the system under test ended: %v", d.mesh.Name, err))
+		return nil
+	}
+	last := d.runs
+	d.runs = now
+	if !last.Taken() {
+		return nil
+	}
+	var out []results.Fault
+	for _, rs := range d.cluster.RestartsBetween(ctx, last, now) {
+		f := results.Fault{Pod: rs.Pod, Process: rs.Container, Role: string(rs.Role), At: rs.At, Exit: rs.Exit, LogTail: rs.LogTail}
+		if before {
+			f.At, f.Before = now.At, true
+		}
+		out = append(out, f)
+	}
+	return out
 }
 
 // kubeServed reads what every workload pod of the deployment has served, for the

@@ -101,7 +101,14 @@ func runPlan[D comparable](ctx context.Context, r *runner, p platform[D]) error 
 				return err
 			}
 			for _, f := range fe.faults {
-				r.progress.note(fmt.Sprintf("fault: %s during %s on %s; log %s", f, fe.label, fe.mesh, f.LogPath))
+				where := "; log " + f.LogPath
+				if f.LogPath == "" { // a container's: its kubelet keeps the log, and the trial its end
+					where = ""
+					if f.LogTail != "" {
+						where = "; the end of its log is stored with the trial"
+					}
+				}
+				r.progress.note(fmt.Sprintf("fault: %s during %s on %s%s", f, fe.label, fe.mesh, where))
 			}
 			if attempt >= maxFaultRetries {
 				return fmt.Errorf("%w; it was measured %d times on fresh bring-ups and faulted each time, so the run stops: the deployment does not stay up under this load (the fault trials are stored)", err, attempt+1)
@@ -177,6 +184,7 @@ func (p *clusterPlatform) bringUp(ctx context.Context, t *study.Trial) (*kubeDep
 	}
 	r.progress.note(fmt.Sprintf("%s up in %s: namespace %s, %d load generators (%s)", t.Mesh.Name, d.took.Round(100*time.Millisecond),
 		d.app.Namespace, len(d.forwards.Generators), describeGenerators(d.forwards.Generators)))
+	r.containerFaults(ctx, d, true) // the first reading: what a trial's faults are measured from
 	return d, nil
 }
 
