@@ -474,7 +474,7 @@ func checkNothingLeft(t *testing.T, l *kubetest.Local, meshNamespace string) {
 // to see that the entry answers it, is answered: the run fails before any trial saying
 // so, with the failed lookups counted, and is stored failed, not complete with 0%
 // errors. Nothing of it is left, and CoreDNS is brought back for the next test. (A trial
-// in which no request succeeded fails the run too: TestRunWithNoSuccessFailsOnRealNodes.)
+// in which no request succeeded fails the run too: TestFailedRunsOnBothPlatforms.)
 func TestRunWithClusterDNSDownFailsOnRealNodes(t *testing.T) {
 	l := kubetest.SharedLocal(t)
 	client := l.ClientOf(t)
@@ -525,30 +525,6 @@ func TestRunWithClusterDNSDownFailsOnRealNodes(t *testing.T) {
 	run := lastRun(t, db)
 	if run.Status != results.StatusFailed || !strings.Contains(run.StatusReason, "did not answer the load generators") || len(run.Trials) != 0 {
 		t.Errorf("stored run: status %s (%s), %d trials; want failed, saying why, no trial", run.Status, run.StatusReason, len(run.Trials))
-	}
-	checkNothingLeft(t, l, "")
-}
-
-// TestRunWithNoSuccessFailsOnRealNodes: the entry service answers, so the run gets past
-// its wait for the entry, but with an error to every request (its graph injects a fault
-// into all of them). The trial through the generator pod, in which no request
-// succeeded, fails the run with what the requests got, the run is stored failed with
-// the reason and no trial, not complete, and nothing is left on the cluster.
-func TestRunWithNoSuccessFailsOnRealNodes(t *testing.T) {
-	l := kubetest.SharedLocal(t)
-	path := realNodesStudy(t, l, "real-nodes-no-success", "    - {name: baseline, profile: none}", "      generators: 1\n",
-		"    - {name: latency, kind: fixed-rate, rate: 50, duration: 1s, warmup: 200ms}\n")
-	graph := filepath.Join(filepath.Dir(path), "failing.yaml")
-	if err := os.WriteFile(graph, []byte("name: failing\nservices:\n  - {name: front, errorRate: 100%}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	rewriteStudy(t, path, "workload: {graph: bookinfo}", "workload: {graph: failing.yaml}")
-	errOut, run, err := runRefused(t, path)
-	if !regexp.MustCompile(`latency 50 req/s on baseline, repeat 1, through 1 load generators: no request succeeded: \d+ measured, all failed \(non-2xx \d+\); answers 500×\d+`).MatchString(err.Error()) {
-		t.Fatalf("run against an entry that fails every request: %v; want the trial to fail saying what the requests got\n%s", err, errOut)
-	}
-	if !strings.Contains(run.StatusReason, "no request succeeded") {
-		t.Errorf("stored run: status %s (%s); want the reason", run.Status, run.StatusReason)
 	}
 	checkNothingLeft(t, l, "")
 }

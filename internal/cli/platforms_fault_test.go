@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -196,4 +197,73 @@ func descendsFrom(pid, ancestor int) bool {
 		}
 	}
 	return false
+}
+
+// failingStudy measures a one-service graph, failing.yaml beside the study, whose
+// service answers the share of requests given by ERROR_RATE with an error.
+const failingStudy = `apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: both-platforms-failing}
+spec:
+  substrate:
+%s
+  workload: {graph: failing.yaml}
+  meshes:
+    - {name: baseline, profile: none}
+  experiments:
+EXPERIMENTS  repeats: 1
+`
+
+// TestFailedRunsOnBothPlatforms: two runs whose answers are errors fail, on the local
+// testbed as on the real cluster, saying why, stored failed with the reason, and leave
+// nothing behind.
+//   - Every request answered with an error: a trial in which no request succeeded
+//     measured nothing of the system but that it did not serve. The run fails naming
+//     what the requests got, and stores no trial rather than one with its numbers.
+//   - A capacity search against a service that fails 20% of requests: with no SLO the
+//     default error bound (0.1%) applies, and the closed-loop trial that exceeds it is
+//     no capacity. The run stops there, keeping that trial, instead of deriving the
+//     next experiment's rate from failures.
+func TestFailedRunsOnBothPlatforms(t *testing.T) {
+	l := localAndCluster(t, false)
+	for _, tc := range []struct {
+		name, errorRate, experiments string
+		// err is what the run's error must say; trials, how many are stored.
+		err    string
+		trials int
+	}{
+		{"no success", "100%", "    - {name: latency, kind: fixed-rate, rate: 50, duration: 2s, warmup: 500ms}\n",
+			`latency 50 req/s on baseline, repeat 1(, through 1 load generators)?: no request succeeded: \d+ measured, all failed \(non-2xx \d+\); answers 500×\d+`, 0},
+		{"errors are not capacity", "20%", "    - {name: capacity, kind: capacity, connections: [2], duration: 2s, warmup: 500ms}\n" +
+			"    - {name: latency, kind: fixed-rate, rate: 50% of lowest capacity, capacityFrom: capacity, duration: 1s, warmup: 200ms}\n",
+			`capacity of baseline in capacity \(repeat 1\): .*0\.10%.*so there is no capacity to report or to derive rates from`, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			study := strings.Replace(failingStudy, "EXPERIMENTS", strings.ReplaceAll(tc.experiments, "%", "%%"), 1)
+			for _, p := range platformsOf(t, l, study) {
+				t.Run(p.name, func(t *testing.T) {
+					graph := "name: failing\nservices:\n  - {name: front, isEntrypoint: true, errorRate: \"" + tc.errorRate + "\"}\n"
+					if err := os.WriteFile(filepath.Join(filepath.Dir(p.study), "failing.yaml"), []byte(graph), 0o644); err != nil {
+						t.Fatal(err)
+					}
+					db := filepath.Join(t.TempDir(), "results.db")
+					_, progress, err := execCLI("run", "--db", db, "--no-report", p.study)
+					if err == nil || !regexp.MustCompile(tc.err).MatchString(err.Error()) {
+						t.Fatalf("run: %v\nwant an error matching %s\n%s", err, tc.err, progress)
+					}
+					t.Logf("run: %v", err)
+					run := lastRun(t, db)
+					if run.Status != results.StatusFailed || !regexp.MustCompile(tc.err).MatchString(run.StatusReason) || len(run.Trials) != tc.trials {
+						t.Errorf("stored run: %s (%s) with %d trials; want failed, saying why, with %d", run.Status, run.StatusReason, len(run.Trials), tc.trials)
+					}
+					for _, tr := range run.Trials {
+						if tr.Result.Errors*100 < tr.Result.Requests*10 {
+							t.Errorf("%s trial: %d errors of %d requests, want about 20%%", tr.Experiment, tr.Result.Errors, tr.Result.Requests)
+						}
+					}
+					p.checkNothingLeft(t)
+				})
+			}
+		})
+	}
 }

@@ -175,48 +175,6 @@ func TestKilledSidecarIsAFaultExcludedAndRepeated(t *testing.T) {
 	}
 }
 
-// A capacity trial answered mostly with errors is not a capacity: with no SLO the
-// default error bound applies, and a run whose only closed-loop trial exceeds it stops
-// with a message saying so instead of deriving rates from failures.
-func TestErrorsAreNotCapacity(t *testing.T) {
-	needRoot(t)
-	dir := t.TempDir()
-	graph := filepath.Join(dir, "failing.yaml")
-	if err := os.WriteFile(graph, []byte("name: failing\nservices:\n  - {name: front, isEntrypoint: true, errorRate: \"20%\"}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	st := parseStudy(t, `apiVersion: meshmark.dev/v1alpha1
-kind: Study
-metadata: {name: runner-errors-not-capacity}
-spec:
-  substrate:
-    local: {nodes: 1, loadgenNode: 0}
-  workload: {graph: `+graph+`}
-  meshes:
-    - {name: none, profile: none}
-  experiments:
-    - {name: capacity, kind: capacity, connections: [2], duration: 2s, warmup: 500ms}
-    - {name: latency, kind: fixed-rate, rate: 50% of lowest capacity, capacityFrom: capacity, duration: 1s, warmup: 200ms}
-  repeats: 1
-`)
-	ctx := context.Background()
-	db, err := store.Open(ctx, filepath.Join(dir, "results.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	run, err := Run(ctx, st, Options{Store: db, PodBinary: podBin, Progress: testWriter{t}})
-	if err == nil || !strings.Contains(err.Error(), "no capacity") || !strings.Contains(err.Error(), "0.10%") {
-		t.Fatalf("run error %v, want one saying the 20%% errors exceed the 0.10%% bound and there is no capacity", err)
-	}
-	if run.Status != results.StatusFailed || len(run.Trials) != 1 {
-		t.Fatalf("run %s with %d trials, want failed with the one capacity trial stored", run.Status, len(run.Trials))
-	}
-	if tr := run.Trials[0].Result; tr.Errors*100 < tr.Requests*10 {
-		t.Errorf("capacity trial: %d errors of %d requests, want about 20%%", tr.Errors, tr.Requests)
-	}
-}
-
 // A study whose mesh needs a binary this machine does not have, and whose placement
 // names a CPU it does not have, fails before anything is created, with one message
 // naming both, how to install the binary, and which mesh needs it.
