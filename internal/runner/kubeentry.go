@@ -38,7 +38,8 @@ const (
 )
 
 // awaitEntry sends, from every load generator, a few requests to the entry service,
-// each on a new connection and each within entryProbeTimeout, until an attempt has all
+// each on a new connection (a gRPC entry's on new channels) and each within
+// entryProbeTimeout, until an attempt has all
 // of them answered: then the trials' own connections, opened afterwards, find the
 // Service programmed on every node. An answer of any status counts: what is awaited is
 // the path; whether the app serves is for the trials (and the burst) to judge. It says
@@ -47,6 +48,9 @@ const (
 func (r *runner) awaitEntry(ctx context.Context, d *kubeDeployment) error {
 	n := max(len(d.forwards.Generators), 1)
 	e := &study.Experiment{Name: "entry-probe", Kind: study.KindFixedRate}
+	// A gRPC client keeps its channel open (the engine refuses to close it after each
+	// call); each attempt's channels are new all the same, dialled as the attempt starts.
+	e.KeepAlive = r.clientProtocol(*e) == study.ProtocolGRPC
 	spec, err := r.loadSpec(&study.Trial{Experiment: e}, r.kubeLoad(ctx, d, nil),
 		loadRun{rate: float64(n*entryProbePerGenerator) / entryProbeLength.Seconds(), length: entryProbeLength})
 	if err != nil {
