@@ -817,3 +817,71 @@ func needRootForLocal(t *testing.T) {
 	}
 	t.Skip("the local testbed needs root")
 }
+
+// protocolGraph's entry speaks gRPC, and its calls go out over gRPC, h2c and HTTP/1.1.
+const protocolGraph = `name: protocols
+services:
+  - name: front
+    isEntrypoint: true
+    protocol: grpc
+    script:
+      - - call: emoji
+        - call: voting
+  - name: emoji
+    protocol: grpc
+    script: [call: ratings]
+  - name: voting
+    protocol: http2
+  - name: ratings
+`
+
+// protocolStudy drives protocolGraph (at protocols.yaml) without a mesh and
+// through strict-mTLS sidecars, two gRPC streams on each of four connections.
+const protocolStudy = `apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: both-platforms-protocols}
+spec:
+  substrate:
+%s
+  workload: {graph: protocols.yaml}
+  meshes:
+    - {name: none, profile: none}
+    - {name: sidecar, profile: envoy-sidecar, options: {mtls: strict}}
+  experiments:
+    - {name: latency, kind: fixed-rate, rate: 60, connections: 4, streams: 2, duration: 3s, warmup: 1s}
+  repeats: 1
+`
+
+// TestProtocolsOnBothPlatforms: an entry service that speaks gRPC is driven with gRPC
+// calls (protocol auto), several streams per connection, and every request of a graph
+// whose calls are gRPC, h2c and HTTP/1.1 succeeds, without a mesh and through
+// strict-mTLS sidecars, which enrolled every pod. (That the local sidecars spoke
+// HTTP/2 upstream is the runner's TestMixedProtocolsThroughSidecars.)
+func TestProtocolsOnBothPlatforms(t *testing.T) {
+	l := localAndCluster(t, true)
+	graph := filepath.Join(t.TempDir(), "protocols.yaml")
+	if err := os.WriteFile(graph, []byte(protocolGraph), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	onBothPlatforms(t, l, strings.Replace(protocolStudy, "protocols.yaml", graph, 1), func(t *testing.T, run *results.Run, progress string) {
+		if run.Status != results.StatusComplete || len(run.Trials) != 2 {
+			t.Fatalf("run %s (%s) with %d trials; want complete with one per mesh", run.Status, run.StatusReason, len(run.Trials))
+		}
+		for _, m := range run.Meshes {
+			var e mesh.Enrollment
+			if err := json.Unmarshal(m.Enrollment, &e); err != nil || !e.Pass {
+				t.Errorf("%s enrollment: %v %+v", m.Label, err, e.Failures)
+			}
+		}
+		for _, tr := range run.Trials {
+			r := tr.Result
+			if p := tr.Params.Extra["protocol"]; p != "gRPC" || tr.Params.Extra["streams"] != "2" || !strings.HasSuffix(tr.Params.Extra["url"], "/meshmark.Workload/Call") {
+				t.Errorf("%s: driven with %q, streams %q, url %q", tr.Mesh, p, tr.Params.Extra["streams"], tr.Params.Extra["url"])
+			}
+			if r.Requests < 170 || r.Errors != 0 || r.StatusCodes[200] != r.Requests {
+				t.Errorf("%s: %d requests, %d errors %v, codes %v; want 180, all answered 200", tr.Mesh, r.Requests, r.Errors, r.ErrorsByKind, r.StatusCodes)
+			}
+		}
+	})
+	checkNothingLeft(t, l, "istio-system")
+}

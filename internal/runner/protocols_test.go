@@ -102,40 +102,6 @@ func TestMixedProtocolsThroughSidecars(t *testing.T) {
 	}
 }
 
-// TestGRPCEntryDrivenWithGRPC: an entry service that speaks gRPC is driven with gRPC
-// calls (protocol auto), several streams per connection, with and without sidecars.
-func TestGRPCEntryDrivenWithGRPC(t *testing.T) {
-	needRoot(t)
-	dir := t.TempDir()
-	graph := "name: grpc-entry\nservices:\n  - name: front\n    protocol: grpc\n    script: [call: back]\n  - name: back\n    protocol: grpc\n"
-	if err := os.WriteFile(filepath.Join(dir, "g.yaml"), []byte(graph), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	doc := strings.NewReplacer("mixed.yaml", "g.yaml", "runner-mixed-protocols", "runner-grpc-entry", "{mtls: strict}", "{mtls: permissive}",
-		"connections: 4,", "connections: 4, streams: 2,").Replace(mixedProtocolStudy)
-	path := filepath.Join(dir, "study.yaml")
-	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	st, err := study.ParseFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run, _ := runStudy(t, st)
-	if len(run.Trials) != 2 {
-		t.Fatalf("%d trials", len(run.Trials))
-	}
-	for _, tr := range run.Trials {
-		r := tr.Result
-		if p := tr.Params.Extra["protocol"]; p != "gRPC" || tr.Params.Extra["streams"] != "2" || !strings.HasSuffix(tr.Params.Extra["url"], "/meshmark.Workload/Call") {
-			t.Errorf("%s: driven with %q, streams %q, url %q", tr.Mesh, p, tr.Params.Extra["streams"], tr.Params.Extra["url"])
-		}
-		if r.Requests < 150 || r.Errors != 0 || r.StatusCodes[200] != r.Requests {
-			t.Errorf("%s: %d requests, %d errors %v, codes %v", tr.Mesh, r.Requests, r.Errors, r.ErrorsByKind, r.StatusCodes)
-		}
-	}
-}
-
 const ingressStudy = `apiVersion: meshmark.dev/v1alpha1
 kind: Study
 metadata: {name: runner-ingress}
