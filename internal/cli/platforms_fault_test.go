@@ -17,10 +17,12 @@ import (
 	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/report"
 	"github.com/meshmark/meshmark/internal/results"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
-// faultStudy measures bookinfo without a mesh once; the test kills a process of it.
+// faultStudy measures bookinfo once, through Envoy sidecars; the test kills one.
 const faultStudy = `apiVersion: meshmark.dev/v1alpha1
 kind: Study
 metadata: {name: both-platforms-fault}
@@ -29,118 +31,163 @@ spec:
 %s
   workload: {graph: bookinfo}
   meshes:
-    - {name: baseline, profile: none}
+    - {name: sidecar, profile: envoy-sidecar, options: {mtls: off}}
   experiments:
     - {name: latency, kind: fixed-rate, rate: 100, connections: 4, duration: 4s, warmup: 1s}
   repeats: 1
 `
 
-// TestKilledProcessIsAFaultOnBothPlatforms kills productpage's workload process with
-// SIGKILL in the middle of the only trial, as a crash would: a process of the local
-// testbed, or the process of a container on the real cluster, which its kubelet then
-// starts again. On either platform the trial is stored as a fault naming the pod, the
-// container or process, and how it ended, is left out of every result, and is measured
-// once more on a fresh bring-up, cleanly; the report's checks say so, and nothing of
-// the run is left.
-func TestKilledProcessIsAFaultOnBothPlatforms(t *testing.T) {
-	l := localAndCluster(t, false)
+// TestKilledSidecarIsAFaultOnBothPlatforms kills productpage's sidecar Envoy with
+// SIGKILL in the middle of the only trial, as a crash would. Locally that is a process
+// of the testbed, whose exit the runner sees; on the real cluster a process of the
+// istio-proxy container, which then ends (Istio's pilot-agent ends with its Envoy, with
+// code 0) and which its kubelet starts again. On either platform the trial is stored as
+// a fault naming the pod, the process or container, its role and how it ended, is left
+// out of every result, and is measured once more on a fresh bring-up, cleanly; the
+// report's checks say so, and nothing of the run is left. (The same holds for any
+// process of the system under test: the runner does not tell them apart.)
+func TestKilledSidecarIsAFaultOnBothPlatforms(t *testing.T) {
+	l := localAndCluster(t, true)
 	client := l.ClientOf(t)
-	// Which process is this run's, on each platform: on the local testbed one the run
-	// started; on the cluster one of a pod of the run's namespaces.
-	ours := map[string]func(t *testing.T, runPID, pid int, pod string) bool{
-		"local": func(t *testing.T, runPID, pid int, _ string) bool { return descendsFrom(pid, runPID) },
-		"kubernetes": func(t *testing.T, _, _ int, pod string) bool {
-			nss, err := client.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, ns := range nss.Items {
-				if strings.HasPrefix(ns.Name, "mmreal") {
-					if _, err := client.CoreV1().Pods(ns.Name).Get(context.Background(), pod, metav1.GetOptions{}); err == nil {
-						return true
+	// Which Envoy is productpage's and the run's: locally one the run started, whose
+	// service node names the pod; on the cluster one in the cgroup of productpage's pod
+	// in the run's namespace.
+	find := map[string]func(t *testing.T, runPID int) (int, string){
+		"local": func(t *testing.T, runPID int) (int, string) {
+			return processWhere(t, "envoy", func(pid int, args []string) string {
+				if node := flagValue(args, "--service-node"); strings.HasPrefix(node, "productpage") && descendsFrom(pid, runPID) {
+					return node
+				}
+				return ""
+			})
+		},
+		"kubernetes": func(t *testing.T, _ int) (int, string) {
+			pods := runPods(t, client, "productpage")
+			return processWhere(t, "envoy", func(pid int, _ []string) string {
+				cgroup, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+				for _, p := range pods {
+					if uid := string(p.UID); strings.Contains(string(cgroup), uid) || strings.Contains(string(cgroup), strings.ReplaceAll(uid, "-", "_")) {
+						return p.Name
 					}
 				}
-			}
-			return false
+				return ""
+			})
 		},
 	}
+	// What the fault must name, on each platform: the process and the testbed's wait on
+	// it, or the container and the end of its kubelet's record of its last run.
+	process := map[string]string{"local": "envoy", "kubernetes": "istio-proxy"}
+	exit := map[string]string{"local": "signal: killed", "kubernetes": ", started again by its kubelet"}
 	for _, p := range platformsOf(t, l, faultStudy) {
 		t.Run(p.name, func(t *testing.T) {
-			db := filepath.Join(t.TempDir(), "results.db")
-			cmd, progress := startRunProcess(t, io.Discard, p.study, "--db", db, "--no-report")
-			waitForTrials(t, progress, 0) // the trial has begun
-			time.Sleep(2500 * time.Millisecond)
-			pid, pod := serviceProcess(t, "productpage", func(pid int, pod string) bool { return ours[p.name](t, cmd.Process.Pid, pid, pod) })
-			if pid == 0 {
-				_ = cmd.Process.Kill()
-				t.Fatal("found no productpage workload process of the run")
-			}
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-				t.Fatalf("kill %d: %v", pid, err)
-			}
-			killed := time.Now()
-			t.Logf("killed %s's workload process, pid %d", pod, pid)
-			var after []string
-			for progress.Scan() {
-				t.Log(progress.Text())
-				after = append(after, progress.Text())
-			}
-			if err := cmd.Wait(); err != nil {
-				t.Fatalf("run: %v", err)
-			}
-			p.checkNothingLeft(t)
-
-			run := lastRun(t, db)
-			if run.Status != results.StatusComplete || len(run.Trials) != 2 {
-				t.Fatalf("run %s (%s) with %d trials, want complete with the fault trial and its repeat", run.Status, run.StatusReason, len(run.Trials))
-			}
-			faulted, repeated := run.Trials[0], run.Trials[1]
-			if !faulted.Result.HasFlag(results.FlagFault) || len(faulted.Result.Faults) != 1 {
-				t.Fatalf("first trial: flags %v, faults %+v; want one fault", faulted.Result.Flags, faulted.Result.Faults)
-			}
-			f := faulted.Result.Faults[0]
-			t.Logf("fault: %s; %d errors of %d requests", f, faulted.Result.Errors, faulted.Result.Requests)
-			// How it ended, in each platform's words: the local testbed's wait on its
-			// child, or the kubelet's record of the container's last run.
-			exit := map[string]string{"local": "signal: killed", "kubernetes": "exit code 137 (Error), started again by its kubelet"}[p.name]
-			if f.Pod != pod || f.Process != "app" || f.Role != "workload" || f.Before || f.Exit != exit {
-				t.Errorf("fault %+v, want pod %s, process app, role workload, during the trial, %q", f, pod, exit)
-			}
-			// The kubelet records the end to the second, and reports it a moment later.
-			if f.At.Before(killed.Add(-time.Second)) || f.At.After(killed.Add(5*time.Second)) {
-				t.Errorf("fault at %v, the kill at %v", f.At, killed)
-			}
-			if faulted.Result.Errors == 0 {
-				t.Errorf("the fault trial failed no request")
-			}
-			if repeated.Result.Excluded() || len(repeated.Result.Faults) != 0 || repeated.Repeat != faulted.Repeat || repeated.Result.Errors != 0 {
-				t.Errorf("repeat: flags %v, faults %v, repeat %d, %d errors; want a clean measurement of the same repeat",
-					repeated.Result.Flags, repeated.Result.Faults, repeated.Repeat, repeated.Result.Errors)
-			}
-			an := analysis.Analyze(run, analysis.Options{Seed: 1}, nil)
-			if len(an.Groups) != 1 || !slices.Equal(an.Groups[0].TrialIDs, []int64{repeated.ID}) || an.Groups[0].Errors != 0 {
-				t.Errorf("pooled groups %+v: want only the repeated trial %d", an.Groups, repeated.ID)
-			}
-			var md bytes.Buffer
-			if err := report.Render(&md, report.Markdown, run, an, report.Options{}); err != nil {
-				t.Fatal(err)
-			}
-			for _, w := range []string{"no process of the system under test exited during a trial", pod + "/app", exit, "left out of every result", "measured them once more"} {
-				if !strings.Contains(md.String(), w) {
-					t.Errorf("report does not say %q", w)
-				}
-			}
-			if ups := strings.Count(strings.Join(after, "\n"), "baseline up in "); ups != 1 {
-				t.Errorf("%d bring-ups after the kill, want 1, a fresh one for the repeat", ups)
-			}
+			checkKilledIsAFault(t, p, "sidecar", "sidecar", process[p.name], exit[p.name], func(runPID int) (int, string) { return find[p.name](t, runPID) })
 		})
 	}
 }
 
-// serviceProcess finds the process of a `meshmark-pod service` of the named service
-// that ours accepts, and its pod (its --pod argument): the local testbed's and a
-// container's alike.
-func serviceProcess(t *testing.T, service string, ours func(pid int, pod string) bool) (int, string) {
+// runPods are the pods of the run's namespaces on the cluster (mmreal-*) whose name
+// starts with prefix.
+func runPods(t *testing.T, client kubernetes.Interface, prefix string) []corev1.Pod {
+	t.Helper()
+	nss, err := client.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, ns := range nss.Items {
+		if !strings.HasPrefix(ns.Name, "mmreal") {
+			continue
+		}
+		pods, err := client.CoreV1().Pods(ns.Name).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if strings.HasPrefix(p.Name, prefix) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// checkKilledIsAFault runs p's study in a process of its own, kills the process find
+// finds 2.5 s into its trial, and holds the run to what a fault must make of it: the
+// fault of a process of pod named process, of role, that ended as exit says (its end).
+func checkKilledIsAFault(t *testing.T, p platform, meshName, role, process, exit string, find func(runPID int) (int, string)) {
+	t.Helper()
+	db := filepath.Join(t.TempDir(), "results.db")
+	cmd, progress := startRunProcess(t, io.Discard, p.study, "--db", db, "--no-report")
+	waitForTrials(t, progress, 0) // the trial has begun
+	time.Sleep(2500 * time.Millisecond)
+	pid, pod := find(cmd.Process.Pid)
+	if pid == 0 {
+		_ = cmd.Process.Kill()
+		t.Fatalf("found no process of productpage's %s in the run", role)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %d: %v", pid, err)
+	}
+	killed := time.Now()
+	t.Logf("killed %s's %s, pid %d", pod, role, pid)
+	var after []string
+	for progress.Scan() {
+		t.Log(progress.Text())
+		after = append(after, progress.Text())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	p.checkNothingLeft(t)
+
+	run := lastRun(t, db)
+	if run.Status != results.StatusComplete || len(run.Trials) != 2 {
+		t.Fatalf("run %s (%s) with %d trials, want complete with the fault trial and its repeat", run.Status, run.StatusReason, len(run.Trials))
+	}
+	faulted, repeated := run.Trials[0], run.Trials[1]
+	if !faulted.Result.HasFlag(results.FlagFault) || len(faulted.Result.Faults) != 1 {
+		t.Fatalf("first trial: flags %v, faults %+v; want one fault", faulted.Result.Flags, faulted.Result.Faults)
+	}
+	f := faulted.Result.Faults[0]
+	t.Logf("fault: %s; %d errors of %d requests", f, faulted.Result.Errors, faulted.Result.Requests)
+	if f.Pod != pod || f.Process != process || f.Role != role || f.Before || !strings.HasSuffix(f.Exit, exit) {
+		t.Errorf("fault %+v, want pod %s, process %s, role %s, during the trial, ending %q", f, pod, process, role, exit)
+	}
+	if f.LogTail == "" {
+		t.Errorf("the fault keeps nothing of the end of the process's log")
+	}
+	// A kubelet records the end to the second, and reports it a moment later.
+	if f.At.Before(killed.Add(-time.Second)) || f.At.After(killed.Add(5*time.Second)) {
+		t.Errorf("fault at %v, the kill at %v", f.At, killed)
+	}
+	if faulted.Result.Errors == 0 {
+		t.Errorf("the fault trial failed no request")
+	}
+	if repeated.Result.Excluded() || len(repeated.Result.Faults) != 0 || repeated.Repeat != faulted.Repeat || repeated.Result.Errors != 0 {
+		t.Errorf("repeat: flags %v, faults %v, repeat %d, %d errors; want a clean measurement of the same repeat",
+			repeated.Result.Flags, repeated.Result.Faults, repeated.Repeat, repeated.Result.Errors)
+	}
+	an := analysis.Analyze(run, analysis.Options{Seed: 1}, nil)
+	if len(an.Groups) != 1 || !slices.Equal(an.Groups[0].TrialIDs, []int64{repeated.ID}) || an.Groups[0].Errors != 0 {
+		t.Errorf("pooled groups %+v: want only the repeated trial %d", an.Groups, repeated.ID)
+	}
+	var md bytes.Buffer
+	if err := report.Render(&md, report.Markdown, run, an, report.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"no process of the system under test exited during a trial", pod + "/" + process, exit, "left out of every result", "measured them once more"} {
+		if !strings.Contains(md.String(), w) {
+			t.Errorf("report does not say %q", w)
+		}
+	}
+	if ups := strings.Count(strings.Join(after, "\n"), meshName+" up in "); ups != 1 {
+		t.Errorf("%d bring-ups after the kill, want 1, a fresh one for the repeat", ups)
+	}
+}
+
+// processWhere finds a process named comm for which match returns its pod, and that
+// pod.
+func processWhere(t *testing.T, comm string, match func(pid int, args []string) string) (int, string) {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -151,15 +198,12 @@ func serviceProcess(t *testing.T, service string, ours func(pid int, pod string)
 		if err != nil {
 			continue
 		}
-		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
+		name, err := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		if err != nil || strings.TrimSpace(string(name)) != comm {
 			continue
 		}
-		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
-		if !slices.Contains(args, "service") || flagValue(args, "--service") != service {
-			continue
-		}
-		if pod := flagValue(args, "--pod"); pod != "" && ours(pid, pod) {
+		raw, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if pod := match(pid, strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")); pod != "" {
 			return pid, pod
 		}
 	}

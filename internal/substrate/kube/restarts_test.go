@@ -13,7 +13,7 @@ import (
 // Between two readings of a deployment's containers, what ended is what its kubelet
 // started again (with how its last run ended, and when) and every container of a pod
 // that is gone; a container that kept running, or a pod that is new, is not.
-// (That a real kubelet's restart is seen is TestKilledProcessIsAFaultOnBothPlatforms
+// (That a real kubelet's restart is seen is TestKilledSidecarIsAFaultOnBothPlatforms
 // in the cli package, on the real cluster.)
 func TestRestartsBetweenReadings(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
