@@ -39,9 +39,8 @@ const (
 
 // awaitEntry sends, from every load generator, a few requests to the entry service,
 // each on a new connection (a gRPC entry's on new channels) and each within
-// entryProbeTimeout, until an attempt has all
-// of them answered: then the trials' own connections, opened afterwards, find the
-// Service programmed on every node. An answer of any status counts: what is awaited is
+// entryProbeTimeout, until an attempt has all of them answered: then the trials' own
+// connections, opened afterwards, find the Service programmed on every node. An answer of any status counts: what is awaited is
 // the path; whether the app serves is for the trials (and the burst) to judge. It says
 // on the progress display when it had to wait, and gives up after entryAnswerLimit
 // saying how the last attempt failed.

@@ -98,6 +98,8 @@ type kubeDeployment struct {
 	// runs is the last reading of the system under test's containers: a container
 	// started again since, or a pod gone, is a fault (containerFaults).
 	runs kube.ContainerRuns
+	// runsUnread says a reading failed, and that was said.
+	runsUnread bool
 }
 
 // readProxies reads every proxy of the mesh now, through the API server: none for a
@@ -1042,12 +1044,15 @@ const restartNoticeWait = 3 * time.Second
 // faults, what of it ended since the last reading: a container its kubelet started
 // again, or a pod gone. before says the reading opens a trial, so that anything ended
 // did so before it began (At is then the reading's time). The first reading, at the
-// bring-up, has nothing to compare with; one that fails says so and leaves the last in
-// place, so that the next compares with it.
+// bring-up, has nothing to compare with; one that fails says so (once a deployment)
+// and leaves the last in place, so that the next compares with it.
 func (r *runner) containerFaults(ctx context.Context, d *kubeDeployment, before bool) []results.Fault {
 	now, err := d.cluster.ContainerRuns(ctx, d.resources)
 	if err != nil {
-		r.progress.note(fmt.Sprintf("warning: %s: could not tell whether a container of the system under test ended: %v", d.mesh.Name, err))
+		if !d.runsUnread {
+			r.progress.note(fmt.Sprintf("warning: %s: could not tell whether a container of the system under test ended: %v", d.mesh.Name, err))
+			d.runsUnread = true
+		}
 		return nil
 	}
 	last := d.runs
