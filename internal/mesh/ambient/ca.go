@@ -172,8 +172,15 @@ func ServeControlPlane(ctx context.Context, cfg ControlPlaneConfig) error {
 	if err != nil {
 		return err
 	}
-	// The root goes out only once the port listens: its presence is the readiness signal.
-	if err := os.WriteFile(filepath.Join(cfg.Dir, RootCertFile), ca.CertPEM(), 0o644); err != nil {
+	// The root goes out only once the port listens: its presence is the readiness signal,
+	// so it appears whole, by a rename (written in place, a reader that saw it exist
+	// could read it empty: "control plane root is not PEM", seen once in CI).
+	root := filepath.Join(cfg.Dir, RootCertFile)
+	if err := os.WriteFile(root+".tmp", ca.CertPEM(), 0o644); err != nil {
+		ln.Close()
+		return err
+	}
+	if err := os.Rename(root+".tmp", root); err != nil {
 		ln.Close()
 		return err
 	}
