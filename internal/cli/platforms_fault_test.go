@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/meshmark/meshmark/internal/analysis"
+	"github.com/meshmark/meshmark/internal/owner"
 	"github.com/meshmark/meshmark/internal/report"
 	"github.com/meshmark/meshmark/internal/results"
 	corev1 "k8s.io/api/core/v1"
@@ -224,13 +225,8 @@ func descendsFrom(pid, ancestor int) bool {
 		if err != nil {
 			return false
 		}
-		s := string(stat)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			return false
-		}
-		fields := strings.Fields(s[i+1:])
-		if len(fields) < 2 {
+		fields, ok := owner.StatFields(stat)
+		if !ok || len(fields) < 2 {
 			return false
 		}
 		if pid, err = strconv.Atoi(fields[1]); err != nil {

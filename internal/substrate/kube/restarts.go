@@ -87,8 +87,8 @@ func (c *Cluster) ContainerRuns(ctx context.Context, scope ResourceScope) (Conta
 func (c *Cluster) RestartsBetween(ctx context.Context, before, after ContainerRuns) []Restart {
 	out := restartsBetween(before, after)
 	for i := range out {
-		if r := &out[i]; r.LogTail == "" && !strings.HasPrefix(r.Exit, podGone) {
-			r.LogTail = c.previousLog(ctx, r.Namespace, r.Pod, r.Container)
+		if r := &out[i]; r.Exit != podGone {
+			r.LogTail, _ = c.previousLog(ctx, r.Namespace, r.Pod, r.Container, 40, 4000)
 		}
 	}
 	return out
@@ -134,20 +134,4 @@ func restartsBetween(before, after ContainerRuns) []Restart {
 		return strings.Compare(a.Pod+"/"+a.Container, b.Pod+"/"+b.Container)
 	})
 	return out
-}
-
-// previousLog is the end of a container's previous run's log, or "" when it cannot be
-// read.
-func (c *Cluster) previousLog(ctx context.Context, namespace, pod, container string) string {
-	// The limit counts from the first line sent, so the lines are cut first.
-	lines, limit := int64(40), int64(4000)
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	raw, err := c.client.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{
-		Container: container, Previous: true, TailLines: &lines, LimitBytes: &limit,
-	}).DoRaw(ctx)
-	if err != nil {
-		return ""
-	}
-	return string(raw)
 }

@@ -132,20 +132,27 @@ func lastEnd(t *corev1.ContainerStateTerminated) string {
 // lastLog is the end of a container's previous run's log, through the API server
 // (pods/log), as an indented block; or why it could not be read.
 func (c *Cluster) lastLog(ctx context.Context, p *corev1.Pod, container string) string {
-	lines, limit := int64(crashLogLines), int64(4096)
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	raw, err := c.client.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{
-		Container: container, Previous: true, TailLines: &lines, LimitBytes: &limit,
-	}).DoRaw(ctx)
+	raw, err := c.previousLog(ctx, p.Namespace, p.Name, container, crashLogLines, 4096)
 	if err != nil {
 		return fmt.Sprintf("; its log could not be read: %v", err)
 	}
-	text := strings.TrimRight(string(raw), "\n")
+	text := strings.TrimRight(raw, "\n")
 	if text == "" {
 		return "; its last run logged nothing"
 	}
 	return fmt.Sprintf("; the last %d lines of its log:\n    %s", crashLogLines, strings.ReplaceAll(text, "\n", "\n    "))
+}
+
+// previousLog is the end of a container's previous run's log, through the API server
+// (pods/log): at most its last lines, and of those at most limit bytes (the limit
+// counts from the first line sent, so the lines are cut first).
+func (c *Cluster) previousLog(ctx context.Context, namespace, pod, container string, lines, limit int64) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	raw, err := c.client.CoreV1().Pods(namespace).GetLogs(pod, &corev1.PodLogOptions{
+		Container: container, Previous: true, TailLines: &lines, LimitBytes: &limit,
+	}).DoRaw(ctx)
+	return string(raw), err
 }
 
 // replicaFailureGrace is how long a Deployment may fail to create its pods for a reason
