@@ -35,7 +35,8 @@ func (r *runner) localLoad(ctx context.Context, d *deployment, t *study.Trial) p
 		target: func(e *study.Experiment, path string) string { return r.targetURL(d, e, path) },
 		noSpin: !ownCPUs(placement(r.study.Spec.Substrate.Local)),
 		measure: func(spec load.Spec, params results.TrialParams) (*load.Result, error) {
-			return r.measure(ctx, d, t, spec, params)
+			params.Path = string(t.Experiment.Path)
+			return r.measureOn(ctx, t, r.driveLocal(d, t), spec, params)
 		},
 	}
 }

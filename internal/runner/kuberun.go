@@ -660,24 +660,6 @@ func (r *runner) checkPlaintextOnCluster(ctx context.Context, c *kube.Cluster, r
 	return nil
 }
 
-// storeEnrollment keeps the check with the run, as the local substrate's is kept.
-func (r *runner) storeEnrollment(ctx context.Context, meshName string, enr mesh.Enrollment) error {
-	if r.run == nil {
-		return nil
-	}
-	check, err := json.Marshal(enr)
-	if err != nil {
-		return err
-	}
-	if err := r.opts.Store.SetEnrollment(ctx, r.run.ID, meshName, check); err != nil {
-		return err
-	}
-	if rm := r.run.Mesh(meshName); rm != nil {
-		rm.Enrollment = check
-	}
-	return nil
-}
-
 // adaptToLocalCluster lets the mesh adapt its install to a local cluster (meshmark
 // cluster up), when this is one, and records what that changed in the run's
 // provenance, where the report shows it beside the components' versions.
@@ -903,7 +885,12 @@ func (r *runner) kubeLoad(ctx context.Context, d *kubeDeployment, t *study.Trial
 			return fmt.Sprintf("http://%s.%s.svc.cluster.local:%d%s", kube.ServiceName(entry.Service), d.app.Namespace, entry.Port, path)
 		},
 		measure: func(spec load.Spec, params results.TrialParams) (*load.Result, error) {
-			return r.measureRemote(ctx, d, t, spec, params)
+			if params.Extra == nil {
+				params.Extra = map[string]string{}
+			}
+			params.Path = string(study.PathInternal)
+			params.Extra["generators"], params.Extra["substrate"] = strconv.Itoa(len(d.forwards.Generators)), "kubernetes"
+			return r.measureOn(ctx, t, r.driveOnCluster(d, t), spec, params)
 		},
 	}
 }
@@ -919,121 +906,68 @@ const flagResourcesIncomplete = "resources-incomplete"
 // trial's params say which, under "resource_coarse".
 const flagResourcesCoarse = "resources-coarse"
 
-// measureRemote drives one load run through every generator of the deployment, merges
-// their results exactly and stores the trial, with the CPU and memory of every container
-// of the mesh's and the app's namespaces, read from the kubelets over the run at the
-// local sampler's cadence, and what each of the mesh's proxies counted, read before and
-// after the run as locally. The generators' own health is kept, as locally.
-func (r *runner) measureRemote(ctx context.Context, d *kubeDeployment, t *study.Trial, spec load.Spec, params results.TrialParams) (*load.Result, error) {
-	e := t.Experiment
-	specParams(&params, e, spec)
-	params.Path = string(study.PathInternal)
-	params.Extra["generators"], params.Extra["substrate"] = strconv.Itoa(len(d.forwards.Generators)), "kubernetes"
-	label := fmt.Sprintf("%s %s", e.Name, describe(params))
-	warmup := spec.Warmup
-	r.progress.begin(t, label, spec.Duration)
-	// What the pods served is read outside the proxies' window, so that the reads are
-	// not among the requests the proxies count.
-	servedBefore := r.kubeServed(ctx, d, t.Mesh.Name)
-	faults := r.containerFaults(ctx, d, true)
-	before := d.readProxies(ctx)
-	var liveResources func([]kube.ContainerSample)
-	if r.opts.Observe != nil {
-		liveResources = func(read []kube.ContainerSample) {
-			r.opts.Observe.Round(t.Mesh.Name, e.Name, t.Repeat, containerRound(read, t.Mesh.Name))
-		}
-	}
-	resources := d.cluster.SampleResources(ctx, d.resources, sampler.DefaultInterval, liveResources)
-	res, _, err := d.pool.Run(ctx, spec, func(p load.Progress) {
-		r.progress.update(p)
+// driveOnCluster is a cluster's driveLoad for trial t on d: every generator of the
+// deployment, their results merged exactly; the CPU and memory of every container of
+// the mesh's and the app's namespaces, read from the kubelets over the run at the local
+// sampler's cadence; what each of the mesh's proxies and the app's pods counted, read
+// before and after the run; and the containers of the system under test that ended.
+func (r *runner) driveOnCluster(d *kubeDeployment, t *study.Trial) driveLoad {
+	return func(ctx context.Context, spec load.Spec, progress func(load.Progress)) loadEvidence {
+		// What the pods served is read outside the proxies' window, so that the reads are
+		// not among the requests the proxies count.
+		servedBefore := r.kubeServed(ctx, d, t.Mesh.Name)
+		faults := r.containerFaults(ctx, d, true)
+		before := d.readProxies(ctx)
+		var liveResources func([]kube.ContainerSample)
 		if r.opts.Observe != nil {
-			r.opts.Observe.Interval(t.Mesh.Name, e.Name, t.Repeat, p.Interval)
+			liveResources = func(read []kube.ContainerSample) {
+				r.opts.Observe.Round(t.Mesh.Name, t.Experiment.Name, t.Repeat, containerRound(read, t.Mesh.Name))
+			}
 		}
-	})
-	readings := resources.Stop()
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	ended := r.containerFaults(ctx, d, false)
-	if len(ended) == 0 && (err != nil || res.Errors.Total() > 0) && !injectsErrors(r.graph) {
-		// Failed requests the workload does not inject may be a container that ended
-		// late in the trial: its kubelet notices within a second or two (its pod
-		// lifecycle relist) and only then reports the restart, which the next trial's
-		// opening reading would otherwise take for its own.
-		for deadline := time.Now().Add(restartNoticeWait); len(ended) == 0 && time.Now().Before(deadline) && ctx.Err() == nil; {
-			time.Sleep(500 * time.Millisecond)
-			ended = r.containerFaults(ctx, d, false)
+		resources := d.cluster.SampleResources(ctx, d.resources, sampler.DefaultInterval, liveResources)
+		res, _, err := d.pool.Run(ctx, spec, progress)
+		readings := resources.Stop()
+		if ctx.Err() != nil {
+			return loadEvidence{err: ctx.Err()}
 		}
-	}
-	faults = append(faults, ended...)
-	if err == nil {
-		if err = noSuccess(res); err != nil {
-			err = fmt.Errorf("%s on %s, repeat %d, through %d load generators: %w", label, t.Mesh.Name, t.Repeat+1, len(d.forwards.Generators), err)
+		ended := r.containerFaults(ctx, d, false)
+		if len(ended) == 0 && (err != nil || res.Errors.Total() > 0) && !injectsErrors(r.graph) {
+			// Failed requests the workload does not inject may be a container that ended
+			// late in the trial: its kubelet notices within a second or two (its pod
+			// lifecycle relist) and only then reports the restart, which the next trial's
+			// opening reading would otherwise take for its own.
+			for deadline := time.Now().Add(restartNoticeWait); len(ended) == 0 && time.Now().Before(deadline) && ctx.Err() == nil; {
+				time.Sleep(500 * time.Millisecond)
+				ended = r.containerFaults(ctx, d, false)
+			}
 		}
-	} else {
-		if ferr := d.forwards.Err(); ferr != nil {
-			err = errors.Join(err, ferr)
+		ev := loadEvidence{res: res, err: err, faults: append(faults, ended...),
+			via: fmt.Sprintf(", through %d load generators", len(d.forwards.Generators))}
+		if err != nil {
+			if ferr := d.forwards.Err(); ferr != nil {
+				ev.err = errors.Join(err, ferr)
+			}
+			return ev
 		}
-		err = fmt.Errorf("%s on %s, repeat %d: %w", label, t.Mesh.Name, t.Repeat+1, err)
-	}
-	if err != nil {
-		if len(faults) > 0 {
-			return nil, &faultError{label: label, mesh: t.Mesh.Name, faults: faults}
+		after := d.readProxies(ctx)
+		servedAfter := r.kubeServed(ctx, d, t.Mesh.Name)
+		if len(d.proxies) > 0 {
+			ev.proxies = mesh.DiffCounters(before, after)
 		}
-		return nil, err
-	}
-	after := d.readProxies(ctx)
-	servedAfter := r.kubeServed(ctx, d, t.Mesh.Name)
-	trial := &results.Trial{
-		Repeat: t.Repeat, Mesh: t.Mesh.Name, Experiment: e.Name, Kind: string(e.Kind),
-		Params: params, WarmupTrimmed: warmup,
-		Start:  res.Start.Add(warmup),
-		Result: convert(res, warmup),
-	}
-	trial.End = trial.Start.Add(res.Elapsed)
-	var coarse string
-	trial.Result.Resources, coarse = containerResources(readings.Samples, t.Mesh.Name, trial.Start, trial.End)
-	if msg := resourceWarning(readings, len(trial.Result.Resources)); msg != "" {
-		trial.Params.Extra["resource_warning"] = msg
-		trial.Result.Flags = append(trial.Result.Flags, flagResourcesIncomplete)
-		r.progress.note(fmt.Sprintf("warning: %s in %s on %s; this trial is flagged", msg, label, t.Mesh.Name))
-	}
-	if coarse != "" && len(trial.Result.Resources) > 0 {
-		trial.Params.Extra["resource_coarse"] = coarse
-		trial.Result.Flags = append(trial.Result.Flags, flagResourcesCoarse)
-		r.progress.note(fmt.Sprintf("warning: %s in %s on %s; this trial is flagged", coarse, label, t.Mesh.Name))
-	}
-	if len(d.proxies) > 0 {
-		r.proxyEvidence(trial, mesh.DiffCounters(before, after), r.graph.Entrypoint().Service, res, label)
-	}
-	if res.Health.Bottleneck {
-		trial.Result.Generator.Behind = true
-		trial.Result.Flags = append(trial.Result.Flags, results.FlagGeneratorBehind)
-		r.progress.note(fmt.Sprintf("warning: a load generator fell behind in %s on %s (%s); this trial is flagged",
-			label, t.Mesh.Name, strings.Join(res.Health.Why, "; ")))
-	}
-	if servedBefore != nil && servedAfter != nil {
-		trial.Result.Mix = r.kubeRequestMix(servedBefore, servedAfter)
-		if msg := mixSkew(trial.Result.Mix); msg != "" {
-			trial.Result.Flags = append(trial.Result.Flags, results.FlagMixSkewed)
-			r.progress.note(fmt.Sprintf("warning: request mix off by more than %.0f points in %s on %s: %s; this trial is flagged",
-				100*mixTolerance, label, t.Mesh.Name, msg))
+		start, end := measuredWindow(res, spec.Warmup)
+		var coarse string
+		ev.resources, coarse = containerResources(readings.Samples, t.Mesh.Name, start, end)
+		if msg := resourceWarning(readings, len(ev.resources)); msg != "" {
+			ev.warnings = append(ev.warnings, trialWarning{flag: flagResourcesIncomplete, key: "resource_warning", msg: msg})
 		}
+		if coarse != "" && len(ev.resources) > 0 {
+			ev.warnings = append(ev.warnings, trialWarning{flag: flagResourcesCoarse, key: "resource_coarse", msg: coarse})
+		}
+		if servedBefore != nil && servedAfter != nil {
+			ev.mix, ev.mixRead = r.kubeRequestMix(servedBefore, servedAfter), true
+		}
+		return ev
 	}
-	r.flagSaturated(trial, label)
-	if len(faults) > 0 {
-		trial.Result.Flags = append(trial.Result.Flags, results.FlagFault)
-		trial.Result.Faults = faults
-	}
-	if err := r.opts.Store.AddTrial(ctx, r.run.ID, trial); err != nil {
-		return nil, err
-	}
-	r.run.Trials = append(r.run.Trials, *trial)
-	r.progress.end(res)
-	if len(faults) > 0 {
-		return nil, &faultError{label: fmt.Sprintf("%s (repeat %d)", label, t.Repeat+1), mesh: t.Mesh.Name, faults: faults}
-	}
-	return res, nil
 }
 
 // restartNoticeWait is how long a trial with failed requests waits for a container that

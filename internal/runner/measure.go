@@ -25,121 +25,193 @@ type Observer interface {
 	Round(mesh, experiment string, repeat int, round sampler.Round)
 }
 
-// measure drives one load run through the deployment's load generator while sampling
-// resources and snapshotting proxy stats, then stores it as a trial. A cancelled run
-// stores nothing partial.
-func (r *runner) measure(ctx context.Context, d *deployment, t *study.Trial, spec load.Spec, params results.TrialParams) (*load.Result, error) {
+// loadEvidence is what a platform measured over one load run: the load's result, and
+// what it read of the system under test around it. measureOn turns it into the stored
+// trial, the same way for every platform.
+type loadEvidence struct {
+	res *load.Result
+	// err is the load's own error, with what the platform knows of its cause.
+	err error
+	// via says, in an error, what drove the load when it was more than one generator
+	// process (", through 2 load generators"); ended says how a generator that stopped
+	// early ended.
+	via, ended string
+	// faults are the processes or containers of the system under test that ended
+	// during the run.
+	faults []results.Fault
+	// proxies is what each of the mesh's proxies counted over the run: none where the
+	// mesh has no proxy whose counters are read.
+	proxies []mesh.ProxyDelta
+	// resources and network are the samples that cover the measured window.
+	resources []results.ResourceSample
+	network   []results.NetSample
+	// warnings flag the trial, each said and kept in its params.
+	warnings []trialWarning
+	// behind is why the generator fell behind, beyond what the engine saw itself.
+	behind []string
+	// mix is what each version served over the run, when mixRead; mixUnread says why it
+	// was not read, when that is to be said for this trial.
+	mix       []results.VersionShare
+	mixRead   bool
+	mixUnread string
+}
+
+// trialWarning is a shortfall of what a platform read over a trial: the trial carries
+// flag, and its params the message under key.
+type trialWarning struct{ flag, key, msg string }
+
+// driveLoad drives one load run on a platform's generators, passing their progress on,
+// and reads around it what the platform reads of the system under test.
+type driveLoad func(ctx context.Context, spec load.Spec, progress func(load.Progress)) loadEvidence
+
+// measuredWindow is the part of a load run that is measured: after its warm-up, for as
+// long as the engine measured.
+func measuredWindow(res *load.Result, warmup time.Duration) (start, end time.Time) {
+	start = res.Start.Add(warmup)
+	return start, start.Add(res.Elapsed)
+}
+
+// measureOn drives one load run of trial t on a platform (drive) and stores it as a
+// trial, with its flags, evidence and faults. A cancelled run stores nothing partial.
+func (r *runner) measureOn(ctx context.Context, t *study.Trial, drive driveLoad, spec load.Spec, params results.TrialParams) (*load.Result, error) {
 	e := t.Experiment
 	specParams(&params, e, spec)
-	params.Path = string(e.Path)
 	label := fmt.Sprintf("%s %s", e.Name, describe(params))
-	defer r.holdCPUIdle()()
 	r.progress.begin(t, label, spec.Duration)
-	progress := func(p load.Progress) {
+	ev := drive(ctx, spec, func(p load.Progress) {
 		r.progress.update(p)
 		if r.opts.Observe != nil {
 			r.opts.Observe.Interval(t.Mesh.Name, e.Name, t.Repeat, p.Interval)
 		}
-	}
-
-	watch := watchProcesses(d.sut)
-	before := readCounters(ctx, d)
-	servedBefore, servedErr := r.served(ctx, d)
-
-	smp := sampler.New(sampler.Config{
-		Interval: time.Second,
-		Targets:  r.targets(d),
-		OnRound: func(round sampler.Round) {
-			if r.opts.Observe != nil {
-				r.opts.Observe.Round(t.Mesh.Name, e.Name, t.Repeat, round)
-			}
-		},
 	})
-	sctx, stopSampler := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = smp.Run(sctx) }()
-
-	res, _, err := d.gen.Run(ctx, spec, progress)
-	stopSampler() // Run takes a last round as it stops, closing the window
-	wg.Wait()
 	if ctx.Err() != nil {
-		watch.finish()
 		return nil, ctx.Err()
 	}
-	after := readCounters(ctx, d)
-	servedAfter, err2 := r.served(ctx, d)
-	if servedErr == nil {
-		servedErr = err2
-	}
-	faults := watch.finish()
+	res, err := ev.res, ev.err
 	if err == nil {
 		err = noSuccess(res)
 	}
 	if err != nil {
-		if len(faults) > 0 {
-			return nil, &faultError{label: label, mesh: t.Mesh.Name, faults: faults}
+		if len(ev.faults) > 0 {
+			return nil, &faultError{label: label, mesh: t.Mesh.Name, faults: ev.faults}
 		}
-		return nil, fmt.Errorf("%s on %s, repeat %d: %w%s", label, t.Mesh.Name, t.Repeat+1, err, d.generatorEnd())
+		return nil, fmt.Errorf("%s on %s, repeat %d%s: %w%s", label, t.Mesh.Name, t.Repeat+1, ev.via, err, ev.ended)
 	}
-	warmup := spec.Warmup
-
 	trial := &results.Trial{
 		Repeat:        t.Repeat,
 		Mesh:          t.Mesh.Name,
 		Experiment:    e.Name,
 		Kind:          string(e.Kind),
 		Params:        params,
-		WarmupTrimmed: warmup,
-		Start:         res.Start.Add(warmup),
-		Result:        convert(res, warmup),
+		WarmupTrimmed: spec.Warmup,
+		Result:        convert(res, spec.Warmup),
 	}
-	trial.End = trial.Start.Add(res.Elapsed)
-	steady := steadyRounds(smp.Rounds(), trial.Start, trial.End)
-	trial.Result.Resources = resourceSamples(steady)
-	trial.Result.Network = netSamples(steady)
-	r.proxyEvidence(trial, mesh.DiffCounters(before, after), d.entry.Service, res, label)
-
-	sum, serr := sampler.Summarize(smp.Rounds(), sampler.SummaryOptions{
-		Start: trial.Start, End: trial.End,
-		Requests: uint64(res.Completed), AchievedRPS: res.AchievedRate,
-		LoadGenCores: 1, LoadGenWaitVCPU: spinShare(res),
-	})
-	var behind []string
-	if serr == nil && sum.LoadGen.Saturated {
+	trial.Start, trial.End = measuredWindow(res, spec.Warmup)
+	trial.Result.Resources, trial.Result.Network = ev.resources, ev.network
+	for _, w := range ev.warnings {
+		trial.Params.Extra[w.key] = w.msg
+		trial.Result.Flags = append(trial.Result.Flags, w.flag)
+		r.progress.note(fmt.Sprintf("warning: %s in %s on %s; this trial is flagged", w.msg, label, t.Mesh.Name))
+	}
+	r.proxyEvidence(trial, ev.proxies, r.graph.Entrypoint().Service, res, label)
+	if len(ev.behind) > 0 {
 		res.Health.Bottleneck = true
-		behind = append(behind, fmt.Sprintf("its process used %.2f of its core", sum.LoadGen.AvgVCPU))
 	}
 	if res.Health.Bottleneck {
+		who := "the load generator"
+		if ev.via != "" {
+			who = "a load generator"
+		}
 		trial.Result.Generator.Behind = true
 		trial.Result.Flags = append(trial.Result.Flags, results.FlagGeneratorBehind)
-		r.progress.note(fmt.Sprintf("warning: the load generator fell behind in %s on %s (%s); this trial is flagged",
-			label, t.Mesh.Name, strings.Join(append(behind, res.Health.Why...), "; ")))
+		r.progress.note(fmt.Sprintf("warning: %s fell behind in %s on %s (%s); this trial is flagged",
+			who, label, t.Mesh.Name, strings.Join(append(ev.behind, res.Health.Why...), "; ")))
 	}
-	r.flagSaturated(trial, label)
-	if len(faults) > 0 {
-		trial.Result.Flags = append(trial.Result.Flags, results.FlagFault)
-		trial.Result.Faults = faults
+	if ev.mixUnread != "" {
+		r.progress.note(fmt.Sprintf("warning: %s on %s: request mix not checked: %s", label, t.Mesh.Name, ev.mixUnread))
 	}
-	if servedErr != nil {
-		r.progress.note(fmt.Sprintf("warning: %s on %s: request mix not checked: %v", label, t.Mesh.Name, servedErr))
-	} else {
-		trial.Result.Mix = r.requestMix(d, servedBefore, servedAfter)
+	if ev.mixRead {
+		trial.Result.Mix = ev.mix
 		if msg := mixSkew(trial.Result.Mix); msg != "" {
 			trial.Result.Flags = append(trial.Result.Flags, results.FlagMixSkewed)
 			r.progress.note(fmt.Sprintf("warning: request mix off by more than %.0f points in %s on %s: %s; this trial is flagged",
 				100*mixTolerance, label, t.Mesh.Name, msg))
 		}
 	}
+	r.flagSaturated(trial, label)
+	if len(ev.faults) > 0 {
+		trial.Result.Flags = append(trial.Result.Flags, results.FlagFault)
+		trial.Result.Faults = ev.faults
+	}
 	if err := r.opts.Store.AddTrial(ctx, r.run.ID, trial); err != nil {
 		return nil, err
 	}
 	r.run.Trials = append(r.run.Trials, *trial)
 	r.progress.end(res)
-	if len(faults) > 0 {
-		return nil, &faultError{label: fmt.Sprintf("%s (repeat %d)", label, t.Repeat+1), mesh: t.Mesh.Name, faults: faults}
+	if len(ev.faults) > 0 {
+		return nil, &faultError{label: fmt.Sprintf("%s (repeat %d)", label, t.Repeat+1), mesh: t.Mesh.Name, faults: ev.faults}
 	}
 	return res, nil
+}
+
+// driveLocal is the local testbed's driveLoad for trial t on d: its one generator
+// process, the sampler over every process and interface of the testbed, the proxies'
+// counters, what each pod served, and a watch on the system under test's processes.
+func (r *runner) driveLocal(d *deployment, t *study.Trial) driveLoad {
+	return func(ctx context.Context, spec load.Spec, progress func(load.Progress)) loadEvidence {
+		defer r.holdCPUIdle()()
+		watch := watchProcesses(d.sut)
+		before := readCounters(ctx, d)
+		servedBefore, servedErr := r.served(ctx, d)
+		smp := sampler.New(sampler.Config{
+			Interval: time.Second,
+			Targets:  r.targets(d),
+			OnRound: func(round sampler.Round) {
+				if r.opts.Observe != nil {
+					r.opts.Observe.Round(t.Mesh.Name, t.Experiment.Name, t.Repeat, round)
+				}
+			},
+		})
+		sctx, stopSampler := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = smp.Run(sctx) }()
+
+		res, _, err := d.gen.Run(ctx, spec, progress)
+		stopSampler() // Run takes a last round as it stops, closing the window
+		wg.Wait()
+		if ctx.Err() != nil {
+			watch.finish()
+			return loadEvidence{err: ctx.Err()}
+		}
+		after := readCounters(ctx, d)
+		servedAfter, err2 := r.served(ctx, d)
+		if servedErr == nil {
+			servedErr = err2
+		}
+		ev := loadEvidence{res: res, err: err, faults: watch.finish(), proxies: mesh.DiffCounters(before, after)}
+		if err != nil {
+			ev.ended = d.generatorEnd()
+			return ev
+		}
+		start, end := measuredWindow(res, spec.Warmup)
+		steady := steadyRounds(smp.Rounds(), start, end)
+		ev.resources, ev.network = resourceSamples(steady), netSamples(steady)
+		sum, serr := sampler.Summarize(smp.Rounds(), sampler.SummaryOptions{
+			Start: start, End: end,
+			Requests: uint64(res.Completed), AchievedRPS: res.AchievedRate,
+			LoadGenCores: 1, LoadGenWaitVCPU: spinShare(res),
+		})
+		if serr == nil && sum.LoadGen.Saturated {
+			ev.behind = append(ev.behind, fmt.Sprintf("its process used %.2f of its core", sum.LoadGen.AvgVCPU))
+		}
+		if servedErr != nil {
+			ev.mixUnread = servedErr.Error()
+		} else {
+			ev.mix, ev.mixRead = r.requestMix(d, servedBefore, servedAfter), true
+		}
+		return ev
+	}
 }
 
 // flagSaturated flags a trial whose target could not keep up, which its result holds

@@ -373,18 +373,30 @@ func (r *runner) tearDown(d *deployment) {
 	r.progress.note(fmt.Sprintf("%s torn down in %s", d.mesh.Name, time.Since(start).Round(time.Millisecond)))
 }
 
-// recordEnrollment stores the equivalence check with the run; the first bring-up of
-// each mesh also stores its generated configs for provenance.
-func (r *runner) recordEnrollment(ctx context.Context, d *deployment, first bool) error {
-	check, err := json.Marshal(d.enrollment)
+// storeEnrollment keeps a mesh's enrollment check with the run, on either platform;
+// a deployment outside a run (meshmark deploy) keeps it nowhere.
+func (r *runner) storeEnrollment(ctx context.Context, meshName string, enr mesh.Enrollment) error {
+	if r.run == nil {
+		return nil
+	}
+	check, err := json.Marshal(enr)
 	if err != nil {
 		return err
 	}
-	if err := r.opts.Store.SetEnrollment(ctx, r.run.ID, d.mesh.Name, check); err != nil {
+	if err := r.opts.Store.SetEnrollment(ctx, r.run.ID, meshName, check); err != nil {
 		return err
 	}
-	if m := r.run.Mesh(d.mesh.Name); m != nil {
-		m.Enrollment = check
+	if rm := r.run.Mesh(meshName); rm != nil {
+		rm.Enrollment = check
+	}
+	return nil
+}
+
+// recordEnrollment stores the equivalence check with the run; the first bring-up of
+// each mesh also stores its generated configs for provenance.
+func (r *runner) recordEnrollment(ctx context.Context, d *deployment, first bool) error {
+	if err := r.storeEnrollment(ctx, d.mesh.Name, d.enrollment); err != nil {
+		return err
 	}
 	if !first {
 		return nil
