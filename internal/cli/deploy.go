@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/meshmark/meshmark/internal/runner"
+	"github.com/meshmark/meshmark/internal/runner/kubeplatform"
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/spf13/cobra"
 )
@@ -27,7 +27,7 @@ func init() {
 				if err != nil {
 					return withExitCode(2, err)
 				}
-				deps, err := runner.DeployKubernetes(cmd.Context(), st, runner.DeployOptions{Keep: keep, Progress: cmd.ErrOrStderr(), Version: Version})
+				deps, err := kubeplatform.Deploy(cmd.Context(), st, kubeplatform.DeployOptions{Keep: keep, Progress: cmd.ErrOrStderr(), Version: Version})
 				for _, d := range deps {
 					fmt.Fprintf(cmd.OutOrStdout(), "%-20s %-36s %3d pods  %3d objects  ready in %s\n", d.Mesh, d.Namespace, d.Pods, d.Objects, d.Ready.Round(100*time.Millisecond))
 				}

@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshmark/meshmark/internal/runner"
+	// Every platform a study can name beside the local testbed registers itself.
+	_ "github.com/meshmark/meshmark/internal/runner/kubeplatform"
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/study"
 )

@@ -36,7 +36,7 @@ func init() {
 						}
 						continue
 					}
-					if err := runner.CheckKubernetes(s); err != nil {
+					if err := runner.Check(s); err != nil {
 						bad++
 						fmt.Fprintln(errOut, err)
 						continue

@@ -30,11 +30,11 @@ func (r *runner) runExperiment(ctx context.Context, d *deployment, t *study.Tria
 // localLoad is the local testbed as a platform for runLoad: requests go to the entry
 // service by its name in the load generator's pod, and the generator spins before sends
 // only on CPUs of its own.
-func (r *runner) localLoad(ctx context.Context, d *deployment, t *study.Trial) platformLoad {
-	return platformLoad{
-		target: func(e *study.Experiment, path string) string { return r.targetURL(d, e, path) },
-		noSpin: !ownCPUs(placement(r.study.Spec.Substrate.Local)),
-		measure: func(spec load.Spec, params results.TrialParams) (*load.Result, error) {
+func (r *runner) localLoad(ctx context.Context, d *deployment, t *study.Trial) Load {
+	return Load{
+		Target: func(e *study.Experiment, path string) string { return r.targetURL(d, e, path) },
+		NoSpin: !ownCPUs(placement(r.study.Spec.Substrate.Local)),
+		Measure: func(spec load.Spec, params results.TrialParams) (*load.Result, error) {
 			params.Path = string(t.Experiment.Path)
 			return r.measureOn(ctx, t, r.driveLocal(d, t), spec, params)
 		},

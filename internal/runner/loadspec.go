@@ -15,16 +15,16 @@ import (
 // load runs (one per rate, step, connection count or capacity probe) and loadSpec turns
 // each into the load.Spec that the platform's generators run, the local testbed's one
 // generator process or a cluster's generator pods alike. A platform brings only where
-// the requests go (loadTarget), whether its generator may spin, and how it measures and
-// stores a run (measureLoad).
+// the requests go (Target), whether its generator may spin, and how it measures and
+// stores a run (MeasureLoad, which measureOn turns into a trial).
 
-// loadTarget is where a platform's generators send an experiment's requests: the URL
-// of path on the entry service (or on the ingress gateway in front of it). path is
+// Target is where a platform's generators send an experiment's requests: the URL of
+// path on the entry service (or on the ingress gateway in front of it). path is
 // absolute.
-type loadTarget func(e *study.Experiment, path string) string
+type Target func(e *study.Experiment, path string) string
 
-// measureLoad drives one load run on a platform and stores it as a trial.
-type measureLoad func(spec load.Spec, params results.TrialParams) (*load.Result, error)
+// MeasureLoad drives one load run on a platform and stores it as a trial.
+type MeasureLoad func(spec load.Spec, params results.TrialParams) (*load.Result, error)
 
 // loadRun is one load run of an experiment.
 type loadRun struct {
@@ -40,26 +40,26 @@ type loadRun struct {
 	length, warmup time.Duration
 }
 
-// platformLoad is what a platform brings to the translation.
-type platformLoad struct {
-	target loadTarget
-	// noSpin keeps the open model from spinning before sends, where the generator
+// Load is what a platform brings to the translation.
+type Load struct {
+	Target Target
+	// NoSpin keeps the open model from spinning before sends, where the generator
 	// shares its CPUs with the system under test.
-	noSpin  bool
-	measure measureLoad
+	NoSpin  bool
+	Measure MeasureLoad
 }
 
 // runLoad runs a trial's load runs on a platform, each stored as soon as it ends. A run
 // at a relative rate that saturated its target asks for the experiment again at a lower
 // rate (backOff's *backoffError), which the platform's plan walk carries out.
-func (r *runner) runLoad(t *study.Trial, p platformLoad) error {
+func (r *runner) runLoad(t *study.Trial, p Load) error {
 	e := t.Experiment
 	run := func(lr loadRun, params results.TrialParams) (*load.Result, error) {
 		spec, err := r.loadSpec(t, p, lr)
 		if err != nil {
 			return nil, fmt.Errorf("experiment %s: %w", e.Name, err)
 		}
-		return p.measure(spec, params)
+		return p.Measure(spec, params)
 	}
 	rate, hasRate, err := r.rateOf(e, t.Mesh.Name)
 	if err != nil {
@@ -156,10 +156,10 @@ func loadInterval(window, warmup time.Duration) time.Duration {
 
 // loadSpec is the load of one run of the trial's experiment: its request in the
 // experiment's protocol to the platform's target, its model, its timing.
-func (r *runner) loadSpec(t *study.Trial, p platformLoad, lr loadRun) (load.Spec, error) {
+func (r *runner) loadSpec(t *study.Trial, p Load, lr loadRun) (load.Spec, error) {
 	e := t.Experiment
 	cfg := load.Config{
-		Request:          load.Request{Method: "GET", URL: p.target(e, r.entryPath(r.study.Spec.Workload.Entrypoint))},
+		Request:          load.Request{Method: "GET", URL: p.Target(e, r.entryPath(r.study.Spec.Workload.Entrypoint))},
 		Duration:         lr.length + lr.warmup,
 		Interval:         loadInterval(lr.length, lr.warmup),
 		Count:            int64(e.Requests),
@@ -181,7 +181,7 @@ func (r *runner) loadSpec(t *study.Trial, p platformLoad, lr loadRun) (load.Spec
 		for _, task := range e.Tasks {
 			req := cfg.Request
 			req.Method = task.Method
-			req.URL = p.target(e, r.entryPath(task.Path))
+			req.URL = p.Target(e, r.entryPath(task.Path))
 			um.Tasks = append(um.Tasks, load.Task{Name: task.Name, Weight: task.Weight, Request: req})
 		}
 		cfg.Users = um
@@ -197,7 +197,7 @@ func (r *runner) loadSpec(t *study.Trial, p platformLoad, lr loadRun) (load.Spec
 		if lr.capInFlight {
 			cfg.Open.MaxInFlight = lr.conns
 		}
-		if p.noSpin {
+		if p.NoSpin {
 			cfg.Open.SpinWindow = -1
 		}
 	default:

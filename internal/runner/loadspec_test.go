@@ -12,7 +12,6 @@ import (
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/study"
-	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/topology"
 )
 
@@ -36,25 +35,25 @@ spec:
 `
 
 // An experiment becomes load once, for every platform: walking the same trials, the
-// local testbed and a cluster send the same specs (the same model, timing, protocol
-// and caps) and differ only in where the requests go and whether the generator may
-// spin. A connections experiment with a rate caps the requests in flight at the
-// connection count on both. The platforms' measuring is stood in for by a recorder
-// that returns what a run at the requested rate would: only the translation is tested
-// here, and TestConnectionsWithRateCapsInFlight measures.
+// local testbed and a platform that brings only its target, as a cluster's does
+// (kubeplatform's TestClusterLoadGoesToTheEntryService), send the same specs (the same
+// model, timing, protocol and caps) and differ only in where the requests go and
+// whether the generator may spin. A connections experiment with a rate caps the
+// requests in flight at the connection count on both. The platforms' measuring is
+// stood in for by a recorder that returns what a run at the requested rate would: only
+// the translation is tested here, and TestConnectionsWithRateCapsInFlight measures.
 func TestOneTranslationForBothPlatforms(t *testing.T) {
 	r := &runner{study: parseStudy(t, translationStudy), capacities: map[string]map[string][]float64{}}
 	if err := r.prepare(); err != nil {
 		t.Fatal(err)
 	}
 	local := &deployment{profile: plainMesh{}, entry: r.graph.Entrypoint(), client: topology.Pod{Name: "client-0"}}
-	cluster := &kubeDeployment{app: &kube.App{Namespace: "mm-run-none"}}
 	type run struct {
 		exp    string
 		params results.TrialParams
 		spec   load.Spec
 	}
-	walk := func(platform func(t *study.Trial, record measureLoad) platformLoad) []run {
+	walk := func(platform func(t *study.Trial, record MeasureLoad) Load) []run {
 		var runs []run
 		for i := range r.study.Spec.Experiments {
 			e := &r.study.Spec.Experiments[i]
@@ -73,16 +72,16 @@ func TestOneTranslationForBothPlatforms(t *testing.T) {
 		}
 		return runs
 	}
-	localRuns := walk(func(tr *study.Trial, record measureLoad) platformLoad {
+	localRuns := walk(func(tr *study.Trial, record MeasureLoad) Load {
 		p := r.localLoad(context.Background(), local, tr)
-		p.measure = record
+		p.Measure = record
 		return p
 	})
 	r.capacities = map[string]map[string][]float64{}
-	clusterRuns := walk(func(tr *study.Trial, record measureLoad) platformLoad {
-		p := r.kubeLoad(context.Background(), cluster, tr)
-		p.measure = record
-		return p
+	clusterRuns := walk(func(tr *study.Trial, record MeasureLoad) Load {
+		return Load{Target: func(_ *study.Experiment, path string) string {
+			return "http://web.mm-run-none.svc.cluster.local:8080" + path
+		}, Measure: record}
 	})
 	if len(localRuns) != len(clusterRuns) || len(localRuns) < 9 {
 		t.Fatalf("%d load runs locally, %d on a cluster; want the same, at least 9 (capacity 2 and its search, latency 1, steps 3, conns 2, closed 1)", len(localRuns), len(clusterRuns))
@@ -232,7 +231,7 @@ spec:
 	for i := range plan {
 		tr := &plan[i]
 		p := r.localLoad(context.Background(), local, tr)
-		p.measure = func(spec load.Spec, _ results.TrialParams) (*load.Result, error) {
+		p.Measure = func(spec load.Spec, _ results.TrialParams) (*load.Result, error) {
 			if spec.Users == nil {
 				t.Fatalf("%s/%s: no users in %s", tr.Mesh.Name, tr.Experiment.Name, jsonOf(t, spec))
 			}

@@ -25,55 +25,59 @@ type Observer interface {
 	Round(mesh, experiment string, repeat int, round sampler.Round)
 }
 
-// loadEvidence is what a platform measured over one load run: the load's result, and
-// what it read of the system under test around it. measureOn turns it into the stored
+// Evidence is what a platform measured over one load run: the load's result, and what
+// it read of the system under test around it. measureOn turns it into the stored
 // trial, the same way for every platform.
-type loadEvidence struct {
-	res *load.Result
-	// err is the load's own error, with what the platform knows of its cause.
-	err error
-	// via says, in an error, what drove the load when it was more than one generator
-	// process (", through 2 load generators"); ended says how a generator that stopped
+type Evidence struct {
+	Result *load.Result
+	// Err is the load's own error, with what the platform knows of its cause.
+	Err error
+	// Via says, in an error, what drove the load when it was more than one generator
+	// process (", through 2 load generators"); Ended says how a generator that stopped
 	// early ended.
-	via, ended string
-	// faults are the processes or containers of the system under test that ended
+	Via, Ended string
+	// Faults are the processes or containers of the system under test that ended
 	// during the run.
-	faults []results.Fault
-	// proxies is what each of the mesh's proxies counted over the run: none where the
+	Faults []results.Fault
+	// Proxies is what each of the mesh's proxies counted over the run: none where the
 	// mesh has no proxy whose counters are read.
-	proxies []mesh.ProxyDelta
-	// resources and network are the samples that cover the measured window.
-	resources []results.ResourceSample
-	network   []results.NetSample
-	// warnings flag the trial, each said and kept in its params.
-	warnings []trialWarning
-	// behind is why the generator fell behind, beyond what the engine saw itself.
-	behind []string
-	// mix is what each version served over the run, when mixRead; mixUnread says why it
-	// was not read, when that is to be said for this trial.
-	mix       []results.VersionShare
-	mixRead   bool
-	mixUnread string
+	Proxies []mesh.ProxyDelta
+	// Resources and Network are the samples that cover the measured window.
+	Resources []results.ResourceSample
+	Network   []results.NetSample
+	// Warnings flag the trial, each said and kept in its params.
+	Warnings []Warning
+	// Behind is why the generator fell behind, beyond what the engine saw itself.
+	Behind []string
+	// Served is what each version of the app's services served over the run, when
+	// ServedRead; ServedUnread says why it was not read, when that is to be said for
+	// this trial.
+	Served       map[Version]int64
+	ServedRead   bool
+	ServedUnread string
 }
 
-// trialWarning is a shortfall of what a platform read over a trial: the trial carries
-// flag, and its params the message under key.
-type trialWarning struct{ flag, key, msg string }
+// Version is a version of one of the graph's services.
+type Version struct{ Service, Version string }
 
-// driveLoad drives one load run on a platform's generators, passing their progress on,
-// and reads around it what the platform reads of the system under test.
-type driveLoad func(ctx context.Context, spec load.Spec, progress func(load.Progress)) loadEvidence
+// Warning is a shortfall of what a platform read over a trial: the trial carries Flag,
+// and its params the message under Key.
+type Warning struct{ Flag, Key, Msg string }
 
-// measuredWindow is the part of a load run that is measured: after its warm-up, for as
+// Drive drives one load run on a platform's generators, passing their progress on, and
+// reads around it what the platform reads of the system under test.
+type Drive func(ctx context.Context, spec load.Spec, progress func(load.Progress)) Evidence
+
+// MeasuredWindow is the part of a load run that is measured: after its warm-up, for as
 // long as the engine measured.
-func measuredWindow(res *load.Result, warmup time.Duration) (start, end time.Time) {
+func MeasuredWindow(res *load.Result, warmup time.Duration) (start, end time.Time) {
 	start = res.Start.Add(warmup)
 	return start, start.Add(res.Elapsed)
 }
 
 // measureOn drives one load run of trial t on a platform (drive) and stores it as a
 // trial, with its flags, evidence and faults. A cancelled run stores nothing partial.
-func (r *runner) measureOn(ctx context.Context, t *study.Trial, drive driveLoad, spec load.Spec, params results.TrialParams) (*load.Result, error) {
+func (r *runner) measureOn(ctx context.Context, t *study.Trial, drive Drive, spec load.Spec, params results.TrialParams) (*load.Result, error) {
 	e := t.Experiment
 	specParams(&params, e, spec)
 	label := fmt.Sprintf("%s %s", e.Name, describe(params))
@@ -87,15 +91,15 @@ func (r *runner) measureOn(ctx context.Context, t *study.Trial, drive driveLoad,
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	res, err := ev.res, ev.err
+	res, err := ev.Result, ev.Err
 	if err == nil {
 		err = noSuccess(res)
 	}
 	if err != nil {
-		if len(ev.faults) > 0 {
-			return nil, &faultError{label: label, mesh: t.Mesh.Name, faults: ev.faults}
+		if len(ev.Faults) > 0 {
+			return nil, &faultError{label: label, mesh: t.Mesh.Name, faults: ev.Faults}
 		}
-		return nil, fmt.Errorf("%s on %s, repeat %d%s: %w%s", label, t.Mesh.Name, t.Repeat+1, ev.via, err, ev.ended)
+		return nil, fmt.Errorf("%s on %s, repeat %d%s: %w%s", label, t.Mesh.Name, t.Repeat+1, ev.Via, err, ev.Ended)
 	}
 	trial := &results.Trial{
 		Repeat:        t.Repeat,
@@ -106,32 +110,32 @@ func (r *runner) measureOn(ctx context.Context, t *study.Trial, drive driveLoad,
 		WarmupTrimmed: spec.Warmup,
 		Result:        convert(res, spec.Warmup),
 	}
-	trial.Start, trial.End = measuredWindow(res, spec.Warmup)
-	trial.Result.Resources, trial.Result.Network = ev.resources, ev.network
-	for _, w := range ev.warnings {
-		trial.Params.Extra[w.key] = w.msg
-		trial.Result.Flags = append(trial.Result.Flags, w.flag)
-		r.progress.note(fmt.Sprintf("warning: %s in %s on %s; this trial is flagged", w.msg, label, t.Mesh.Name))
+	trial.Start, trial.End = MeasuredWindow(res, spec.Warmup)
+	trial.Result.Resources, trial.Result.Network = ev.Resources, ev.Network
+	for _, w := range ev.Warnings {
+		trial.Params.Extra[w.Key] = w.Msg
+		trial.Result.Flags = append(trial.Result.Flags, w.Flag)
+		r.progress.note(fmt.Sprintf("warning: %s in %s on %s; this trial is flagged", w.Msg, label, t.Mesh.Name))
 	}
-	r.proxyEvidence(trial, ev.proxies, r.graph.Entrypoint().Service, res, label)
-	if len(ev.behind) > 0 {
+	r.proxyEvidence(trial, ev.Proxies, r.graph.Entrypoint().Service, res, label)
+	if len(ev.Behind) > 0 {
 		res.Health.Bottleneck = true
 	}
 	if res.Health.Bottleneck {
 		who := "the load generator"
-		if ev.via != "" {
+		if ev.Via != "" {
 			who = "a load generator"
 		}
 		trial.Result.Generator.Behind = true
 		trial.Result.Flags = append(trial.Result.Flags, results.FlagGeneratorBehind)
 		r.progress.note(fmt.Sprintf("warning: %s fell behind in %s on %s (%s); this trial is flagged",
-			who, label, t.Mesh.Name, strings.Join(append(ev.behind, res.Health.Why...), "; ")))
+			who, label, t.Mesh.Name, strings.Join(append(ev.Behind, res.Health.Why...), "; ")))
 	}
-	if ev.mixUnread != "" {
-		r.progress.note(fmt.Sprintf("warning: %s on %s: request mix not checked: %s", label, t.Mesh.Name, ev.mixUnread))
+	if ev.ServedUnread != "" {
+		r.progress.note(fmt.Sprintf("warning: %s on %s: request mix not checked: %s", label, t.Mesh.Name, ev.ServedUnread))
 	}
-	if ev.mixRead {
-		trial.Result.Mix = ev.mix
+	if ev.ServedRead {
+		trial.Result.Mix = r.mixOf(ev.Served)
 		if msg := mixSkew(trial.Result.Mix); msg != "" {
 			trial.Result.Flags = append(trial.Result.Flags, results.FlagMixSkewed)
 			r.progress.note(fmt.Sprintf("warning: request mix off by more than %.0f points in %s on %s: %s; this trial is flagged",
@@ -139,26 +143,26 @@ func (r *runner) measureOn(ctx context.Context, t *study.Trial, drive driveLoad,
 		}
 	}
 	r.flagSaturated(trial, label)
-	if len(ev.faults) > 0 {
+	if len(ev.Faults) > 0 {
 		trial.Result.Flags = append(trial.Result.Flags, results.FlagFault)
-		trial.Result.Faults = ev.faults
+		trial.Result.Faults = ev.Faults
 	}
 	if err := r.opts.Store.AddTrial(ctx, r.run.ID, trial); err != nil {
 		return nil, err
 	}
 	r.run.Trials = append(r.run.Trials, *trial)
 	r.progress.end(res)
-	if len(ev.faults) > 0 {
-		return nil, &faultError{label: fmt.Sprintf("%s (repeat %d)", label, t.Repeat+1), mesh: t.Mesh.Name, faults: ev.faults}
+	if len(ev.Faults) > 0 {
+		return nil, &faultError{label: fmt.Sprintf("%s (repeat %d)", label, t.Repeat+1), mesh: t.Mesh.Name, faults: ev.Faults}
 	}
 	return res, nil
 }
 
-// driveLocal is the local testbed's driveLoad for trial t on d: its one generator
+// driveLocal is the local testbed's Drive for trial t on d: its one generator
 // process, the sampler over every process and interface of the testbed, the proxies'
 // counters, what each pod served, and a watch on the system under test's processes.
-func (r *runner) driveLocal(d *deployment, t *study.Trial) driveLoad {
-	return func(ctx context.Context, spec load.Spec, progress func(load.Progress)) loadEvidence {
+func (r *runner) driveLocal(d *deployment, t *study.Trial) Drive {
+	return func(ctx context.Context, spec load.Spec, progress func(load.Progress)) Evidence {
 		defer r.holdCPUIdle()()
 		watch := watchProcesses(d.sut)
 		before := readCounters(ctx, d)
@@ -182,33 +186,33 @@ func (r *runner) driveLocal(d *deployment, t *study.Trial) driveLoad {
 		wg.Wait()
 		if ctx.Err() != nil {
 			watch.finish()
-			return loadEvidence{err: ctx.Err()}
+			return Evidence{Err: ctx.Err()}
 		}
 		after := readCounters(ctx, d)
 		servedAfter, err2 := r.served(ctx, d)
 		if servedErr == nil {
 			servedErr = err2
 		}
-		ev := loadEvidence{res: res, err: err, faults: watch.finish(), proxies: mesh.DiffCounters(before, after)}
+		ev := Evidence{Result: res, Err: err, Faults: watch.finish(), Proxies: mesh.DiffCounters(before, after)}
 		if err != nil {
-			ev.ended = d.generatorEnd()
+			ev.Ended = d.generatorEnd()
 			return ev
 		}
-		start, end := measuredWindow(res, spec.Warmup)
+		start, end := MeasuredWindow(res, spec.Warmup)
 		steady := steadyRounds(smp.Rounds(), start, end)
-		ev.resources, ev.network = resourceSamples(steady), netSamples(steady)
+		ev.Resources, ev.Network = resourceSamples(steady), netSamples(steady)
 		sum, serr := sampler.Summarize(smp.Rounds(), sampler.SummaryOptions{
 			Start: start, End: end,
 			Requests: uint64(res.Completed), AchievedRPS: res.AchievedRate,
 			LoadGenCores: 1, LoadGenWaitVCPU: spinShare(res),
 		})
 		if serr == nil && sum.LoadGen.Saturated {
-			ev.behind = append(ev.behind, fmt.Sprintf("its process used %.2f of its core", sum.LoadGen.AvgVCPU))
+			ev.Behind = append(ev.Behind, fmt.Sprintf("its process used %.2f of its core", sum.LoadGen.AvgVCPU))
 		}
 		if servedErr != nil {
-			ev.mixUnread = servedErr.Error()
+			ev.ServedUnread = servedErr.Error()
 		} else {
-			ev.mix, ev.mixRead = r.requestMix(d, servedBefore, servedAfter), true
+			ev.Served, ev.ServedRead = servedByVersion(d, servedBefore, servedAfter), true
 		}
 		return ev
 	}

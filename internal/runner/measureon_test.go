@@ -20,7 +20,7 @@ import (
 )
 
 // Every platform's load run becomes a stored trial through measureOn: the platform
-// drives the load and reads the system under test around it (driveLoad), and measureOn
+// drives the load and reads the system under test around it (Drive), and measureOn
 // alone decides the trial's window, flags, warnings, faults and errors. Here the load
 // is the real engine against a real HTTP server on loopback and the store real SQLite;
 // what a platform would read of its system under test (a kubelet's shortfall, a
@@ -54,21 +54,21 @@ spec:
 		t.Fatal(err)
 	}
 	trial := &r.plan[0]
-	spec, err := r.loadSpec(trial, platformLoad{target: func(_ *study.Experiment, path string) string { return srv.URL + path }},
+	spec, err := r.loadSpec(trial, Load{Target: func(_ *study.Experiment, path string) string { return srv.URL + path }},
 		loadRun{rate: 200, conns: 2, length: time.Second, warmup: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// drive runs the load for real and hands measureOn what the platform read beside it.
-	drive := func(read func(*loadEvidence)) driveLoad {
-		return func(ctx context.Context, spec load.Spec, progress func(load.Progress)) loadEvidence {
+	drive := func(read func(*Evidence)) Drive {
+		return func(ctx context.Context, spec load.Spec, progress func(load.Progress)) Evidence {
 			cfg, err := spec.Config(nil)
 			if err != nil {
-				return loadEvidence{err: err}
+				return Evidence{Err: err}
 			}
 			cfg.Progress = progress
 			res, err := load.Run(ctx, cfg)
-			ev := loadEvidence{res: res, err: err}
+			ev := Evidence{Result: res, Err: err}
 			read(&ev)
 			return ev
 		}
@@ -83,7 +83,7 @@ spec:
 	}
 
 	// A clean run: stored with its measured window and no flag.
-	res, err := r.measureOn(ctx, trial, drive(func(*loadEvidence) {}), spec, params())
+	res, err := r.measureOn(ctx, trial, drive(func(*Evidence) {}), spec, params())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,19 +96,18 @@ spec:
 
 	// What a cluster reads short, a skewed mix and a generator behind: each flags the
 	// trial, and each is said.
-	_, err = r.measureOn(ctx, trial, drive(func(ev *loadEvidence) {
-		ev.via = ", through 2 load generators"
-		ev.warnings = []trialWarning{{flag: flagResourcesIncomplete, key: "resource_warning", msg: "resources incomplete: node b did not answer"}}
-		ev.mix, ev.mixRead = []results.VersionShare{
-			{Service: "reviews", Version: "v1", Requests: 900, Share: 0.9, Intended: 0.5},
-			{Service: "reviews", Version: "v2", Requests: 100, Share: 0.1, Intended: 0.5}}, true
-		ev.behind = []string{"its process used 0.99 of its core"}
+	_, err = r.measureOn(ctx, trial, drive(func(ev *Evidence) {
+		ev.Via = ", through 2 load generators"
+		ev.Warnings = []Warning{{Flag: "resources-incomplete", Key: "resource_warning", Msg: "resources incomplete: node b did not answer"}}
+		// bookinfo's reviews splits its requests evenly over v1, v2 and v3.
+		ev.Served, ev.ServedRead = map[Version]int64{{"reviews", "v1"}: 900, {"reviews", "v2"}: 50, {"reviews", "v3"}: 50}, true
+		ev.Behind = []string{"its process used 0.99 of its core"}
 	}), spec, params())
 	if err != nil {
 		t.Fatal(err)
 	}
 	flagged := r.run.Trials[1]
-	for _, f := range []string{flagResourcesIncomplete, results.FlagMixSkewed, results.FlagGeneratorBehind} {
+	for _, f := range []string{"resources-incomplete", results.FlagMixSkewed, results.FlagGeneratorBehind} {
 		if !flagged.Result.HasFlag(f) {
 			t.Errorf("flags %v: want %s", flagged.Result.Flags, f)
 		}
@@ -128,7 +127,7 @@ spec:
 
 	// A fault: the trial is stored flagged, and the walk is told to measure again.
 	fault := results.Fault{Pod: "productpage-v1-0", Process: "istio-proxy", At: time.Now(), Exit: "exit code 137 (Error)"}
-	_, err = r.measureOn(ctx, trial, drive(func(ev *loadEvidence) { ev.faults = []results.Fault{fault} }), spec, params())
+	_, err = r.measureOn(ctx, trial, drive(func(ev *Evidence) { ev.Faults = []results.Fault{fault} }), spec, params())
 	var fe *faultError
 	if !errors.As(err, &fe) || len(fe.faults) != 1 || fe.faults[0].Process != "istio-proxy" {
 		t.Fatalf("a run with a fault returned %v; want a fault error naming istio-proxy", err)
@@ -140,8 +139,8 @@ spec:
 	// No request succeeded: nothing stored, and the error says through what and how the
 	// generator ended.
 	status = http.StatusInternalServerError
-	_, err = r.measureOn(ctx, trial, drive(func(ev *loadEvidence) {
-		ev.via, ev.ended = ", through 2 load generators", "; the load generator exited: exit status 1"
+	_, err = r.measureOn(ctx, trial, drive(func(ev *Evidence) {
+		ev.Via, ev.Ended = ", through 2 load generators", "; the load generator exited: exit status 1"
 	}), spec, params())
 	if err == nil || !regexp.MustCompile(`^latency 200 req/s on a, repeat 1, through 2 load generators: no request succeeded: \d+ measured, all failed \(non-2xx \d+\).*; the load generator exited: exit status 1$`).MatchString(err.Error()) {
 		t.Errorf("no success: %v", err)

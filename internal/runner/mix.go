@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/meshmark/meshmark/internal/results"
-	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/topology"
 	"github.com/meshmark/meshmark/internal/workload"
 )
@@ -102,35 +101,22 @@ func readServed(ctx context.Context, d *deployment, pod topology.Pod) (int64, er
 	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }
 
-// requestMix turns per-pod counts before and after a trial into each multi-version
-// service's split among its versions, with the shares the graph's weights intend.
-func (r *runner) requestMix(d *deployment, before, after map[string]int64) []results.VersionShare {
-	byVersion := map[[2]string]int64{}
+// servedByVersion is what each version served over a trial, from its pods' counts
+// before and after it.
+func servedByVersion(d *deployment, before, after map[string]int64) map[Version]int64 {
+	byVersion := map[Version]int64{}
 	for _, pod := range d.app.Pods() {
 		a, ok := after[pod.Name]
 		if b, okb := before[pod.Name]; ok && okb && pod.Service != "" {
-			byVersion[[2]string{pod.Service, pod.Version}] += a - b
+			byVersion[Version{pod.Service, pod.Version}] += a - b
 		}
 	}
-	return r.mixOf(byVersion)
-}
-
-// kubeRequestMix is requestMix for a cluster's pods, as kube.Served reads them: only
-// pods read both before and after count (a pod restarted in between would count from 0).
-func (r *runner) kubeRequestMix(before, after []kube.PodServed) []results.VersionShare {
-	during := servedDuring(before, after)
-	byVersion := map[[2]string]int64{}
-	for _, p := range after {
-		if n, ok := during[p.Pod]; ok {
-			byVersion[[2]string{p.Service, p.Version}] += n
-		}
-	}
-	return r.mixOf(byVersion)
+	return byVersion
 }
 
 // mixOf is each multi-version service's split among its versions, from what each
 // version served, with the shares the graph's weights intend.
-func (r *runner) mixOf(byVersion map[[2]string]int64) []results.VersionShare {
+func (r *runner) mixOf(byVersion map[Version]int64) []results.VersionShare {
 	var out []results.VersionShare
 	for _, svc := range r.graph.Services {
 		if len(svc.Versions) < 2 {
@@ -139,14 +125,14 @@ func (r *runner) mixOf(byVersion map[[2]string]int64) []results.VersionShare {
 		var total int64
 		weights := 0
 		for _, v := range svc.Versions {
-			total += byVersion[[2]string{svc.Name, v.Name}]
+			total += byVersion[Version{svc.Name, v.Name}]
 			weights += v.Weight
 		}
 		if weights == 0 {
 			continue
 		}
 		for _, v := range svc.Versions {
-			n := byVersion[[2]string{svc.Name, v.Name}]
+			n := byVersion[Version{svc.Name, v.Name}]
 			vs := results.VersionShare{Service: svc.Name, Version: v.Name, Requests: n, Intended: float64(v.Weight) / float64(weights)}
 			if total > 0 {
 				vs.Share = float64(n) / float64(total)

@@ -11,39 +11,44 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh/meshprobe"
 	"github.com/meshmark/meshmark/internal/study"
-	"github.com/meshmark/meshmark/internal/substrate/kube"
 )
 
-// platform is where a run brings its meshes up and measures them: the local testbed
-// (testbedPlatform) or a Kubernetes cluster (clusterPlatform). runPlan walks the plan
-// over either, so bring-ups, back-offs, fault re-measures and precision rounds are
-// decided in one place for both. D is the platform's deployment of one mesh.
-type platform[D comparable] interface {
-	// bringUp deploys trial t's mesh and workload and proves the mesh enrolled them,
+// Platform is where a run brings its meshes up and measures them: the local testbed
+// (testbedPlatform, built in) or one registered with RegisterPlatform (a Kubernetes
+// cluster: package kubeplatform). Walk goes over the plan on either, so bring-ups,
+// back-offs, fault re-measures and precision rounds are decided in one place for all.
+// D is the platform's deployment of one mesh.
+type Platform[D comparable] interface {
+	// BringUp deploys trial t's mesh and workload and proves the mesh enrolled them,
 	// saying so on the progress display. When it fails it returns what it created, if
-	// anything, for tearDown.
-	bringUp(ctx context.Context, t *study.Trial) (D, error)
-	// measure runs trial t on d, storing each load run as it ends.
-	measure(ctx context.Context, d D, t *study.Trial) error
-	// tearDown removes d. final says the run is ending with d up (after an error or an
+	// anything, for TearDown.
+	BringUp(ctx context.Context, t *study.Trial) (D, error)
+	// Measure runs trial t on d, storing each load run as it ends (Host.RunLoad).
+	Measure(ctx context.Context, d D, t *study.Trial) error
+	// TearDown removes d. final says the run is ending with d up (after an error or an
 	// interrupt too) rather than making way for another bring-up: what a study asks to
 	// keep (cleanup: false on a cluster) is kept then only, since a second bring-up of
 	// the mesh, or of another that shares its control plane, would meet it.
-	tearDown(d D, final bool)
-	// finish releases what outlives the deployments, once the last is torn down.
-	finish()
+	TearDown(d D, final bool)
+	// Finish releases what outlives the deployments, once the last is torn down.
+	Finish()
+}
+
+// Walk walks the run's plan on p: see runPlan.
+func Walk[D comparable](ctx context.Context, h *Host, p Platform[D]) error {
+	return runPlan(ctx, h.r, p)
 }
 
 // runPlan walks the plan on p. A mesh stays up across consecutive trials unless the plan
 // asks for a fresh bring-up; one mesh is up at a time, or with keepMeshesUp every mesh
 // brought up so far, until the run ends. Everything brought up is torn down at the end,
 // after an error or an interrupt too.
-func runPlan[D comparable](ctx context.Context, r *runner, p platform[D]) error {
+func runPlan[D comparable](ctx context.Context, r *runner, p Platform[D]) error {
 	var none D
 	up := map[string]D{}
 	down := func(name string, final bool) {
 		if d, ok := up[name]; ok {
-			p.tearDown(d, final)
+			p.TearDown(d, final)
 			delete(up, name)
 		}
 	}
@@ -51,7 +56,7 @@ func runPlan[D comparable](ctx context.Context, r *runner, p platform[D]) error 
 		for _, name := range slices.Sorted(maps.Keys(up)) {
 			down(name, true)
 		}
-		p.finish()
+		p.Finish()
 	}()
 	var precisionStart time.Time
 	// The plan may grow while it runs: a precision target adds rounds at its end, a
@@ -70,7 +75,7 @@ func runPlan[D comparable](ctx context.Context, r *runner, p platform[D]) error 
 						down(name, false) // the previous trial's mesh: one is up at a time
 					}
 				}
-				d, err := p.bringUp(ctx, t)
+				d, err := p.BringUp(ctx, t)
 				if d != none {
 					up[t.Mesh.Name] = d
 				}
@@ -80,7 +85,7 @@ func runPlan[D comparable](ctx context.Context, r *runner, p platform[D]) error 
 				cur = d
 			}
 			first := len(r.run.Trials)
-			err := p.measure(ctx, cur, t)
+			err := p.Measure(ctx, cur, t)
 			var be *backoffError
 			if errors.As(err, &be) {
 				// The experiment again, every mesh and repeat, at the lower rate.
@@ -136,7 +141,7 @@ type testbedPlatform struct {
 	checked map[string]bool
 }
 
-func (p *testbedPlatform) bringUp(ctx context.Context, t *study.Trial) (*deployment, error) {
+func (p *testbedPlatform) BringUp(ctx context.Context, t *study.Trial) (*deployment, error) {
 	r := p.r
 	r.progress.phase(fmt.Sprintf("bring-up %s (repeat %d)", t.Mesh.Name, t.Repeat+1))
 	d, err := r.bringUp(ctx, t.Mesh)
@@ -158,42 +163,10 @@ func (p *testbedPlatform) bringUp(ctx context.Context, t *study.Trial) (*deploym
 	return d, nil
 }
 
-func (p *testbedPlatform) measure(ctx context.Context, d *deployment, t *study.Trial) error {
+func (p *testbedPlatform) Measure(ctx context.Context, d *deployment, t *study.Trial) error {
 	return p.r.runExperiment(ctx, d, t)
 }
 
-func (p *testbedPlatform) tearDown(d *deployment, _ bool) { p.r.tearDown(d) }
+func (p *testbedPlatform) TearDown(d *deployment, _ bool) { p.r.tearDown(d) }
 
-func (p *testbedPlatform) finish() {}
-
-// clusterPlatform is a Kubernetes cluster: each deployment is a mesh installed from its
-// charts and the workload in a namespace named after the run.
-type clusterPlatform struct {
-	r *runner
-	c *kube.Cluster
-}
-
-func (p *clusterPlatform) bringUp(ctx context.Context, t *study.Trial) (*kubeDeployment, error) {
-	r := p.r
-	r.progress.phase(fmt.Sprintf("bring-up %s (repeat %d) on %s", t.Mesh.Name, t.Repeat+1, p.c.Server))
-	// The namespaces carry the stored run's id, so that the id `meshmark ls` and the
-	// report show is the one `meshmark clean --kubernetes RUN` takes.
-	d, err := r.bringUpKube(ctx, p.c, r.run.ID, t.Mesh, true)
-	if err != nil {
-		return d, err
-	}
-	r.progress.note(fmt.Sprintf("%s up in %s: namespace %s, %d load generators (%s)", t.Mesh.Name, d.took.Round(100*time.Millisecond),
-		d.app.Namespace, len(d.forwards.Generators), describeGenerators(d.forwards.Generators)))
-	r.containerFaults(ctx, d, true) // the first reading: what a trial's faults are measured from
-	return d, nil
-}
-
-func (p *clusterPlatform) measure(ctx context.Context, d *kubeDeployment, t *study.Trial) error {
-	return p.r.runKubeExperiment(ctx, d, t)
-}
-
-func (p *clusterPlatform) tearDown(d *kubeDeployment, final bool) {
-	p.r.tearDownKube(p.c, d, final)
-}
-
-func (p *clusterPlatform) finish() { p.r.uninstallNetwork(p.c) }
+func (p *testbedPlatform) Finish() {}

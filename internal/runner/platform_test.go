@@ -25,7 +25,7 @@ type recordingPlatform struct {
 
 type recorded struct{ name string }
 
-func (p *recordingPlatform) bringUp(_ context.Context, t *study.Trial) (*recorded, error) {
+func (p *recordingPlatform) BringUp(_ context.Context, t *study.Trial) (*recorded, error) {
 	p.ups++
 	d := &recorded{name: fmt.Sprintf("%s#%d", t.Mesh.Name, p.ups)}
 	p.events = append(p.events, "up "+d.name)
@@ -35,19 +35,19 @@ func (p *recordingPlatform) bringUp(_ context.Context, t *study.Trial) (*recorde
 	return d, nil
 }
 
-func (p *recordingPlatform) measure(_ context.Context, d *recorded, t *study.Trial) error {
+func (p *recordingPlatform) Measure(_ context.Context, d *recorded, t *study.Trial) error {
 	p.events = append(p.events, fmt.Sprintf("measure %s r%d on %s", t.Mesh.Name, t.Repeat, d.name))
 	return nil
 }
 
-func (p *recordingPlatform) tearDown(d *recorded, final bool) {
+func (p *recordingPlatform) TearDown(d *recorded, final bool) {
 	if final {
 		p.events = append(p.events, "down "+d.name+" (final)")
 	} else {
 		p.events = append(p.events, "down "+d.name)
 	}
 }
-func (p *recordingPlatform) finish() { p.events = append(p.events, "finish") }
+func (p *recordingPlatform) Finish() { p.events = append(p.events, "finish") }
 
 func planRunner(t *testing.T, keepUp string) *runner {
 	t.Helper()

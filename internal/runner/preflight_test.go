@@ -62,3 +62,24 @@ spec:
 		t.Errorf("a run was created (%v, %d runs stored, %v); preflight must fail before", run, len(runs), lerr)
 	}
 }
+
+// A study built in code, past the loader that refuses it, meets the preflight: a
+// Kubernetes-only profile has nothing to run on this machine.
+func TestPreflightRefusesKubernetesOnlyProfiles(t *testing.T) {
+	st := parseStudy(t, `apiVersion: meshmark.dev/v1alpha1
+kind: Study
+metadata: {name: local-cilium}
+spec:
+  workload: {graph: bookinfo}
+  meshes:
+    - {name: baseline, profile: none}
+    - {name: cilium, profile: envoy-sidecar}
+  experiments:
+    - {name: lat, kind: fixed-rate, rate: 100, duration: 20s}
+`)
+	st.Spec.Meshes[1].Profile = "cilium"
+	err := (&runner{study: st}).preflight(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "mesh cilium: profile cilium runs on spec.substrate.kubernetes only: Cilium's data plane is eBPF") {
+		t.Errorf("preflight: %v", err)
+	}
+}

@@ -2,8 +2,10 @@
 // application under the trial's mesh on the substrate, proves the mesh is enrolled,
 // drives the load, samples resources and proxy statistics, and stores the trial as soon
 // as it finishes, so that an interrupted run keeps everything it measured. One walk
-// over the plan (runPlan) serves both platforms, the local testbed and a Kubernetes
-// cluster; each brings meshes up, measures a trial and tears down in its own way.
+// over the plan (runPlan), one translation of experiments into load (runLoad) and one
+// assembly of trials (measureOn) serve every platform: the local testbed, built in, and
+// those registered with RegisterPlatform (a Kubernetes cluster, package kubeplatform),
+// each of which brings meshes up, drives load and tears down in its own way.
 package runner
 
 import (
@@ -23,7 +25,6 @@ import (
 	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/study"
-	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/workload"
 
 	_ "github.com/meshmark/meshmark/internal/mesh/meshes" // every built-in mesh profile
@@ -74,9 +75,6 @@ type runner struct {
 	// cluster is the Kubernetes cluster the run measures on, for provenance; nil on
 	// the local substrate.
 	cluster *results.ClusterProvenance
-	// network is a mesh that is the cluster's pod network (Cilium), kept installed
-	// between its bring-ups and reconfigured in place, until the run ends.
-	network *kube.MeshInstall
 	// startCPUs is the CPU mask meshmark had before the placement pinned it.
 	startCPUs *unix.CPUSet
 	// cpuIdle says how idle CPUs waited during the trials (cpuIdleFor), for
@@ -96,29 +94,20 @@ func Run(ctx context.Context, st *study.Study, opts Options) (*results.Run, erro
 		return nil, err
 	}
 	var execute func(ctx context.Context) error
-	if st.Spec.Substrate.Kubernetes != nil {
-		if err := r.checkKubernetes(true); err != nil {
+	kind, err := platformFor(st)
+	if err != nil {
+		return nil, err
+	}
+	if kind != nil {
+		h := &Host{r: r}
+		if err := kind.Check(h); err != nil {
 			return nil, err
 		}
-		c, err := r.connectKubernetes(ctx)
+		walk, err := kind.Open(ctx, h)
 		if err != nil {
 			return nil, err
 		}
-		if err := r.checkInstallRights(ctx, c); err != nil {
-			return nil, err
-		}
-		if err := r.checkPlacement(ctx, c); err != nil {
-			return nil, err
-		}
-		r.substrate = "kubernetes"
-		r.progress.note(fmt.Sprintf("cluster %s (context %s)", c.Server, c.ContextName))
-		// The run's provenance is the cluster's, beside the machine that drove it.
-		if r.cluster, err = c.Describe(ctx); err != nil {
-			r.progress.note(fmt.Sprintf("warning: the cluster's nodes and versions are not recorded with the run: %v", err))
-		} else {
-			r.progress.note(describeCluster(r.cluster))
-		}
-		execute = func(ctx context.Context) error { return runPlan(ctx, r, &clusterPlatform{r: r, c: c}) }
+		execute = walk
 	} else if err := r.preflight(ctx); err != nil {
 		return nil, err
 	} else {
@@ -132,7 +121,7 @@ func Run(ctx context.Context, st *study.Study, opts Options) (*results.Run, erro
 	if err := r.createRun(ctx); err != nil {
 		return nil, err
 	}
-	err := execute(ctx)
+	err = execute(ctx)
 	status, reason := results.StatusComplete, ""
 	switch {
 	case err == nil:
@@ -168,8 +157,33 @@ func (r *runner) prepare() error {
 		}
 	}
 	r.plan = r.study.Plan()
-	r.substrate = "local"
+	r.substrate = substrateLocal
 	r.progress = newProgress(r.opts.Progress, r.opts.Interactive, r.estimate())
+	return nil
+}
+
+// prepareGraph loads the study's graph with its replica overrides, as prepare does for
+// a run.
+func (r *runner) prepareGraph() error {
+	w := r.study.Spec.Workload
+	src := w.Graph
+	if w.IsGraphFile() {
+		src = r.study.Resolve(w.Graph)
+	}
+	g, err := workload.Load(src)
+	if err != nil {
+		return err
+	}
+	for svc, n := range w.Replicas {
+		s := g.Service(svc)
+		if s == nil {
+			return fmt.Errorf("%s: spec.workload.replicas.%s: graph %s has no service %q", r.study.File, svc, g.Name, svc)
+		}
+		for _, v := range s.Versions {
+			v.Replicas = n
+		}
+	}
+	r.graph = g
 	return nil
 }
 

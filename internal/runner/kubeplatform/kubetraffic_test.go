@@ -1,4 +1,4 @@
-package runner
+package kubeplatform
 
 import (
 	"context"
@@ -23,6 +23,7 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/meshkube"
 	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/runner"
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
@@ -544,7 +545,7 @@ spec:
 		}
 		t.Cleanup(func() { db.Close() })
 		var progress strings.Builder
-		_, runErr := Run(ctx, st, Options{Store: db, Progress: io.MultiWriter(&progress, testWriter{t})})
+		_, runErr := runner.Run(ctx, st, runner.Options{Store: db, Progress: io.MultiWriter(&progress, testWriter{t})})
 		stored, err := db.LoadRun(ctx, "last")
 		if err != nil {
 			t.Fatal(err)
@@ -616,7 +617,7 @@ spec:
 
 	t.Run("deploy sends no burst and says so", func(t *testing.T) {
 		var progress strings.Builder
-		deps, err := DeployKubernetes(ctx, st, DeployOptions{Progress: io.MultiWriter(&progress, testWriter{t})})
+		deps, err := Deploy(ctx, st, DeployOptions{Progress: io.MultiWriter(&progress, testWriter{t})})
 		if err != nil || len(deps) != 1 {
 			t.Fatalf("deploy: %v, %+v", err, deps)
 		}

@@ -1,4 +1,4 @@
-package runner
+package kubeplatform
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/meshmark/meshmark/internal/analysis"
 	"github.com/meshmark/meshmark/internal/report"
 	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/runner"
 	"github.com/meshmark/meshmark/internal/store"
 	"github.com/meshmark/meshmark/internal/substrate"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
@@ -204,7 +205,7 @@ spec:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if _, err := Run(ctx, st, Options{Store: db, Progress: testWriter{t}}); err != nil {
+	if _, err := runner.Run(ctx, st, runner.Options{Store: db, Progress: testWriter{t}}); err != nil {
 		t.Fatal(err)
 	}
 	run, err := db.LoadRun(ctx, "last")

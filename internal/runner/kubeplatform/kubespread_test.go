@@ -1,11 +1,11 @@
-package runner
+package kubeplatform
 
 import (
+	"maps"
 	"slices"
-	"strings"
 	"testing"
 
-	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/runner"
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/workload"
@@ -20,8 +20,7 @@ func TestKubeSpreadFollowsTheBaselinesBalancing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &runner{graph: g}
-	args, err := r.kubeSpread(&study.Mesh{Name: "baseline", Profile: "none"})
+	args, err := kubeSpread(g, &study.Mesh{Name: "baseline", Profile: "none"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +49,7 @@ func TestKubeSpreadFollowsTheBaselinesBalancing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args, err = (&runner{graph: unsplit}).kubeSpread(&study.Mesh{Name: "baseline", Profile: "none"})
+	args, err = kubeSpread(unsplit, &study.Mesh{Name: "baseline", Profile: "none"})
 	// A version without a weight weighs 1, as the graph reads it and the mix check
 	// intends, whatever its replicas.
 	if err != nil || !slices.Contains(args, "back=back-v1-pods:9080@1,back-v2-pods:9080@1") {
@@ -60,7 +59,7 @@ func TestKubeSpreadFollowsTheBaselinesBalancing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	args, err = (&runner{graph: split}).kubeSpread(&study.Mesh{Name: "baseline", Profile: "none", Options: map[string]any{"balancing": "per-request"}})
+	args, err = kubeSpread(split, &study.Mesh{Name: "baseline", Profile: "none", Options: map[string]any{"balancing": "per-request"}})
 	if err != nil || !slices.Contains(args, "back=back-v1-pods:9080@80,back-v2-pods:9080@20") {
 		t.Errorf("spread of a weighted split %v, %v: want the versions' weights", args, err)
 	}
@@ -68,34 +67,27 @@ func TestKubeSpreadFollowsTheBaselinesBalancing(t *testing.T) {
 		{Name: "kube-proxy", Profile: "none", Options: map[string]any{"balancing": "per-connection"}},
 		{Name: "istio", Profile: "envoy-sidecar"},
 	} {
-		if args, err := r.kubeSpread(&m); err != nil || len(args) != 0 {
+		if args, err := kubeSpread(g, &m); err != nil || len(args) != 0 {
 			t.Errorf("%s: spread %v, %v; want none", m.Name, args, err)
 		}
 	}
 }
 
-// TestKubeRequestMixJudgesEachVersion: what each pod served before and after a trial,
-// as kube.Served reads it, gives each service's split among its versions; a pod read
-// only once, or whose count went back (restarted), is left out.
-func TestKubeRequestMixJudgesEachVersion(t *testing.T) {
-	g, err := workload.Builtin("bookinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &runner{graph: g}
+// What each pod served before and after a trial, as kube.Served reads it, is what each
+// version served over it (the runner judges the split: TestOneTrialAssemblyForEveryPlatform);
+// a pod read only once, or whose count went back (restarted), is left out.
+func TestServedByVersionCountsPodsReadTwice(t *testing.T) {
 	before := []kube.PodServed{{Pod: "r1", Service: "reviews", Version: "v1", Served: 10}, {Pod: "r2", Service: "reviews", Version: "v2", Served: 10},
 		{Pod: "r3", Service: "reviews", Version: "v3", Served: 500}, {Pod: "p", Service: "productpage", Version: "v1"}}
 	after := []kube.PodServed{{Pod: "r1", Service: "reviews", Version: "v1", Served: 310}, {Pod: "r2", Service: "reviews", Version: "v2", Served: 310},
 		{Pod: "r3", Service: "reviews", Version: "v3", Served: 3}, {Pod: "new", Service: "reviews", Version: "v3", Served: 300}, {Pod: "p", Service: "productpage", Version: "v1", Served: 600}}
-	mix := r.kubeRequestMix(before, after)
-	shares := map[string]results.VersionShare{}
-	for _, v := range mix {
-		shares[v.Service+" "+v.Version] = v
+	got := servedByVersion(before, after)
+	want := map[runner.Version]int64{{Service: "reviews", Version: "v1"}: 300, {Service: "reviews", Version: "v2"}: 300, {Service: "productpage", Version: "v1"}: 600}
+	if got[runner.Version{Service: "reviews", Version: "v3"}] != 0 {
+		t.Errorf("reviews v3 counted %d: its restarted pod and its new one must not count", got[runner.Version{Service: "reviews", Version: "v3"}])
 	}
-	if len(mix) != 3 || shares["reviews v1"].Requests != 300 || shares["reviews v3"].Requests != 0 || shares["reviews v1"].Share != 0.5 {
-		t.Errorf("mix %+v: want reviews v1 and v2 300 each, v3 none counted", mix)
-	}
-	if msg := mixSkew(mix); !strings.Contains(msg, "reviews v3 served 0% of 600 requests (intended 33%)") {
-		t.Errorf("skew %q: want reviews v3 named", msg)
+	delete(got, runner.Version{Service: "reviews", Version: "v3"})
+	if !maps.Equal(got, want) {
+		t.Errorf("served %v, want %v", got, want)
 	}
 }

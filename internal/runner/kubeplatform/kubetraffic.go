@@ -1,4 +1,4 @@
-package runner
+package kubeplatform
 
 import (
 	"context"
@@ -218,7 +218,7 @@ func proxyKinds(endpoints []meshkube.ProxyEndpoint) (map[string]proxyKind, map[s
 // before and after it, and holds each to what it should have counted (judgeTraffic),
 // into enr. It returns an error only when ctx ends; a burst that cannot run fails the
 // check as unproven.
-func (r *runner) proveTraffic(ctx context.Context, d *kubeDeployment, plan *meshkube.KubernetesInstall, enr *mesh.Enrollment) error {
+func (r *run) proveTraffic(ctx context.Context, d *kubeDeployment, plan *meshkube.KubernetesInstall, enr *mesh.Enrollment) error {
 	m := d.mesh
 	pods, err := d.cluster.Sidecars(ctx, d.app, plan.Sidecar)
 	if err != nil {
@@ -229,17 +229,17 @@ func (r *runner) proveTraffic(ctx context.Context, d *kubeDeployment, plan *mesh
 		enr.Fail("that every pod's proxy carried traffic is unproven: listing the app's pods: %v", err)
 		return nil
 	}
-	bp := planBurst(r.graph, pods)
+	bp := planBurst(r.Graph(), pods)
 	// The entry service in its own protocol, kept alive, as a fixed-rate trial without
 	// a warm-up.
 	e := &study.Experiment{Name: "enrollment-burst", Kind: study.KindFixedRate, KeepAlive: true}
-	spec, err := r.loadSpec(&study.Trial{Experiment: e}, r.kubeLoad(ctx, d, nil), loadRun{rate: bp.rate, length: bp.length})
+	spec, err := r.ProbeSpec(e, r.kubeLoad(ctx, d, nil).Target, bp.rate, bp.length)
 	if err != nil {
 		return err
 	}
-	r.progress.note(fmt.Sprintf("%s: sending a probe burst through the mesh (%g req/s for %s, %d load generators) and reading every proxy before and after it",
+	r.Note(fmt.Sprintf("%s: sending a probe burst through the mesh (%g req/s for %s, %d load generators) and reading every proxy before and after it",
 		m.Name, bp.rate, bp.length, len(d.forwards.Generators)))
-	out := burstOutcome{plan: bp, tolerateNon2xx: injectsErrors(r.graph), entry: r.graph.Entrypoint().Service}
+	out := burstOutcome{plan: bp, tolerateNon2xx: injectsErrors(r.Graph()), entry: r.Graph().Entrypoint().Service}
 	// What the pods served is read outside the proxies' window, from their loopback,
 	// which no proxy counts.
 	servedBefore, servedErr := d.cluster.Served(ctx, d.app)
@@ -265,10 +265,10 @@ func (r *runner) proveTraffic(ctx context.Context, d *kubeDeployment, plan *mesh
 	t := enr.Traffic
 	switch {
 	case t.Proven:
-		r.progress.note(fmt.Sprintf("%s: every pod's proxy carried traffic: %d proxies held to %s at %g req/s, %d answered",
+		r.Note(fmt.Sprintf("%s: every pod's proxy carried traffic: %d proxies held to %s at %g req/s, %d answered",
 			m.Name, t.Held, out.describe(), bp.rate, t.Succeeded))
 	case enr.Pass:
-		r.progress.note(fmt.Sprintf("%s: %s answered %d of %d; %s", m.Name, out.describe(), t.Succeeded, t.Sent, strings.Join(t.Notes, "; ")))
+		r.Note(fmt.Sprintf("%s: %s answered %d of %d; %s", m.Name, out.describe(), t.Succeeded, t.Sent, strings.Join(t.Notes, "; ")))
 	}
 	return nil
 }

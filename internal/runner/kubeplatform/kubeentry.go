@@ -1,4 +1,4 @@
-package runner
+package kubeplatform
 
 import (
 	"context"
@@ -44,14 +44,13 @@ const (
 // the path; whether the app serves is for the trials (and the burst) to judge. It says
 // on the progress display when it had to wait, and gives up after entryAnswerLimit
 // saying how the last attempt failed.
-func (r *runner) awaitEntry(ctx context.Context, d *kubeDeployment) error {
+func (r *run) awaitEntry(ctx context.Context, d *kubeDeployment) error {
 	n := max(len(d.forwards.Generators), 1)
 	e := &study.Experiment{Name: "entry-probe", Kind: study.KindFixedRate}
 	// A gRPC client keeps its channel open (the engine refuses to close it after each
 	// call); each attempt's channels are new all the same, dialled as the attempt starts.
-	e.KeepAlive = r.clientProtocol(*e) == study.ProtocolGRPC
-	spec, err := r.loadSpec(&study.Trial{Experiment: e}, r.kubeLoad(ctx, d, nil),
-		loadRun{rate: float64(n*entryProbePerGenerator) / entryProbeLength.Seconds(), length: entryProbeLength})
+	e.KeepAlive = r.ClientProtocol(*e) == study.ProtocolGRPC
+	spec, err := r.ProbeSpec(e, r.kubeLoad(ctx, d, nil).Target, float64(n*entryProbePerGenerator)/entryProbeLength.Seconds(), entryProbeLength)
 	if err != nil {
 		return err
 	}
@@ -66,7 +65,7 @@ func (r *runner) awaitEntry(ctx context.Context, d *kubeDeployment) error {
 		why := entryUnanswered(res, err)
 		if why == "" {
 			if attempt > 1 {
-				r.progress.note(fmt.Sprintf("%s: the entry service answered every load generator after %s (%d attempts)",
+				r.Note(fmt.Sprintf("%s: the entry service answered every load generator after %s (%d attempts)",
 					d.mesh.Name, time.Since(start).Round(100*time.Millisecond), attempt))
 			}
 			return nil
@@ -75,7 +74,7 @@ func (r *runner) awaitEntry(ctx context.Context, d *kubeDeployment) error {
 			return fmt.Errorf("the entry service did not answer the load generators within %s: %s", entryAnswerLimit, why)
 		}
 		if attempt == 1 {
-			r.progress.note(fmt.Sprintf("%s: waiting for the entry service to answer every load generator (%s)", d.mesh.Name, why))
+			r.Note(fmt.Sprintf("%s: waiting for the entry service to answer every load generator (%s)", d.mesh.Name, why))
 		}
 		select {
 		case <-ctx.Done():

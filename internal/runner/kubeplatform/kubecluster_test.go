@@ -1,7 +1,6 @@
-package runner
+package kubeplatform
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/meshkube"
+	"github.com/meshmark/meshmark/internal/runner"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/workload"
 )
@@ -35,7 +35,7 @@ func TestKubeClusterNetworkMeshesComparedAmongThemselves(t *testing.T) {
 	st := parseStudy(t, ciliumStudy(`    - {name: baseline, profile: none}
     - {name: cilium, profile: cilium}
 `))
-	err := CheckKubernetes(st)
+	err := runner.Check(st)
 	want := `study.yaml:10:31: spec.meshes[1].profile: cilium is the cluster's pod network (its CNI): it goes onto a cluster created without one, where the pods of mesh baseline (profile none) could not start`
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "examples/kubernetes/s5-cilium.yaml") {
 		t.Errorf("cilium beside the baseline: %v\nwant %s", err, want)
@@ -45,7 +45,7 @@ func TestKubeClusterNetworkMeshesComparedAmongThemselves(t *testing.T) {
     - {name: cilium, profile: cilium, options: {mutual_auth: spire}}
   baseline: cni
 `))
-	if err := CheckKubernetes(st); err != nil {
+	if err := runner.Check(st); err != nil {
 		t.Errorf("Cilium against a plain Cilium: %v", err)
 	}
 }
@@ -84,27 +84,6 @@ func TestKubeNodeAgentEnrollment(t *testing.T) {
 	}
 }
 
-// A study built in code, past the loader that refuses it, meets the preflight: a
-// Kubernetes-only profile has nothing to run on this machine.
-func TestPreflightRefusesKubernetesOnlyProfiles(t *testing.T) {
-	st := parseStudy(t, `apiVersion: meshmark.dev/v1alpha1
-kind: Study
-metadata: {name: local-cilium}
-spec:
-  workload: {graph: bookinfo}
-  meshes:
-    - {name: baseline, profile: none}
-    - {name: cilium, profile: envoy-sidecar}
-  experiments:
-    - {name: lat, kind: fixed-rate, rate: 100, duration: 20s}
-`)
-	st.Spec.Meshes[1].Profile = "cilium"
-	err := (&runner{study: st}).preflight(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "mesh cilium: profile cilium runs on spec.substrate.kubernetes only: Cilium's data plane is eBPF") {
-		t.Errorf("preflight: %v", err)
-	}
-}
-
 // On a cluster a version's share of its service's requests follows its pods: validate
 // refuses a graph whose weights its replicas do not carry, at spec.workload.graph,
 // naming the service and the replicas that would; weights in the ratio of the
@@ -125,17 +104,17 @@ func TestKubeVersionWeightsMustFollowReplicas(t *testing.T) {
 		{"      - {name: v1, weight: 1}\n      - {name: v2, weight: 0}\n",
 			`service back splits its requests by weights 1:0 over versions of 1, 1 replicas: on Kubernetes a Service spreads requests over all its pods, so the versions' shares follow their replicas; leave out the versions of weight 0`},
 	} {
-		err := CheckKubernetes(parseStudy(t, graphStudy(c.versions)))
+		err := runner.Check(parseStudy(t, graphStudy(c.versions)))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("versions\n%s: %v\nwant %s", c.versions, err, c.want)
 		}
 	}
-	if err := CheckKubernetes(parseStudy(t, graphStudy("      - {name: v1, weight: 80, replicas: 4}\n      - {name: v2, weight: 20, replicas: 1}\n"))); err != nil {
+	if err := runner.Check(parseStudy(t, graphStudy("      - {name: v1, weight: 80, replicas: 4}\n      - {name: v2, weight: 20, replicas: 1}\n"))); err != nil {
 		t.Errorf("weights carried by the replicas: %v", err)
 	}
 	for _, name := range workload.BuiltinNames() {
 		name = strings.Replace(name, "-N", "-3", 1) // chain-N, fanout-N
-		if err := CheckKubernetes(parseStudy(t, strings.Replace(ciliumStudy("    - {name: baseline, profile: none}\n"), "graph: bookinfo", "graph: "+name, 1))); err != nil {
+		if err := runner.Check(parseStudy(t, strings.Replace(ciliumStudy("    - {name: baseline, profile: none}\n"), "graph: bookinfo", "graph: "+name, 1))); err != nil {
 			t.Errorf("built-in graph %s: %v", name, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package runner
+package kubeplatform
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/report"
 	"github.com/meshmark/meshmark/internal/results"
+	"github.com/meshmark/meshmark/internal/runner"
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/substrate/kube/kubetest"
@@ -63,8 +64,9 @@ spec:
     - {name: latency, kind: fixed-rate, rate: 100, duration: 4s, warmup: 1s}
 `, cluster.Kubeconfig))
 	var progress strings.Builder
-	r := &runner{study: st, progress: newProgress(&progress, false, 0)}
-	if err := r.prepareGraph(); err != nil {
+	h, err := runner.NewHost(st, runner.Options{}, &progress)
+	r := &run{Host: h}
+	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := r.connectKubernetes(ctx)
