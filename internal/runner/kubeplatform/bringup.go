@@ -128,6 +128,21 @@ func (r *run) appSpec(run string, m *study.Mesh) (kube.AppSpec, error) {
 	}, nil
 }
 
+// kubeGraph is the --graph argument for the pods and the files they need: a built-in
+// graph by name, a graph file through the ConfigMap mounted at kube.FilesDir.
+func (r *run) kubeGraph() (string, map[string][]byte, error) {
+	w := r.Study().Spec.Workload
+	if !w.IsGraphFile() {
+		return r.Graph().Origin, nil, nil
+	}
+	data, err := os.ReadFile(r.Study().Resolve(w.Graph))
+	if err != nil {
+		return "", nil, err
+	}
+	name := "graph-" + filepath.Base(w.Graph)
+	return filepath.Join(kube.FilesDir, name), map[string][]byte{name: data}, nil
+}
+
 // kubeSpread is how the workload of a mesh that balances per request with no proxy (the
 // baseline's `balancing: per-request`, mesh.Spreader) spreads its calls on a cluster:
 // `--spread` over each service's versions' headless Services (kube.SpreadServiceName),

@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/meshmark/meshmark/internal/runner"
 	"github.com/meshmark/meshmark/internal/study"
-	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"github.com/meshmark/meshmark/internal/testbed"
 )
 
@@ -88,19 +85,4 @@ func Deploy(ctx context.Context, st *study.Study, opts DeployOptions) (deps []De
 		r.uninstallNetwork(c)
 	}
 	return deps, nil
-}
-
-// kubeGraph is the --graph argument for the pods and the files they need: a built-in
-// graph by name, a graph file through the ConfigMap mounted at kube.FilesDir.
-func (r *run) kubeGraph() (string, map[string][]byte, error) {
-	w := r.Study().Spec.Workload
-	if !w.IsGraphFile() {
-		return r.Graph().Origin, nil, nil
-	}
-	data, err := os.ReadFile(r.Study().Resolve(w.Graph))
-	if err != nil {
-		return "", nil, err
-	}
-	name := "graph-" + filepath.Base(w.Graph)
-	return filepath.Join(kube.FilesDir, name), map[string][]byte{name: data}, nil
 }
