@@ -35,6 +35,9 @@ func (r *runner) localLoad(ctx context.Context, d *deployment, t *study.Trial) L
 		Target: func(e *study.Experiment, path string) string { return r.targetURL(d, e, path) },
 		NoSpin: !ownCPUs(placement(r.study.Spec.Substrate.Local)),
 		Measure: func(spec load.Spec, params results.TrialParams) (*load.Result, error) {
+			// Idle CPUs poll for the whole trial, from when it shows as running to its
+			// stored end, not only while the load runs.
+			defer r.holdCPUIdle()()
 			params.Path = string(t.Experiment.Path)
 			return r.measureOn(ctx, t, r.driveLocal(d, t), spec, params)
 		},

@@ -163,7 +163,6 @@ func (r *runner) measureOn(ctx context.Context, t *study.Trial, drive Drive, spe
 // counters, what each pod served, and a watch on the system under test's processes.
 func (r *runner) driveLocal(d *deployment, t *study.Trial) Drive {
 	return func(ctx context.Context, spec load.Spec, progress func(load.Progress)) Evidence {
-		defer r.holdCPUIdle()()
 		watch := watchProcesses(d.sut)
 		before := readCounters(ctx, d)
 		servedBefore, servedErr := r.served(ctx, d)
