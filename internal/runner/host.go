@@ -137,11 +137,7 @@ func (h *Host) StoreEnrollment(ctx context.Context, meshName string, enr mesh.En
 
 // AddConfigs keeps generated configurations with the run's provenance.
 func (h *Host) AddConfigs(ctx context.Context, gcs ...results.GeneratedConfig) error {
-	if h.r.run == nil {
-		return nil
-	}
-	h.r.run.Provenance.Configs = append(h.r.run.Provenance.Configs, gcs...)
-	return h.r.opts.Store.AddConfigs(ctx, h.r.run.ID, gcs...)
+	return h.r.addConfigs(ctx, gcs...)
 }
 
 // UpdateProvenance lets edit change the run's provenance, and stores it when edit

@@ -62,13 +62,7 @@ spec:
 	// drive runs the load for real and hands measureOn what the platform read beside it.
 	drive := func(read func(*Evidence)) Drive {
 		return func(ctx context.Context, spec load.Spec, progress func(load.Progress)) Evidence {
-			cfg, err := spec.Config(nil)
-			if err != nil {
-				return Evidence{Err: err}
-			}
-			cfg.Progress = progress
-			res, err := load.Run(ctx, cfg)
-			ev := Evidence{Result: res, Err: err}
+			ev := driveInProcess(ctx, spec, progress)
 			read(&ev)
 			return ev
 		}
@@ -157,4 +151,16 @@ spec:
 			t.Errorf("stored trial %d: flags %v, want %v", i, got, want)
 		}
 	}
+}
+
+// driveInProcess runs a load run with the real engine in this process, as a platform's
+// Drive with nothing of a system under test to read.
+func driveInProcess(ctx context.Context, spec load.Spec, progress func(load.Progress)) Evidence {
+	cfg, err := spec.Config(nil)
+	if err != nil {
+		return Evidence{Err: err}
+	}
+	cfg.Progress = progress
+	res, err := load.Run(ctx, cfg)
+	return Evidence{Result: res, Err: err}
 }

@@ -425,7 +425,13 @@ func (r *runner) recordEnrollment(ctx context.Context, d *deployment, first bool
 	for _, n := range names {
 		gcs = append(gcs, results.NewGeneratedConfig(n, d.mesh.Name, d.mesh.Profile, configs[n]))
 	}
-	if len(gcs) == 0 {
+	return r.addConfigs(ctx, gcs...)
+}
+
+// addConfigs keeps generated configurations with the run's provenance; outside a run
+// (meshmark deploy) nowhere.
+func (r *runner) addConfigs(ctx context.Context, gcs ...results.GeneratedConfig) error {
+	if r.run == nil || len(gcs) == 0 {
 		return nil
 	}
 	r.run.Provenance.Configs = append(r.run.Provenance.Configs, gcs...)

@@ -37,19 +37,10 @@ func (p *loopbackPlatform) BringUp(ctx context.Context, t *study.Trial) (*loopba
 }
 
 func (p *loopbackPlatform) Measure(ctx context.Context, d *loopbackDeployment, t *study.Trial) error {
-	drive := func(ctx context.Context, spec load.Spec, progress func(load.Progress)) Evidence {
-		cfg, err := spec.Config(nil)
-		if err != nil {
-			return Evidence{Err: err}
-		}
-		cfg.Progress = progress
-		res, err := load.Run(ctx, cfg)
-		return Evidence{Result: res, Err: err}
-	}
 	return p.h.RunLoad(t, Load{
 		Target: func(_ *study.Experiment, path string) string { return d.srv.URL + path },
 		Measure: func(spec load.Spec, params results.TrialParams) (*load.Result, error) {
-			return p.h.MeasureOn(ctx, t, drive, spec, params)
+			return p.h.MeasureOn(ctx, t, driveInProcess, spec, params)
 		},
 	})
 }
