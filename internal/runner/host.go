@@ -14,9 +14,9 @@ import (
 	"github.com/meshmark/meshmark/internal/workload"
 )
 
-// PlatformKind is a platform other than the local testbed, as it registers itself:
-// everything about it is in its own package, and the runner knows it by the substrate a
-// study names.
+// PlatformKind is a platform as it registers itself: everything about it is in its own
+// package (the local testbed's, the embedded default, in this one), and the runner
+// knows it by the substrate a study names.
 type PlatformKind struct {
 	// Substrate is the study's spec.substrate key that asks for the platform.
 	Substrate string
@@ -47,19 +47,13 @@ func RegisterPlatform(k PlatformKind) {
 	platforms[k.Substrate] = k
 }
 
-// substrateLocal is the built-in platform's substrate.
+// substrateLocal is the embedded platform's substrate: the local testbed.
 const substrateLocal = "local"
 
-// platformFor is the registered platform the study asks for: nil for the local
-// testbed; an error for a substrate no package of this build registered.
+// platformFor is the registered platform the study asks for, or an error at the
+// study's substrate when no package of this build registered it.
 func platformFor(st *study.Study) (*PlatformKind, error) {
-	name := substrateLocal
-	if st.Spec.Substrate.Kubernetes != nil {
-		name = "kubernetes"
-	}
-	if name == substrateLocal {
-		return nil, nil
-	}
+	name := st.Spec.Substrate.Name()
 	platformsMu.Lock()
 	defer platformsMu.Unlock()
 	k, ok := platforms[name]
@@ -71,11 +65,11 @@ func platformFor(st *study.Study) (*PlatformKind, error) {
 
 // Check says what a run of st would refuse on its platform, at the field that asks
 // for it, without reaching the platform: for `meshmark validate`, so that it says what
-// run will do. The local testbed's own checks need the machine (preflight), and run
-// with the run.
+// run will do. (The local testbed's own checks need the machine: preflight, at the
+// start of a run.)
 func Check(st *study.Study) error {
 	kind, err := platformFor(st)
-	if kind == nil || err != nil {
+	if err != nil {
 		return err
 	}
 	h, err := NewHost(st, Options{}, nil)

@@ -132,6 +132,26 @@ func runPlan[D comparable](ctx context.Context, r *runner, p Platform[D]) error 
 	return nil
 }
 
+func init() {
+	RegisterPlatform(PlatformKind{Substrate: substrateLocal, Check: func(*Host) error { return nil }, Open: openTestbed})
+}
+
+// openTestbed checks that this machine can host every mesh of the study (preflight)
+// and returns the walk of the plan over local testbeds, with meshmark's own CPUs given
+// back after it, whatever the placement pinned.
+func openTestbed(ctx context.Context, h *Host) (func(ctx context.Context) error, error) {
+	r := h.r
+	if err := r.preflight(ctx); err != nil {
+		return nil, err
+	}
+	r.cpuIdle, r.cpuIdlePoll = cpuIdleFor(r.study.Spec.Substrate.Local.CPUIdle)
+	return func(ctx context.Context) error {
+		r.saveCPUs()
+		defer func() { _ = r.unpin() }()
+		return runPlan(ctx, r, &testbedPlatform{r: r, checked: map[string]bool{}})
+	}, nil
+}
+
 // testbedPlatform is the local substrate: each deployment is a testbed of network
 // namespaces with real proxies.
 type testbedPlatform struct {

@@ -57,9 +57,6 @@ func collectProvenance(version string, st *study.Study) results.Provenance {
 			p.Placement["meshes-up"] = "all together, each in its own testbed"
 		}
 	}
-	if st.Spec.Substrate.Kubernetes != nil && st.Spec.KeepMeshesUp {
-		p.Placement["meshes-up"] = "all together, each in a namespace of its own, on the same nodes"
-	}
 	p.Components["mesh-profiles"] = strings.Join(mesh.Names(), ",")
 	return p
 }

@@ -93,35 +93,22 @@ func Run(ctx context.Context, st *study.Study, opts Options) (*results.Run, erro
 	if err := r.prepare(); err != nil {
 		return nil, err
 	}
-	var execute func(ctx context.Context) error
 	kind, err := platformFor(st)
 	if err != nil {
 		return nil, err
 	}
-	if kind != nil {
-		h := &Host{r: r}
-		if err := kind.Check(h); err != nil {
-			return nil, err
-		}
-		walk, err := kind.Open(ctx, h)
-		if err != nil {
-			return nil, err
-		}
-		execute = walk
-	} else if err := r.preflight(ctx); err != nil {
+	h := &Host{r: r}
+	if err := kind.Check(h); err != nil {
 		return nil, err
-	} else {
-		execute = func(ctx context.Context) error {
-			return runPlan(ctx, r, &testbedPlatform{r: r, checked: map[string]bool{}})
-		}
-		r.saveCPUs()
-		defer func() { _ = r.unpin() }()
-		r.cpuIdle, r.cpuIdlePoll = cpuIdleFor(st.Spec.Substrate.Local.CPUIdle)
+	}
+	walk, err := kind.Open(ctx, h)
+	if err != nil {
+		return nil, err
 	}
 	if err := r.createRun(ctx); err != nil {
 		return nil, err
 	}
-	err = execute(ctx)
+	err = walk(ctx)
 	status, reason := results.StatusComplete, ""
 	switch {
 	case err == nil:

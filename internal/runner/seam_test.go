@@ -143,5 +143,14 @@ func TestARegisteredPlatformRunsAStudy(t *testing.T) {
 		if err := Check(parseStudy(t, seamStudy)); err == nil || !strings.Contains(err.Error(), "no platform for substrate kubernetes") {
 			t.Errorf("validate of an unregistered substrate: %v", err)
 		}
+		// The local testbed is a registered platform like any other, not a fallback
+		// of the runner's: without its registration a local study is refused too.
+		local := parseStudy(t, strings.Replace(seamStudy, "kubernetes: {image: meshmark:dev}", "local: {nodes: 2}", 1))
+		if _, err := Run(context.Background(), local, Options{Store: db}); err == nil || !strings.Contains(err.Error(), "spec.substrate.local") {
+			t.Errorf("local study with no platform registered: %v", err)
+		}
 	})
+	if kind, err := platformFor(parseStudy(t, strings.Replace(seamStudy, "kubernetes: {image: meshmark:dev}", "local: {nodes: 2}", 1))); err != nil || kind.Substrate != "local" {
+		t.Errorf("the local testbed's platform: %+v, %v; want it registered by the runner", kind, err)
+	}
 }

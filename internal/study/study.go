@@ -143,6 +143,15 @@ type Substrate struct {
 	Kubernetes *KubernetesSubstrate `yaml:"kubernetes,omitempty"`
 }
 
+// Name is the spec.substrate key the study sets (local when it sets none), which is
+// the substrate a platform registers for.
+func (s Substrate) Name() string {
+	if s.Kubernetes != nil {
+		return "kubernetes"
+	}
+	return "local"
+}
+
 // LocalSubstrate is one Linux machine with network namespaces as pods.
 type LocalSubstrate struct {
 	// Nodes is how many simulated nodes (bridges) the pods are spread over.

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/results"
 	"github.com/meshmark/meshmark/internal/runner"
 	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
@@ -59,7 +60,19 @@ func open(ctx context.Context, h *runner.Host) (func(ctx context.Context) error,
 		r.Note(describeCluster(cp))
 	}
 	h.Describe("kubernetes", cp)
-	return func(ctx context.Context) error { return runner.Walk(ctx, h, &platform{r: r, c: c}) }, nil
+	return func(ctx context.Context) error {
+		if h.Study().Spec.KeepMeshesUp {
+			// the other meshes' pods sit idle beside every trial, on the same nodes
+			err := h.UpdateProvenance(ctx, func(p *results.Provenance) bool {
+				p.Placement["meshes-up"] = "all together, each in a namespace of its own, on the same nodes"
+				return true
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return runner.Walk(ctx, h, &platform{r: r, c: c})
+	}, nil
 }
 
 // platform is a Kubernetes cluster as the runner walks a plan over it: each deployment
