@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"github.com/meshmark/meshmark/internal/gateway"
 	"io"
 	"os"
 	"time"
@@ -145,7 +146,8 @@ func newClusterList() *cobra.Command {
 
 // clusterImages are the images a local cluster gets besides its own: meshmark's, under
 // the name the Kubernetes examples use and under this version's, and every mesh's that
-// is built here; w hears of a mesh whose images are not, which the cluster runs without.
+// is built here, and Envoy's for the ingress gateway; w hears of an image that is not
+// built here, which the cluster runs without.
 func clusterImages(w io.Writer) ([]localcluster.Image, error) {
 	bin, err := podcmd.Find()
 	if err != nil {
@@ -160,6 +162,12 @@ func clusterImages(w io.Writer) ([]localcluster.Image, error) {
 		out = append(out, localcluster.Image{Name: tag, Build: func() (v1.Image, error) {
 			return image.Build(image.Options{Binary: bin, Version: Version})
 		}})
+	}
+	// The ingress path's plain gateway (package gateway) is Envoy's image.
+	if gw, err := gateway.LocalImage(); err != nil {
+		fmt.Fprintf(w, "not loaded: the ingress gateway's Envoy image: %v\n", err)
+	} else {
+		out = append(out, gw)
 	}
 	meshes, notBuilt, err := mesh.LocalImages()
 	if err != nil {

@@ -123,6 +123,16 @@ func TestDeployRefusesBeforeCreatingAnything(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "spec.experiments[0].kind: kind security is not measured on Kubernetes yet") {
 		t.Errorf("run of a security experiment on kubernetes: %v", err)
 	}
+	// the ingress path: the plain gateway for the baseline, not in place of Istio's own
+	ingress := kubeStudy(t, c, "    - {name: baseline, profile: none}")
+	rewriteStudy(t, ingress, "{name: latency, kind: fixed-rate, rate: 100, duration: 30s}", "{name: latency, kind: fixed-rate, rate: 100, duration: 30s, path: ingress}")
+	if _, errOut, err := execCLI("validate", ingress); err != nil {
+		t.Errorf("validate of the ingress path without a mesh on kubernetes: %v\n%s", err, errOut)
+	}
+	rewriteStudy(t, ingress, "{name: baseline, profile: none}", "{name: baseline, profile: none}\n    - {name: sidecar, profile: envoy-sidecar}")
+	if _, errOut, err := execCLI("validate", ingress); err == nil || !regexp.MustCompile(`study.yaml:\d+:\d+: spec.experiments\[0\].path: mesh sidecar \(envoy-sidecar\) has an ingress gateway of its own, which is not deployed on Kubernetes yet`).MatchString(errOut) {
+		t.Errorf("validate of the ingress path through Istio on kubernetes: %v\n%s", err, errOut)
+	}
 	// kept up together: the baseline beside one mesh that installs, but not two
 	keepUp := kubeStudy(t, c, "    - {name: baseline, profile: none}\n    - {name: sidecar, profile: envoy-sidecar}")
 	rewriteStudy(t, keepUp, "  experiments:\n", "  keepMeshesUp: true\n  experiments:\n")

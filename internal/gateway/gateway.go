@@ -48,8 +48,10 @@ const HopHeader = "x-meshmark-gateway"
 
 // Upstream is where the gateway sends traffic.
 type Upstream struct {
-	Service  string
-	Addr     string // the service's virtual ip:port
+	Service string
+	// Addr is the service's virtual ip:port, or its DNS name and port on a cluster,
+	// which the gateway resolves (to the Service's ClusterIP) as a client would.
+	Addr     string
 	Protocol string // "http", "http2" or "grpc", as the workload graph says
 	// Host is the Host header toward the service; empty means Service. A mesh whose
 	// clients use its own names (traefik-mesh) sets it, with Addr its proxy.
@@ -63,6 +65,11 @@ type Listen struct {
 	Port      uint32
 	AdminPort uint32
 }
+
+// PodHostname, as Bootstrap's pod, names in HopHeader the pod the gateway runs in by
+// its hostname (Envoy's %HOSTNAME%), which is the pod's name on Kubernetes, where a
+// Deployment's pods are named only when they are created.
+const PodHostname = "%HOSTNAME%"
 
 // Bootstrap is the gateway Envoy's whole configuration, as JSON.
 func Bootstrap(pod string, up Upstream, at Listen) ([]byte, error) {
@@ -92,6 +99,11 @@ func Bootstrap(pod string, up Upstream, at Listen) ([]byte, error) {
 				Address: socketAddr(host, uint32(port)),
 			}}}},
 		}}},
+	}
+	if net.ParseIP(host) == nil {
+		// A name: its addresses are the name's as DNS gives them, kept fresh.
+		cluster.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STRICT_DNS}
+		cluster.DnsLookupFamily = clusterv3.Cluster_V4_PREFERRED
 	}
 	if up.Protocol == "http2" || up.Protocol == "grpc" {
 		cluster.TypedExtensionProtocolOptions = map[string]*anypb.Any{
@@ -132,7 +144,7 @@ func Bootstrap(pod string, up Upstream, at Listen) ([]byte, error) {
 		}},
 	}
 	b := &bootstrapv3.Bootstrap{
-		Node:  &corev3.Node{Id: "gateway~" + pod, Cluster: Service},
+		Node:  &corev3.Node{Id: "gateway", Cluster: Service},
 		Admin: &bootstrapv3.Admin{Address: socketAddr("127.0.0.1", at.AdminPort)},
 		StaticResources: &bootstrapv3.Bootstrap_StaticResources{
 			Listeners: []*listenerv3.Listener{{

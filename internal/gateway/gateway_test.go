@@ -58,12 +58,18 @@ func startApp(t *testing.T, protocol string) string {
 // startGateway runs a real Envoy with the gateway's bootstrap on loopback ports.
 func startGateway(t *testing.T, up Upstream) string {
 	t.Helper()
+	return startGatewayIn(t, "gw-0", up)
+}
+
+// startGatewayIn is startGateway naming pod as the gateway's pod.
+func startGatewayIn(t *testing.T, pod string, up Upstream) string {
+	t.Helper()
 	envoy, err := prereq.Envoy()
 	if err != nil {
 		t.Skipf("no envoy (make test installs it): %v", err)
 	}
 	at := Listen{Addr: "127.0.0.1", Port: freePort(t), AdminPort: freePort(t)}
-	cfg, err := Bootstrap("gw-0", up, at)
+	cfg, err := Bootstrap(pod, up, at)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +140,26 @@ func TestGatewayAddsOneHop(t *testing.T) {
 	err = cc.Invoke(ctx, workload.CallMethod, &in, &out, grpc.Header(&header), grpc.ForceCodecV2(rawCodec{}))
 	if err != nil || !strings.HasPrefix(string(out), `{"service":"web"`) || strings.Join(header.Get(HopHeader), "") != "gw-0" {
 		t.Fatalf("gRPC through the gateway: %v, %q, header %v", err, out, header)
+	}
+}
+
+// TestGatewayOnAClusterResolvesItsUpstream: as on Kubernetes, the gateway reaches the
+// entry service by its DNS name (here localhost, from /etc/hosts, as a Service's name
+// is from the cluster's DNS) and names the pod it runs in by its hostname, which is the
+// pod's name there.
+func TestGatewayOnAClusterResolvesItsUpstream(t *testing.T) {
+	app := startApp(t, "http")
+	_, port, _ := net.SplitHostPort(app)
+	gw := startGatewayIn(t, PodHostname, Upstream{Service: "web", Addr: "localhost:" + port, Protocol: "http"})
+	resp, err := http.Get("http://" + gw + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	host, _ := os.Hostname()
+	if resp.StatusCode != 200 || resp.Header.Get(HopHeader) != host || !strings.HasPrefix(string(body), `{"service":"web"`) {
+		t.Fatalf("through the gateway: %d, hop %q (want %q), body %.120s", resp.StatusCode, resp.Header.Get(HopHeader), host, body)
 	}
 }
 

@@ -38,7 +38,6 @@ func (r *runner) localLoad(ctx context.Context, d *deployment, t *study.Trial) L
 			// Idle CPUs poll for the whole trial, from when it shows as running to its
 			// stored end, not only while the load runs.
 			defer r.holdCPUIdle()()
-			params.Path = string(t.Experiment.Path)
 			return r.measureOn(ctx, t, r.driveLocal(d, t), spec, params)
 		},
 	}

@@ -242,6 +242,7 @@ func specParams(params *results.TrialParams, e *study.Experiment, spec load.Spec
 		params.Extra = map[string]string{}
 	}
 	params.KeepAlive = !spec.DisableKeepAlive
+	params.Path = string(e.Path)
 	if e.Streams > 1 {
 		params.Extra["streams"] = fmt.Sprint(e.Streams)
 	}

@@ -196,6 +196,9 @@ func (r *run) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m *s
 	if err != nil {
 		return nil, err
 	}
+	if spec.Ingress, err = r.ingressGateway(c.NamespaceFor(run, m.Name)); err != nil {
+		return nil, err
+	}
 	if plan != nil && plan.ForLocalCluster != nil {
 		if err := r.adaptToLocalCluster(ctx, c, m, plan); err != nil {
 			return nil, err

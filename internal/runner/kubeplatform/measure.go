@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/results"
@@ -19,19 +20,21 @@ import (
 )
 
 // kubeLoad is what a cluster brings to the runner's RunLoad: requests go to the entry
-// service by its cluster DNS name, from the generator pods, which have nodes of their
-// own to spin on.
+// service by its cluster DNS name, or to the ingress gateway in front of it, from the
+// generator pods, which have nodes of their own to spin on.
 func (r *run) kubeLoad(ctx context.Context, d *kubeDeployment, t *study.Trial) runner.Load {
 	entry := r.Graph().Entrypoint()
 	return runner.Load{
-		Target: func(_ *study.Experiment, path string) string {
-			return fmt.Sprintf("http://%s.%s.svc.cluster.local:%d%s", kube.ServiceName(entry.Service), d.app.Namespace, entry.Port, path)
+		Target: func(e *study.Experiment, path string) string {
+			if e != nil && e.Path == study.PathIngress {
+				return fmt.Sprintf("http://%s:%d%s", serviceHost(kube.IngressGatewayService, d.app.Namespace), gateway.Port, path)
+			}
+			return fmt.Sprintf("http://%s:%d%s", serviceHost(kube.ServiceName(entry.Service), d.app.Namespace), entry.Port, path)
 		},
 		Measure: func(spec load.Spec, params results.TrialParams) (*load.Result, error) {
 			if params.Extra == nil {
 				params.Extra = map[string]string{}
 			}
-			params.Path = string(study.PathInternal)
 			params.Extra["generators"], params.Extra["substrate"] = strconv.Itoa(len(d.forwards.Generators)), "kubernetes"
 			return r.MeasureOn(ctx, t, r.driveOnCluster(d, t), spec, params)
 		},

@@ -55,6 +55,8 @@ type AppSpec struct {
 	// spread their calls over them by the versions' weights, where the service's own
 	// Service, through kube-proxy, picks a pod per connection.
 	SpreadServices bool
+	// Ingress, when set, puts a plain gateway in front of the entry service.
+	Ingress *IngressGateway
 	// Sidecar is the container the mesh's injector adds to every enrolled pod
 	// (meshkube.KubernetesInstall's Sidecar): before it creates the workload, Deploy
 	// waits until the injector adds it (waitInjector). Empty for meshes without one.
@@ -200,6 +202,14 @@ func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
 		}
 		app.Deployments = append(app.Deployments, dep.Name)
 		app.generators = spec.Generators
+	}
+	if spec.Ingress != nil {
+		if slices.ContainsFunc(slices.Collect(maps.Keys(ports)), func(s string) bool { return dnsLabel(s) == IngressGatewayService }) {
+			return app, fmt.Errorf("namespace %s: the ingress gateway's Service would be named %s, as a service of the graph is: rename it", app.Namespace, IngressGatewayService)
+		}
+		if err := c.createIngressGateway(ctx, app, spec, labels); err != nil {
+			return app, err
+		}
 	}
 	var services []string
 	for s := range ports {

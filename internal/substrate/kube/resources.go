@@ -91,6 +91,8 @@ func (s ResourceScope) RoleOf(pod *corev1.Pod, container string) (substrate.Role
 			return substrate.RoleSidecar, true
 		case pod.Labels[RoleLabel] == roleGenerator:
 			return substrate.RoleLoadGen, true
+		case pod.Labels[RoleLabel] == roleGateway:
+			return substrate.RoleGateway, true
 		}
 		return substrate.RoleWorkload, true
 	case slices.Contains(s.MeshNamespaces, pod.Namespace):

@@ -317,3 +317,21 @@ func TestNodeAgentIsNotANodeProxy(t *testing.T) {
 		t.Errorf("without declared node proxies, a DaemonSet's pod is %s, want a node proxy", role)
 	}
 }
+
+// TestThePlainGatewayIsTheGateway: in the app's namespace, the plain ingress gateway's
+// container counts as the gateway, a mesh's sidecar beside it as a sidecar, and the
+// app's own containers as the workload.
+func TestThePlainGatewayIsTheGateway(t *testing.T) {
+	gw := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ingress-gateway-abc", Namespace: "app", Labels: map[string]string{"app": IngressGatewayService, RoleLabel: roleGateway}}}
+	app := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "productpage-v1-abc", Namespace: "app", Labels: map[string]string{"app": "productpage"}}}
+	scope := ResourceScope{Mesh: "linkerd", App: "app", Sidecars: []string{"linkerd-proxy"}}
+	for _, c := range []struct {
+		pod       corev1.Pod
+		container string
+		want      substrate.Role
+	}{{gw, "gateway", substrate.RoleGateway}, {gw, "linkerd-proxy", substrate.RoleSidecar}, {app, "app", substrate.RoleWorkload}} {
+		if role, ok := scope.RoleOf(&c.pod, c.container); !ok || role != c.want {
+			t.Errorf("%s/%s: %s (%v), want %s", c.pod.Name, c.container, role, ok, c.want)
+		}
+	}
+}
