@@ -130,8 +130,12 @@ func TestDeployRefusesBeforeCreatingAnything(t *testing.T) {
 		t.Errorf("validate of the ingress path without a mesh on kubernetes: %v\n%s", err, errOut)
 	}
 	rewriteStudy(t, ingress, "{name: baseline, profile: none}", "{name: baseline, profile: none}\n    - {name: sidecar, profile: envoy-sidecar}")
-	if _, errOut, err := execCLI("validate", ingress); err == nil || !regexp.MustCompile(`study.yaml:\d+:\d+: spec.experiments\[0\].path: mesh sidecar \(envoy-sidecar\) has an ingress gateway of its own, which is not deployed on Kubernetes yet`).MatchString(errOut) {
-		t.Errorf("validate of the ingress path through Istio on kubernetes: %v\n%s", err, errOut)
+	if _, errOut, err := execCLI("validate", ingress); err != nil {
+		t.Errorf("validate of the ingress path through Istio's sidecars (its own gateway) on kubernetes: %v\n%s", err, errOut)
+	}
+	rewriteStudy(t, ingress, "{name: sidecar, profile: envoy-sidecar}", "{name: ambient, profile: istio-ambient}")
+	if _, errOut, err := execCLI("validate", ingress); err == nil || !regexp.MustCompile(`study.yaml:\d+:\d+: spec.experiments\[0\].path: mesh ambient \(istio-ambient\) has an ingress gateway of its own, which is not deployed on Kubernetes yet`).MatchString(errOut) {
+		t.Errorf("validate of the ingress path through Istio ambient on kubernetes: %v\n%s", err, errOut)
 	}
 	// kept up together: the baseline beside one mesh that installs, but not two
 	keepUp := kubeStudy(t, c, "    - {name: baseline, profile: none}\n    - {name: sidecar, profile: envoy-sidecar}")

@@ -888,8 +888,8 @@ func TestProtocolsOnBothPlatforms(t *testing.T) {
 	checkNothingLeft(t, l, "istio-system")
 }
 
-// ingressStudy measures bookinfo without a mesh on the internal path and through the
-// ingress gateway in front of productpage.
+// ingressStudy measures bookinfo without a mesh and through strict-mTLS sidecars, on
+// the internal path and through the ingress gateway in front of productpage.
 const ingressStudy = `apiVersion: meshmark.dev/v1alpha1
 kind: Study
 metadata: {name: both-platforms-ingress}
@@ -899,54 +899,61 @@ spec:
   workload: {graph: bookinfo}
   meshes:
     - {name: baseline, profile: none}
+    - {name: istio, profile: envoy-sidecar, options: {mtls: strict}}
   experiments:
     - {name: internal, kind: fixed-rate, rate: 40, duration: 6s, warmup: 1s}
     - {name: ingress, kind: fixed-rate, rate: 40, duration: 6s, warmup: 1s, path: ingress}
   repeats: 1
 `
 
-// TestIngressOnBothPlatforms: path: ingress puts the plain gateway (Envoy) in a pod of
-// its own in front of the entry service, on the local testbed and on the cluster alike:
-// the ingress trials' requests go to the gateway's Service and every one is answered,
-// the gateway's pod is among the app's and, sampled under the gateway role, used CPU
-// in the ingress trial, while the internal trial's requests go to productpage.
+// TestIngressOnBothPlatforms: path: ingress sends the requests through an ingress
+// gateway in front of the entry service, on the local testbed and on the cluster alike,
+// and every one is answered. Without a mesh it is the plain gateway (Envoy) in a pod of
+// its own, among the app's pods; through Istio's sidecars it is Istio's own gateway
+// (on the cluster, istiod's, from a Gateway API Gateway), which alone can reach an
+// entry service that refuses plaintext (strict mTLS). Either way the gateway's
+// container, sampled under the gateway role, used CPU in the ingress trial, and the
+// internal trial's requests go to productpage itself.
 func TestIngressOnBothPlatforms(t *testing.T) {
-	l := localAndCluster(t, false)
+	l := localAndCluster(t, true)
 	gw, err := gateway.LocalImage()
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.LoadImages(t, gw)
 	onBothPlatforms(t, l, ingressStudy, func(t *testing.T, run *results.Run, progress string) {
-		if run.Status != results.StatusComplete || len(run.Trials) != 2 {
-			t.Fatalf("run %s (%s) with %d trials; want complete with one per path", run.Status, run.StatusReason, len(run.Trials))
+		if run.Status != results.StatusComplete || len(run.Trials) != 4 {
+			t.Fatalf("run %s (%s) with %d trials; want complete with one per mesh and path", run.Status, run.StatusReason, len(run.Trials))
 		}
-		var e mesh.Enrollment
-		if err := json.Unmarshal(run.Meshes[0].Enrollment, &e); err != nil || !e.Pass {
-			t.Errorf("enrollment: %v %+v", err, e.Failures)
-		}
-		if !slices.ContainsFunc(e.Pods, func(p mesh.PodEnrollment) bool { return strings.HasPrefix(p.Pod, "ingress-gateway") && !p.Meshed }) {
-			t.Errorf("the gateway's pod is not among the app's pods: %+v", e.Pods)
+		for _, m := range run.Meshes {
+			var e mesh.Enrollment
+			if err := json.Unmarshal(m.Enrollment, &e); err != nil || !e.Pass {
+				t.Errorf("%s enrollment: %v %+v", m.Label, err, e.Failures)
+			}
+			plain := func(p mesh.PodEnrollment) bool { return strings.HasPrefix(p.Pod, "ingress-gateway") && !p.Meshed }
+			if m.Label == "baseline" && !slices.ContainsFunc(e.Pods, plain) {
+				t.Errorf("baseline: the plain gateway's pod is not among the app's pods: %+v", e.Pods)
+			}
 		}
 		for _, tr := range run.Trials {
 			r := tr.Result
-			t.Logf("%s: %d requests to %s, p50 %.2f ms, flags %v", tr.Experiment, r.Requests, tr.Params.Extra["url"],
+			t.Logf("%s %s: %d requests to %s, p50 %.2f ms, flags %v", tr.Mesh, tr.Experiment, r.Requests, tr.Params.Extra["url"],
 				float64(r.Latency.ValueAtQuantile(50))/1e3, r.Flags)
 			if r.Requests < 235 || r.Errors != 0 || r.StatusCodes[200] != r.Requests {
-				t.Errorf("%s: %d requests, %d errors %v, codes %v; want 240, all answered 200", tr.Experiment, r.Requests, r.Errors, r.ErrorsByKind, r.StatusCodes)
+				t.Errorf("%s %s: %d requests, %d errors %v, codes %v; want 240, all answered 200", tr.Mesh, tr.Experiment, r.Requests, r.Errors, r.ErrorsByKind, r.StatusCodes)
 			}
 			host := "productpage"
 			if tr.Experiment == "ingress" {
-				host = "ingress-gateway"
+				host = "ingress-gateway" // the plain gateway's; istiod's is ingress-gateway-istio
 			}
 			u, err := url.Parse(tr.Params.Extra["url"])
-			if err != nil || strings.Split(u.Hostname(), ".")[0] != host || u.Path != "/productpage" || tr.Params.Path != tr.Experiment {
-				t.Errorf("%s: url %q, path %q; want %s's /productpage on the %s path", tr.Experiment, tr.Params.Extra["url"], tr.Params.Path, host, tr.Experiment)
+			if err != nil || !strings.HasPrefix(strings.Split(u.Hostname(), ".")[0], host) || u.Path != "/productpage" || tr.Params.Path != tr.Experiment {
+				t.Errorf("%s %s: url %q, path %q; want %s's /productpage on the %s path", tr.Mesh, tr.Experiment, tr.Params.Extra["url"], tr.Params.Path, host, tr.Experiment)
 			}
 			if gatewayUsed := measuredRoles(tr)[substrate.RoleGateway]; tr.Experiment == "ingress" && !gatewayUsed {
-				t.Errorf("ingress: the gateway's CPU and memory were not read; want them, under the gateway role")
+				t.Errorf("%s ingress: the gateway's CPU and memory were not read; want them, under the gateway role", tr.Mesh)
 			}
 		}
 	})
-	checkNothingLeft(t, l, "")
+	checkNothingLeft(t, l, "istio-system")
 }

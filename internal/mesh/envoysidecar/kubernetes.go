@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/mesh/istiohelm"
 	"github.com/meshmark/meshmark/internal/mesh/meshkube"
@@ -70,7 +71,12 @@ func (p *Profile) Kubernetes() (meshkube.KubernetesInstall, error) {
 	if err != nil {
 		return meshkube.KubernetesInstall{}, err
 	}
+	ingress, err := istiohelm.Ingress(gateway.Port)
+	if err != nil {
+		return meshkube.KubernetesInstall{}, err
+	}
 	return meshkube.KubernetesInstall{
+		Ingress:   ingress,
 		Charts:    charts,
 		Manifests: manifests,
 		// istio-init writes each pod's iptables with NET_ADMIN and NET_RAW, which Pod

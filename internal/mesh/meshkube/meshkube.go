@@ -51,6 +51,9 @@ type KubernetesInstall struct {
 	// app's namespace, which is not known when the install is described (ambient's
 	// waypoint). The mesh's controller turns each into a Deployment of proxies there.
 	Gateways []AppGateway
+	// Ingress is the mesh's own ingress gateway, for a study's ingress path (Istio's);
+	// nil when the mesh takes the plain gateway, enrolled as the app's pods are.
+	Ingress *IngressInstall
 	// ForLocalCluster, when set, adapts the install to a local cluster (`meshmark
 	// cluster up`), which reaches no chart repository and no registry: charts from
 	// setup's build, the images cluster up loaded. It returns what differs from the
@@ -113,6 +116,20 @@ type AppGateway struct {
 	// Deployment is the name the mesh's controller gives the Deployment it makes for
 	// the Gateway (istiod: the Gateway's own name, for a waypoint).
 	Deployment string
+}
+
+// IngressInstall is a mesh's own ingress gateway on a cluster: a Gateway API Gateway of
+// the mesh's class in the app's namespace, which the mesh's controller deploys and
+// configures, and which an HTTPRoute of meshmark's sends to the app's entry service. A
+// study's ingress path then sends its requests to the Service the controller makes.
+type IngressInstall struct {
+	// Gateway listens for HTTP on Port; its Deployment is also the name of its Service.
+	Gateway AppGateway
+	Port    int
+	// Charts are what the Gateway needs that the mesh's install lacks (the Gateway
+	// API's CRDs), installed after the install's first chart and before the rest, as
+	// Istio's documentation puts them before istiod.
+	Charts []HelmChart
 }
 
 // NodeAgent is a mesh's per-node agent: the pods of a DaemonSet, found by namespace and

@@ -90,6 +90,8 @@ type kubeDeployment struct {
 	runs kube.ContainerRuns
 	// runsUnread says a reading failed, and that was said.
 	runsUnread bool
+	// ingress is where the ingress path's requests go; nil when no experiment takes it.
+	ingress *ingress
 }
 
 // readProxies reads every proxy of the mesh now, through the API server: none for a
@@ -196,7 +198,7 @@ func (r *run) bringUpKube(ctx context.Context, c *kube.Cluster, run string, m *s
 	if err != nil {
 		return nil, err
 	}
-	if spec.Ingress, err = r.ingressGateway(c.NamespaceFor(run, m.Name)); err != nil {
+	if d.ingress, err = r.planIngress(plan, &spec, c.NamespaceFor(run, m.Name)); err != nil {
 		return nil, err
 	}
 	if plan != nil && plan.ForLocalCluster != nil {

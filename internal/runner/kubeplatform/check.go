@@ -65,10 +65,11 @@ func (r *run) checkKubernetes(measure bool) error {
 	return nil
 }
 
-// checkIngress refuses the ingress path for a mesh whose own gateway (mesh.IngressGateway:
-// Istio's, which originates its mTLS) is not deployed on Kubernetes yet: the plain
-// gateway with the mesh's proxy beside it would be a different path from the one the
-// local testbed measures, and from the one its users take.
+// checkIngress refuses the ingress path for a mesh with a gateway of its own
+// (mesh.IngressGateway: Istio's, which originates its mTLS) that its Kubernetes install
+// does not deploy (meshkube.IngressInstall): the plain gateway with the mesh's proxy
+// beside it would be a different path from the one the local testbed measures, and
+// from the one its users take.
 func checkIngress(st *study.Study) error {
 	i := slices.IndexFunc(st.Spec.Experiments, func(e study.Experiment) bool { return e.Path == study.PathIngress })
 	if i < 0 {
@@ -79,7 +80,11 @@ func checkIngress(st *study.Study) error {
 		if err != nil {
 			continue // the profile's own check names it
 		}
-		if _, own := p.(mesh.IngressGateway); own {
+		plan, err := kubernetesInstall(m)
+		if err != nil {
+			continue // so does the mesh's check
+		}
+		if _, own := p.(mesh.IngressGateway); own && (plan == nil || plan.Ingress == nil) {
 			return st.ErrorAt(fmt.Sprintf("spec.experiments[%d].path", i), fmt.Errorf("mesh %s (%s) has an ingress gateway of its own, which is not deployed on Kubernetes yet; "+
 				"the plain gateway is, for meshes without one (the local testbed deploys both)", m.Name, m.Profile))
 		}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/load"
 	"github.com/meshmark/meshmark/internal/mesh"
 	"github.com/meshmark/meshmark/internal/results"
@@ -26,8 +25,8 @@ func (r *run) kubeLoad(ctx context.Context, d *kubeDeployment, t *study.Trial) r
 	entry := r.Graph().Entrypoint()
 	return runner.Load{
 		Target: func(e *study.Experiment, path string) string {
-			if e != nil && e.Path == study.PathIngress {
-				return fmt.Sprintf("http://%s:%d%s", serviceHost(kube.IngressGatewayService, d.app.Namespace), gateway.Port, path)
+			if e != nil && e.Path == study.PathIngress && d.ingress != nil {
+				return fmt.Sprintf("http://%s:%d%s", serviceHost(d.ingress.service, d.app.Namespace), d.ingress.port, path)
 			}
 			return fmt.Sprintf("http://%s:%d%s", serviceHost(kube.ServiceName(entry.Service), d.app.Namespace), entry.Port, path)
 		},

@@ -55,8 +55,10 @@ type AppSpec struct {
 	// spread their calls over them by the versions' weights, where the service's own
 	// Service, through kube-proxy, picks a pod per connection.
 	SpreadServices bool
-	// Ingress, when set, puts a plain gateway in front of the entry service.
-	Ingress *IngressGateway
+	// Ingress, when set, puts a plain gateway in front of the entry service;
+	// IngressRoute, when set, attaches the entry service to a Gateway of Gateways.
+	Ingress      *IngressGateway
+	IngressRoute *IngressRoute
 	// Sidecar is the container the mesh's injector adds to every enrolled pod
 	// (meshkube.KubernetesInstall's Sidecar): before it creates the workload, Deploy
 	// waits until the injector adds it (waitInjector). Empty for meshes without one.
@@ -136,8 +138,16 @@ func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
 	if c.cfg.Image == "" {
 		return nil, fmt.Errorf("no image for the workload: set spec.substrate.kubernetes.image (build one with `meshmark image build`)")
 	}
-	if len(spec.Gateways)+len(spec.Manifests) > 0 {
-		if err := c.CheckInstallRights(ctx, nil, spec.Gateways, spec.Manifests); err != nil {
+	appManifests := spec.Manifests
+	if spec.IngressRoute != nil {
+		route, err := yaml.Marshal(spec.IngressRoute.object("", nil).Object)
+		if err != nil {
+			return nil, err
+		}
+		appManifests = append(slices.Clip(appManifests), string(route))
+	}
+	if len(spec.Gateways)+len(appManifests) > 0 {
+		if err := c.CheckInstallRights(ctx, nil, spec.Gateways, appManifests); err != nil {
 			return nil, err
 		}
 	}
@@ -175,6 +185,11 @@ func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
 	}
 	for i, gw := range gateways {
 		if err := c.createGateway(ctx, app, gw, spec.Gateways[i].Deployment); err != nil {
+			return app, err
+		}
+	}
+	if spec.IngressRoute != nil {
+		if err := c.createIngressRoute(ctx, app, *spec.IngressRoute, labels); err != nil {
 			return app, err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -93,5 +94,40 @@ func (c *Cluster) createIngressGateway(ctx context.Context, app *App, spec AppSp
 	}
 	app.Services = append(app.Services, name)
 	app.pods[name] = 1
+	return nil
+}
+
+// IngressRoute attaches the app's entry service to a mesh's own ingress gateway
+// (meshkube.IngressInstall): an HTTPRoute of the Gateway API sending every request the
+// Gateway receives to the entry Service, as a user of the Gateway API routes an app.
+type IngressRoute struct {
+	// Gateway is the Gateway's name; Service and Port the entry Service's.
+	Gateway, Service string
+	Port             int
+}
+
+// object is r as the API object it is created as, in namespace.
+func (r IngressRoute) object(namespace string, labels map[string]string) *unstructured.Unstructured {
+	route := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": gatewayAPIGroup + "/v1",
+		"kind":       "HTTPRoute",
+		"metadata":   map[string]any{"name": IngressGatewayService},
+		"spec": map[string]any{
+			"parentRefs": []any{map[string]any{"name": r.Gateway}},
+			"rules": []any{map[string]any{
+				"backendRefs": []any{map[string]any{"name": r.Service, "port": int64(r.Port)}},
+			}},
+		},
+	}}
+	route.SetNamespace(namespace)
+	route.SetLabels(labels)
+	return route
+}
+
+// createIngressRoute creates r in the app's namespace, after its Gateway.
+func (c *Cluster) createIngressRoute(ctx context.Context, app *App, r IngressRoute, labels map[string]string) error {
+	if _, err := c.create(ctx, r.object(app.Namespace, labels)); err != nil {
+		return fmt.Errorf("namespace %s: the ingress gateway's route: %w", app.Namespace, err)
+	}
 	return nil
 }
