@@ -73,11 +73,8 @@ func (r *run) planIngress(plan *meshkube.KubernetesInstall, spec *kube.AppSpec, 
 // ingressGateway is the plain gateway (package gateway) the app in namespace gets in
 // front of its entry service when an experiment of the study takes the ingress path, as
 // on the local testbed: Envoy sending every request to the entry service by its name,
-// enrolled by the mesh as the app's pods are. Nil when no experiment does.
+// enrolled by the mesh as the app's pods are.
 func (r *run) ingressGateway(namespace string) (*kube.IngressGateway, error) {
-	if !needsIngress(r.Study()) {
-		return nil, nil
-	}
 	g := r.Graph()
 	entry := g.Service(g.Entrypoint().Service)
 	up := gateway.Upstream{Service: entry.Name, Protocol: entry.Protocol,

@@ -56,7 +56,7 @@ type AppSpec struct {
 	// Service, through kube-proxy, picks a pod per connection.
 	SpreadServices bool
 	// Ingress, when set, puts a plain gateway in front of the entry service;
-	// IngressRoute, when set, attaches the entry service to a Gateway of Gateways.
+	// IngressRoute, when set, routes what one of Gateways receives to the entry service.
 	Ingress      *IngressGateway
 	IngressRoute *IngressRoute
 	// Sidecar is the container the mesh's injector adds to every enrolled pod
@@ -137,6 +137,9 @@ func dnsLabel(s string) string {
 func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
 	if c.cfg.Image == "" {
 		return nil, fmt.Errorf("no image for the workload: set spec.substrate.kubernetes.image (build one with `meshmark image build`)")
+	}
+	if spec.Ingress != nil && slices.ContainsFunc(spec.Deployments, func(d workload.Deployment) bool { return dnsLabel(d.Service) == IngressGatewayService }) {
+		return nil, fmt.Errorf("the ingress gateway's Service would be named %s, as a service of the graph is: rename that service", IngressGatewayService)
 	}
 	appManifests := spec.Manifests
 	if spec.IngressRoute != nil {
@@ -219,9 +222,6 @@ func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
 		app.generators = spec.Generators
 	}
 	if spec.Ingress != nil {
-		if slices.ContainsFunc(slices.Collect(maps.Keys(ports)), func(s string) bool { return dnsLabel(s) == IngressGatewayService }) {
-			return app, fmt.Errorf("namespace %s: the ingress gateway's Service would be named %s, as a service of the graph is: rename it", app.Namespace, IngressGatewayService)
-		}
 		if err := c.createIngressGateway(ctx, app, spec, labels); err != nil {
 			return app, err
 		}
