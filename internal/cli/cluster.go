@@ -3,12 +3,12 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"github.com/meshmark/meshmark/internal/gateway"
 	"io"
 	"os"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/image"
 	"github.com/meshmark/meshmark/internal/localcluster"
 	"github.com/meshmark/meshmark/internal/mesh"
