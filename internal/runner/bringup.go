@@ -87,7 +87,7 @@ func (r *runner) bringUp(ctx context.Context, m *study.Mesh) (d *deployment, err
 	for _, w := range r.graph.Deployments() {
 		deps = append(deps, testbed.Deployment{Service: w.Service, Version: w.Version, Weight: w.Weight, Replicas: w.Replicas, Port: w.Port, Protocol: w.Protocol})
 	}
-	if r.needsIngress() {
+	if r.study.IngressExperiment() >= 0 {
 		// The gateway is a service of the app, so every profile enrolls its pod.
 		deps = append(deps, testbed.Deployment{Service: gateway.Service, Weight: 1, Replicas: 1, Port: gateway.Port, Protocol: r.entryProtocol()})
 	}
@@ -415,16 +415,6 @@ func graphEdges(g *workload.Graph) map[string][]string {
 		}
 	}
 	return out
-}
-
-// needsIngress says whether any experiment goes through the ingress gateway.
-func (r *runner) needsIngress() bool {
-	for _, e := range r.study.Spec.Experiments {
-		if e.Path == study.PathIngress {
-			return true
-		}
-	}
-	return false
 }
 
 // entryProtocol is the protocol of the graph's entry service.

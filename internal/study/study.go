@@ -48,6 +48,17 @@ type Study struct {
 
 type position struct{ line, column int }
 
+// IngressExperiment is the index of the first experiment that takes the ingress path,
+// or -1 when none does (and no ingress gateway is needed).
+func (s *Study) IngressExperiment() int {
+	for i, e := range s.Spec.Experiments {
+		if e.Path == PathIngress {
+			return i
+		}
+	}
+	return -1
+}
+
 // ErrorAt locates a problem found after parsing (a mesh option the profile rejects,
 // say) at the field that caused it, or at its closest written ancestor:
 // st.ErrorAt("spec.meshes[1].options", err) gives

@@ -71,7 +71,7 @@ func (r *run) checkKubernetes(measure bool) error {
 // beside it would be a different path from the one the local testbed measures, and
 // from the one its users take.
 func checkIngress(st *study.Study) error {
-	i := slices.IndexFunc(st.Spec.Experiments, func(e study.Experiment) bool { return e.Path == study.PathIngress })
+	i := st.IngressExperiment()
 	if i < 0 {
 		return nil
 	}

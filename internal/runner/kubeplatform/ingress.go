@@ -8,7 +8,6 @@ import (
 
 	"github.com/meshmark/meshmark/internal/gateway"
 	"github.com/meshmark/meshmark/internal/mesh/meshkube"
-	"github.com/meshmark/meshmark/internal/study"
 	"github.com/meshmark/meshmark/internal/substrate/kube"
 	"sigs.k8s.io/yaml"
 )
@@ -17,16 +16,6 @@ import (
 // whatever its resolver makes of search domains.
 func serviceHost(service, namespace string) string {
 	return service + "." + namespace + ".svc.cluster.local"
-}
-
-// needsIngress says whether an experiment of st takes the ingress path.
-func needsIngress(st *study.Study) bool {
-	for _, e := range st.Spec.Experiments {
-		if e.Path == study.PathIngress {
-			return true
-		}
-	}
-	return false
 }
 
 // ingress is where an ingress path's requests go on a deployment: the plain gateway's
@@ -41,7 +30,7 @@ type ingress struct {
 // install, its Gateway to the app's, and a route from it to the entry service), else
 // the plain gateway in front of the entry service, as on the local testbed.
 func (r *run) planIngress(plan *meshkube.KubernetesInstall, spec *kube.AppSpec, namespace string) (*ingress, error) {
-	if !needsIngress(r.Study()) {
+	if r.Study().IngressExperiment() < 0 {
 		return nil, nil
 	}
 	if plan == nil || plan.Ingress == nil {
