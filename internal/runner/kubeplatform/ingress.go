@@ -39,7 +39,7 @@ func (r *run) planIngress(plan *meshkube.KubernetesInstall, spec *kube.AppSpec, 
 			return nil, err
 		}
 		spec.Ingress = g
-		return &ingress{service: kube.IngressGatewayService, port: g.Port}, nil
+		return &ingress{service: g.Name, port: g.Port}, nil
 	}
 	own := plan.Ingress
 	var gw struct {
@@ -72,5 +72,5 @@ func (r *run) ingressGateway(namespace string) (*kube.IngressGateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kube.IngressGateway{Image: gateway.Image, Envoy: gateway.ImageEnvoy, Bootstrap: bootstrap, Port: gateway.Port, Protocol: entry.Protocol}, nil
+	return &kube.IngressGateway{Name: gateway.Service, Image: gateway.Image, Envoy: gateway.ImageEnvoy, Bootstrap: bootstrap, Port: gateway.Port, Protocol: entry.Protocol}, nil
 }

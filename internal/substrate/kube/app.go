@@ -138,8 +138,8 @@ func (c *Cluster) Deploy(ctx context.Context, spec AppSpec) (*App, error) {
 	if c.cfg.Image == "" {
 		return nil, fmt.Errorf("no image for the workload: set spec.substrate.kubernetes.image (build one with `meshmark image build`)")
 	}
-	if spec.Ingress != nil && slices.ContainsFunc(spec.Deployments, func(d workload.Deployment) bool { return dnsLabel(d.Service) == IngressGatewayService }) {
-		return nil, fmt.Errorf("the ingress gateway's Service would be named %s, as a service of the graph is: rename that service", IngressGatewayService)
+	if spec.Ingress != nil && slices.ContainsFunc(spec.Deployments, func(d workload.Deployment) bool { return dnsLabel(d.Service) == spec.Ingress.Name }) {
+		return nil, fmt.Errorf("the ingress gateway's Service would be named %s, as a service of the graph is: rename that service", spec.Ingress.Name)
 	}
 	appManifests := spec.Manifests
 	if spec.IngressRoute != nil {

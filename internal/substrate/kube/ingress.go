@@ -14,9 +14,10 @@ import (
 // IngressGateway is a plain gateway in front of an app's entry service, for a study's
 // ingress path: one pod of an Envoy image running a bootstrap of the caller's, as the
 // workload's user, so that the mesh enrolls it and intercepts its calls as it does the
-// app's pods' (which is how Linkerd meshes an ingress controller), and a Service of
-// IngressGatewayService's name.
+// app's pods' (which is how Linkerd meshes an ingress controller), and a Service.
 type IngressGateway struct {
+	// Name names the gateway's Deployment, Service and ConfigMap.
+	Name string
 	// Image holds Envoy at Envoy.
 	Image, Envoy string
 	// Bootstrap is Envoy's whole configuration: listening on Port on every address.
@@ -26,9 +27,6 @@ type IngressGateway struct {
 	Protocol string
 }
 
-// IngressGatewayService names the gateway's Deployment, Service and ConfigMap.
-const IngressGatewayService = "ingress-gateway"
-
 // roleGateway is the RoleLabel of the ingress gateway's pod: its containers are sampled
 // as the gateway, a sidecar beside it as a sidecar.
 const roleGateway = "gateway"
@@ -36,7 +34,7 @@ const roleGateway = "gateway"
 // createIngressGateway creates spec's gateway in app's namespace.
 func (c *Cluster) createIngressGateway(ctx context.Context, app *App, spec AppSpec, labels map[string]string) error {
 	g := spec.Ingress
-	name := IngressGatewayService
+	name := g.Name
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, BinaryData: map[string][]byte{"gateway.json": g.Bootstrap}}
 	if _, err := c.client.CoreV1().ConfigMaps(app.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("namespace %s: create the ingress gateway's configuration: %w", app.Namespace, err)
@@ -111,7 +109,7 @@ func (r IngressRoute) object(namespace string, labels map[string]string) *unstru
 	route := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": gatewayAPIGroup + "/v1",
 		"kind":       "HTTPRoute",
-		"metadata":   map[string]any{"name": IngressGatewayService},
+		"metadata":   map[string]any{"name": r.Gateway},
 		"spec": map[string]any{
 			"parentRefs": []any{map[string]any{"name": r.Gateway}},
 			"rules": []any{map[string]any{

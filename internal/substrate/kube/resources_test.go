@@ -322,7 +322,7 @@ func TestNodeAgentIsNotANodeProxy(t *testing.T) {
 // container counts as the gateway, a mesh's sidecar beside it as a sidecar, and the
 // app's own containers as the workload.
 func TestThePlainGatewayIsTheGateway(t *testing.T) {
-	gw := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ingress-gateway-abc", Namespace: "app", Labels: map[string]string{"app": IngressGatewayService, RoleLabel: roleGateway}}}
+	gw := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ingress-gateway-abc", Namespace: "app", Labels: map[string]string{"app": "ingress-gateway", RoleLabel: roleGateway}}}
 	app := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "productpage-v1-abc", Namespace: "app", Labels: map[string]string{"app": "productpage"}}}
 	scope := ResourceScope{Mesh: "linkerd", App: "app", Sidecars: []string{"linkerd-proxy"}}
 	for _, c := range []struct {
