@@ -68,6 +68,9 @@ spec:
   repeats: 2
 `
 
+// localSeamStudy is seamStudy on the local testbed.
+var localSeamStudy = strings.Replace(seamStudy, "kubernetes: {image: meshmark:dev}", "local: {nodes: 2}", 1)
+
 // withPlatforms runs f with only the given platforms registered.
 func withPlatforms(t *testing.T, kinds []PlatformKind, f func()) {
 	t.Helper()
@@ -145,12 +148,11 @@ func TestARegisteredPlatformRunsAStudy(t *testing.T) {
 		}
 		// The local testbed is a registered platform like any other, not a fallback
 		// of the runner's: without its registration a local study is refused too.
-		local := parseStudy(t, strings.Replace(seamStudy, "kubernetes: {image: meshmark:dev}", "local: {nodes: 2}", 1))
-		if _, err := Run(context.Background(), local, Options{Store: db}); err == nil || !strings.Contains(err.Error(), "spec.substrate.local") {
+		if _, err := Run(context.Background(), parseStudy(t, localSeamStudy), Options{Store: db}); err == nil || !strings.Contains(err.Error(), "spec.substrate.local") {
 			t.Errorf("local study with no platform registered: %v", err)
 		}
 	})
-	if kind, err := platformFor(parseStudy(t, strings.Replace(seamStudy, "kubernetes: {image: meshmark:dev}", "local: {nodes: 2}", 1))); err != nil || kind.Substrate != "local" {
+	if kind, err := platformFor(parseStudy(t, localSeamStudy)); err != nil || kind.Substrate != "local" {
 		t.Errorf("the local testbed's platform: %+v, %v; want it registered by the runner", kind, err)
 	}
 }
